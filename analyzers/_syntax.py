@@ -1,0 +1,151 @@
+"""Small libcst helpers shared by the detectors: names read and written, statement walks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from integrate.source import dotted
+
+
+class _NameCollector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)  # `a.b` reads a, not b
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)  # `f(k=v)` reads v, not k
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+def names_read(node: cst.CSTNode | None) -> set[str]:
+    if node is None:
+        return set()
+    collector = _NameCollector()
+    node.visit(collector)
+    return collector.names
+
+
+def target_names(target: cst.BaseExpression) -> list[str]:
+    """Names bound by an assignment target, in order (`a, (b, c)` -> a, b, c)."""
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        out: list[str] = []
+        for el in target.elements:
+            out.extend(target_names(el.value))
+        return out
+    if isinstance(target, cst.StarredElement):
+        return target_names(target.value)
+    return []
+
+
+def assigned_names(stmt: cst.CSTNode) -> set[str]:
+    """Names a statement binds at its own level (assignments, for targets, with-as)."""
+    out: set[str] = set()
+
+    class V(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for t in node.targets:
+                out.update(target_names(t.target))
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            out.update(target_names(node.target))
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            out.update(target_names(node.target))
+
+        def visit_For(self, node: cst.For) -> None:
+            out.update(target_names(node.target))
+
+        def visit_WithItem(self, node: cst.WithItem) -> None:
+            if node.asname is not None:
+                out.update(target_names(node.asname.name))
+
+        def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+            out.update(target_names(node.target))
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            out.add(node.name.value)
+            return False
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+    stmt.visit(V())
+    return out
+
+
+def body_of(node: cst.CSTNode) -> list[cst.BaseStatement]:
+    body = getattr(node, "body", None)
+    if isinstance(body, cst.IndentedBlock):
+        return list(body.body)
+    if isinstance(body, cst.SimpleStatementSuite):
+        return [cst.SimpleStatementLine(body=body.body)]
+    return []
+
+
+def walk_statements(stmts, *, into_functions: bool = False) -> Iterator[cst.BaseStatement]:
+    """Every statement, depth first, in source order (not into nested defs unless asked)."""
+    for stmt in stmts:
+        yield stmt
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and not into_functions:
+            continue
+        yield from walk_statements(body_of(stmt), into_functions=into_functions)
+        if isinstance(stmt, cst.If):
+            orelse = stmt.orelse
+            while orelse is not None:
+                yield from walk_statements(body_of(orelse), into_functions=into_functions)
+                orelse = getattr(orelse, "orelse", None) if isinstance(orelse, cst.If) else None
+        elif isinstance(stmt, (cst.For, cst.While)) and stmt.orelse is not None:
+            yield from walk_statements(body_of(stmt.orelse), into_functions=into_functions)
+        elif isinstance(stmt, cst.Try):
+            for handler in stmt.handlers:
+                yield from walk_statements(body_of(handler), into_functions=into_functions)
+            for extra in (stmt.orelse, stmt.finalbody):
+                if extra is not None:
+                    yield from walk_statements(body_of(extra), into_functions=into_functions)
+
+
+def find_all(node: cst.CSTNode, kind, *, skip_functions: bool = True) -> list:
+    """All descendants of a type, not descending into nested defs/lambdas/classes."""
+    found: list = []
+
+    class V(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            if isinstance(n, kind):
+                found.append(n)
+            if skip_functions and n is not node and isinstance(n, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return False
+            return True
+
+    node.visit(V())
+    return found
+
+
+def self_attr(expr: cst.BaseExpression | None) -> str | None:
+    """`self.foo` -> "foo"."""
+    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+        return expr.attr.value
+    return None
+
+
+def callee(call: cst.Call) -> str | None:
+    return dotted(call.func)
+
+
+def params_of(fn: cst.FunctionDef) -> list[cst.Param]:
+    p = fn.params
+    return [*p.posonly_params, *p.params, *p.kwonly_params] + (
+        [p.star_arg] if isinstance(p.star_arg, cst.Param) else []
+    ) + ([p.star_kwarg] if p.star_kwarg is not None else [])

@@ -1,0 +1,253 @@
+"""Where a transformer builds its ModuleLists, and what each one holds.
+
+Handles `nn.ModuleList([Block(...) for _ in range(n)])`, a list filled by a loop of appends,
+`nn.ModuleList()` followed by `.append`, conditional construction, helpers (a method or a
+module-level function returning a list), ModuleDicts of lists and lists of lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from integrate.resolve import External, Resolved, Unresolved, Workspace
+from integrate.source import SourceFile, dotted, find_method
+
+from ._syntax import names_read, self_attr, walk_statements
+
+MODULELIST = {"torch.nn.ModuleList", "torch.nn.modules.container.ModuleList"}
+MODULEDICT = {"torch.nn.ModuleDict", "torch.nn.modules.container.ModuleDict"}
+
+
+@dataclass(frozen=True)
+class Element:
+    name: str  # the callee as written
+    target: Resolved | External | Unresolved
+
+
+@dataclass(frozen=True)
+class ListDef:
+    attr: str
+    container: str
+    keys: tuple[str, ...]  # ModuleDict keys holding lists
+    elements: tuple[Element, ...]
+    length: str | None
+    length_fields: tuple[str, ...]
+    line: int
+    conditional: bool
+    src: SourceFile
+
+
+class _Builder:
+    def __init__(self, ws: Workspace, src: SourceFile, cls: cst.ClassDef) -> None:
+        self.ws, self.src, self.cls = ws, src, cls
+        init = find_method(cls, "__init__")
+        self.init_params = set()
+        if init is not None:
+            p = init.params
+            self.init_params = {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)}
+        self.local_lists: dict[str, tuple[list, str | None]] = {}  # name -> (element calls, length)
+        self.defs: dict[str, ListDef] = {}
+
+    # -- classification of calls ---------------------------------------------------------
+
+    def kind(self, call: cst.BaseExpression) -> str | None:
+        if not isinstance(call, cst.Call):
+            return None
+        q = self.ws.qualname(self.src, call.func)
+        name = dotted(call.func) or ""
+        if q in MODULELIST or (q == name and name.endswith("ModuleList")):
+            return "ModuleList"
+        if q in MODULEDICT or (q == name and name.endswith("ModuleDict")):
+            return "ModuleDict"
+        return None
+
+    def element(self, call: cst.Call) -> Element | None:
+        name = dotted(call.func)
+        if name is None:
+            return None
+        return Element(name, self.ws.resolve(self.src, name))
+
+    # -- what a list expression holds ----------------------------------------------------
+
+    def contents(self, expr: cst.BaseExpression | None, depth: int = 0):
+        """(element calls, length expression, nested container, dict keys)."""
+        if expr is None or depth > 6:
+            return [], None, None, ()
+        if isinstance(expr, (cst.ListComp, cst.GeneratorExp)):
+            calls, _, nested, keys = self.contents(expr.elt, depth + 1)
+            return calls, self._range_len(expr.for_in.iter), nested, keys
+        if isinstance(expr, (cst.List, cst.Tuple)):
+            calls, nested = [], None
+            for el in expr.elements:
+                c, _, n, _ = self.contents(el.value, depth + 1)
+                calls += c
+                nested = nested or n
+            return calls, str(len(expr.elements)), nested, ()
+        if isinstance(expr, cst.IfExp):
+            a = self.contents(expr.body, depth + 1)
+            b = self.contents(expr.orelse, depth + 1)
+            return a[0] + b[0], a[1] or b[1], a[2] or b[2], a[3] + b[3]
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+            a = self.contents(expr.left, depth + 1)
+            b = self.contents(expr.right, depth + 1)
+            length = f"{a[1]} + {b[1]}" if a[1] and b[1] else None
+            return a[0] + b[0], length, a[2] or b[2], ()
+        if isinstance(expr, cst.Name) and expr.value in self.local_lists:
+            calls, length = self.local_lists[expr.value]
+            return calls, length, None, ()
+        kind = self.kind(expr)
+        if kind == "ModuleList":
+            arg = expr.args[0].value if expr.args else None
+            calls, length, _, _ = self.contents(arg, depth + 1)
+            return calls, length, "ModuleList", ()
+        if kind == "ModuleDict":
+            arg = expr.args[0].value if expr.args else None
+            calls, keys = [], []
+            if isinstance(arg, cst.Dict):
+                for el in arg.elements:
+                    if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
+                        c, _, n, _ = self.contents(el.value, depth + 1)
+                        if n == "ModuleList":
+                            keys.append(el.key.evaluated_value)
+                            calls += c
+            return calls, None, "ModuleDict", tuple(keys)
+        if isinstance(expr, cst.Call):
+            el = self.element(expr)
+            return ([el] if el else []), None, None, ()
+        return [], None, None, ()
+
+    def _range_len(self, it: cst.BaseExpression) -> str | None:
+        if isinstance(it, cst.Call) and dotted(it.func) == "range" and it.args:
+            args = it.args
+            if len(args) == 1:
+                return self.src.code(args[0].value)
+            return f"{self.src.code(args[1].value)} - {self.src.code(args[0].value)}"
+        return self.src.code(it)
+
+    # -- walking __init__ and the helpers it calls -----------------------------------------
+
+    def run(self) -> list[ListDef]:
+        init = find_method(self.cls, "__init__")
+        if init is not None:
+            self._scan(init, conditional=False, depth=0)
+        return list(self.defs.values())
+
+    def _scan(self, fn: cst.FunctionDef, conditional: bool, depth: int) -> None:
+        self._scan_block(fn.body.body, conditional, depth, loop_len=None)
+
+    def _scan_block(self, stmts, conditional: bool, depth: int, loop_len: str | None) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, cst.If):
+                self._scan_block(stmt.body.body, True, depth, loop_len)
+                orelse = stmt.orelse
+                while orelse is not None:
+                    self._scan_block(orelse.body.body, True, depth, loop_len)
+                    orelse = orelse.orelse if isinstance(orelse, cst.If) else None
+            elif isinstance(stmt, cst.For):
+                self._scan_block(stmt.body.body, conditional, depth, self._range_len(stmt.iter))
+            elif isinstance(stmt, (cst.With, cst.Try)):
+                self._scan_block(stmt.body.body, conditional, depth, loop_len)
+            elif isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    self._small(stmt, small, conditional, depth, loop_len)
+
+    def _small(self, stmt, small, conditional, depth, loop_len) -> None:
+        if isinstance(small, (cst.Assign, cst.AnnAssign)):
+            value = small.value
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+            for target in targets:
+                attr = self_attr(target)
+                if isinstance(target, cst.Name) and isinstance(value, (cst.List, cst.ListComp)):
+                    calls, length, _, _ = self.contents(value)
+                    self.local_lists[target.value] = (calls, length)
+                elif attr is not None:
+                    self._assign_attr(stmt, attr, value, conditional, depth)
+        elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            call = small.value
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("append", "extend"):
+                owner = call.func.value
+                arg = call.args[0].value if call.args else None
+                calls, length, _, _ = self.contents(arg)
+                if call.func.attr.value == "append":
+                    length = loop_len
+                if isinstance(owner, cst.Name) and owner.value in self.local_lists:
+                    prev, _ = self.local_lists[owner.value]
+                    self.local_lists[owner.value] = (prev + calls, length)
+                elif (attr := self_attr(owner)) in self.defs:
+                    old = self.defs[attr]
+                    self.defs[attr] = self._make(attr, old.container, old.keys, [*old.elements, *calls], length,
+                                                 old.line, old.conditional or conditional)
+            elif (m := self_attr(call.func)) is not None and depth < 3:
+                helper = find_method(self.cls, m)
+                if helper is not None:
+                    self._scan(helper, conditional, depth + 1)
+
+    def _assign_attr(self, stmt, attr: str, value, conditional: bool, depth: int) -> None:
+        line = self.src.line(stmt)
+        kind = self.kind(value)
+        if kind is None and isinstance(value, cst.IfExp):
+            kind = self.kind(value.body) or self.kind(value.orelse)
+            conditional = True
+        if kind is None and isinstance(value, cst.Call) and depth < 3:
+            returned = self._helper_return(value)
+            if returned is not None:
+                value, kind = returned, self.kind(returned)
+        if kind is None:
+            return
+        calls, length, nested, keys = self.contents(value)
+        container = kind
+        if kind == "ModuleList" and self._is_nested(value):
+            container = "ModuleList of ModuleList"
+        if kind == "ModuleDict":
+            if not keys:
+                return
+            container = "ModuleDict of ModuleList"
+        old = self.defs.get(attr)
+        if old is not None:  # assigned in two branches: merge
+            calls = [*old.elements, *calls]
+            conditional = True
+        self.defs[attr] = self._make(attr, container, keys, calls, length, line, conditional)
+
+    def _is_nested(self, value) -> bool:
+        arg = value.args[0].value if isinstance(value, cst.Call) and value.args else None
+        inner = arg.elt if isinstance(arg, (cst.ListComp, cst.GeneratorExp)) else None
+        if isinstance(arg, (cst.List, cst.Tuple)) and arg.elements:
+            inner = arg.elements[0].value
+        return inner is not None and self.kind(inner) == "ModuleList"
+
+    def _helper_return(self, call: cst.Call):
+        name = dotted(call.func)
+        fn = None
+        if (m := self_attr(call.func)) is not None:
+            fn = find_method(self.cls, m)
+        elif name in self.src.functions:
+            fn = self.src.functions[name]
+        if fn is None:
+            return None
+        for stmt in walk_statements(fn.body.body):
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Return) and self.kind(small.value):
+                        return small.value
+        return None
+
+    def _make(self, attr, container, keys, calls, length, line, conditional) -> ListDef:
+        fields = tuple(sorted(n for n in names_read_expr(self.src, length) if n in self.init_params)) if length else ()
+        unique: dict[str, Element] = {}
+        for c in calls:
+            unique.setdefault(c.name, c)
+        return ListDef(attr, container, tuple(keys), tuple(unique.values()), length, fields, line, conditional,
+                       self.src)
+
+
+def names_read_expr(src: SourceFile, code: str) -> set[str]:
+    try:
+        return names_read(cst.parse_expression(code))
+    except cst.ParserSyntaxError:
+        return set()
+
+
+def find_module_lists(ws: Workspace, src: SourceFile, cls: cst.ClassDef) -> list[ListDef]:
+    return _Builder(ws, src, cls).run()

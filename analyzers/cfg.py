@@ -1,0 +1,202 @@
+"""CFG style of the denoising loop: separate cond/uncond transformer calls, or one batched call.
+
+Counts transformer calls along one path through a step of the loop. A branch is followed
+when its condition is known from the entry's numeric defaults (FluxPipeline's second call
+runs only when `true_cfg_scale > 1`, and the default is 1.0, so the uncond call is off by
+default); prompts and other inputs that default to None stay unknown, never assumed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from integrate.records import Evidence, PipelineFacts
+from integrate.resolve import Workspace
+from integrate.source import SourceFile, dotted, find_method, iter_methods
+
+from ._syntax import body_of, find_all, self_attr, target_names, walk_statements
+
+MODEL_WORDS = ("transformer", "model", "dit", "denoiser", "unet", "net")
+
+
+@dataclass
+class _Env:
+    src: SourceFile
+    params: dict[str, cst.BaseExpression]
+    locals: dict[str, cst.BaseExpression]
+    self_values: dict[str, cst.BaseExpression]
+    properties: dict[str, cst.BaseExpression]
+
+
+def _literal(expr: cst.BaseExpression):
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return expr.evaluated_value
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        v = _literal(expr.expression)
+        return -v if isinstance(v, (int, float)) else None
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
+        return expr.value == "True"
+    return None
+
+
+_OPS = {
+    cst.GreaterThan: lambda a, b: a > b,
+    cst.LessThan: lambda a, b: a < b,
+    cst.GreaterThanEqual: lambda a, b: a >= b,
+    cst.LessThanEqual: lambda a, b: a <= b,
+    cst.Equal: lambda a, b: a == b,
+    cst.NotEqual: lambda a, b: a != b,
+}
+
+
+def _eval(expr: cst.BaseExpression | None, env: _Env, depth: int = 0):
+    """Three-valued: a Python value, or None for unknown."""
+    if expr is None or depth > 10:
+        return None
+    lit = _literal(expr)
+    if lit is not None:
+        return lit
+    if isinstance(expr, cst.Name):
+        if expr.value in env.locals:
+            return _eval(env.locals[expr.value], env, depth + 1)
+        if expr.value in env.params:
+            return _literal(env.params[expr.value])  # only numeric / bool defaults count
+        return None
+    if (attr := self_attr(expr)) is not None:
+        if attr in env.properties:
+            return _eval(env.properties[attr], env, depth + 1)
+        if attr in env.self_values:
+            return _eval(env.self_values[attr], env, depth + 1)
+        return None
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        v = _eval(expr.expression, env, depth + 1)
+        return None if v is None else not v
+    if isinstance(expr, cst.BooleanOperation):
+        a, b = _eval(expr.left, env, depth + 1), _eval(expr.right, env, depth + 1)
+        if isinstance(expr.operator, cst.And):
+            if a is False or b is False:
+                return False
+            return True if (a and b) else None
+        if a is True or b is True:
+            return True
+        return False if (a is False and b is False) else None
+    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
+        op = _OPS.get(type(expr.comparisons[0].operator))
+        a, b = _eval(expr.left, env, depth + 1), _eval(expr.comparisons[0].comparator, env, depth + 1)
+        if op and isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            return op(a, b)
+    return None
+
+
+def _is_model(expr: cst.BaseExpression, aliases: set[str]) -> bool:
+    """`self.transformer`, `self.transformer_2`, `model`, or a local alias of one of them."""
+    if isinstance(expr, cst.Name):
+        return expr.value in aliases or any(w in expr.value.lower() for w in MODEL_WORDS)
+    attr = self_attr(expr)
+    return attr is not None and any(w in attr.lower() for w in MODEL_WORDS)
+
+
+def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry: str) -> PipelineFacts:
+    path = str(src.path)
+    cls = src.classes.get(cls_name) if cls_name else None
+    fn = find_method(cls, entry) if cls is not None else src.functions.get(entry)
+    if fn is None:
+        return PipelineFacts(cls_name, entry, path, None, "unknown", None,
+                             (Evidence(path, 0, f"entry `{entry}` not defined here (inherited?): CFG style unknown"),))
+    params = {p.name.value: p.default for p in (*fn.params.params, *fn.params.kwonly_params) if p.default is not None}
+    env = _Env(src, params, {}, {}, {})
+    if cls is not None:
+        for m in iter_methods(cls):
+            if any(dotted(d.decorator) == "property" for d in m.decorators):
+                rets = find_all(m.body, cst.Return)
+                if len(rets) == 1 and rets[0].value is not None:
+                    env.properties[m.name.value] = rets[0].value
+    aliases: set[str] = set()
+    for stmt in walk_statements(fn.body.body):
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                    target = small.targets[0].target
+                    if isinstance(target, cst.Name):
+                        env.locals.setdefault(target.value, small.value)
+                        values = [small.value.body, small.value.orelse] if isinstance(small.value, cst.IfExp) \
+                            else [small.value]
+                        if any(self_attr(v) and any(w in self_attr(v).lower() for w in MODEL_WORDS) for v in values):
+                            aliases.add(target.value)
+                    elif (attr := self_attr(target)) is not None:
+                        env.self_values.setdefault(attr, small.value)
+
+    loops = [lp for lp in find_all(fn.body, cst.For) if _model_calls(lp.body, aliases)]
+    if not loops:
+        return PipelineFacts(cls_name, entry, path, None, "unknown", 0,
+                             (Evidence(path, src.line(fn), f"no transformer call inside a loop in `{entry}`"),))
+    loop = loops[0]  # outermost: find_all yields parents first
+    evidence = [Evidence(path, src.line(loop), f"denoising loop `for {src.code(loop.target)} in "
+                                               f"{src.code(loop.iter)}`")]
+    calls = _model_calls(loop.body, aliases)
+    for call in calls:
+        evidence.append(Evidence(path, src.line(call), f"transformer call `{dotted(call.func)}(...)`"))
+    for ctx in find_all(loop.body, cst.Call):
+        if isinstance(ctx.func, cst.Attribute) and ctx.func.attr.value == "cache_context" and ctx.args:
+            evidence.append(Evidence(path, src.line(ctx), f"`{src.code(ctx)}`"))
+
+    count, repeated, notes = _path_calls(body_of(loop), env, aliases, src)
+    evidence += [Evidence(path, line, why) for line, why in notes]
+    if repeated:
+        evidence.append(Evidence(path, repeated, "transformer called inside an inner loop (one call per guidance "
+                                                 "condition): separate forwards per step"))
+        return PipelineFacts(cls_name, entry, path, True, "medium", len(calls), tuple(evidence))
+    if count >= 2:
+        why = f"{count} transformer calls can run in one step: cond and uncond are separate forwards"
+        evidence.append(Evidence(path, src.line(loop), why))
+        return PipelineFacts(cls_name, entry, path, True, "high", count, tuple(evidence))
+    why = "one transformer call per step"
+    if len(calls) > count:
+        why += f" by default ({len(calls) - count} more only run when their condition holds)"
+    batched = [c for c in find_all(loop.body, cst.Call) if dotted(c.func) == "torch.cat" and c.args and
+               isinstance(c.args[0].value, (cst.List, cst.BinaryOperation))]
+    if batched:
+        why += "; the batch is doubled for CFG (`torch.cat`)"
+    evidence.append(Evidence(path, src.line(loop), why))
+    return PipelineFacts(cls_name, entry, path, False, "high" if count == 1 else "medium", count, tuple(evidence))
+
+
+def _model_calls(node: cst.CSTNode, aliases: set[str]) -> list[cst.Call]:
+    return [c for c in find_all(node, cst.Call) if _is_model(c.func, aliases)]
+
+
+def _path_calls(stmts, env: _Env, aliases: set[str], src: SourceFile):
+    """(max calls along one path, line of a call inside an inner loop or 0, notes)."""
+    total, repeated, notes = 0, 0, []
+    for stmt in stmts:
+        if isinstance(stmt, cst.If):
+            verdict = _eval(stmt.test, env)
+            a = _path_calls(body_of(stmt), env, aliases, src)
+            b = _path_calls(body_of(stmt.orelse), env, aliases, src) if stmt.orelse is not None else (0, 0, [])
+            notes += a[2] + b[2]
+            if verdict is False and a[0]:
+                notes.append((src.line(stmt), f"`if {src.code(stmt.test)}` is false with the defaults: "
+                                              f"{a[0]} call(s) there are off by default"))
+                pick = b
+            elif verdict is True:
+                pick = a
+            else:
+                pick = a if a[0] >= b[0] else b
+            total += pick[0]
+            repeated = repeated or pick[1]
+        elif isinstance(stmt, (cst.For, cst.While)):
+            inner = _model_calls(stmt.body, aliases)
+            if inner:
+                repeated = repeated or src.line(inner[0])
+                total += len(inner)
+        elif isinstance(stmt, (cst.With, cst.Try)):
+            a = _path_calls(body_of(stmt), env, aliases, src)
+            total, repeated, notes = total + a[0], repeated or a[1], notes + a[2]
+        else:
+            total += len(_model_calls(stmt, aliases))
+    return total, repeated, notes
+
+
+__all__ = ["analyze_pipeline", "target_names"]

@@ -1,0 +1,259 @@
+"""A block's forward: its signature, what it returns in order, and in-place input mutation.
+
+Return order is traced through assignments: `e, h = x[:, :t], x[:, t:]` then `return e, h`
+returns (encoder, hidden) whatever `x` was. A returned name that is a parameter carries that
+parameter's role; another local is followed back to its last assignment.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from integrate.records import Evidence, ForwardSummary, Param, ReturnSite
+from integrate.resolve import Workspace
+from integrate.source import SourceFile, dotted, find_method
+
+from ._syntax import find_all, target_names, walk_statements
+
+UNKNOWN = "?"
+
+
+def signature(src: SourceFile, fn: cst.FunctionDef, drop_self: bool = True) -> tuple[Param, ...]:
+    p = fn.params
+    out: list[Param] = []
+
+    def add(param: cst.Param, kind: str) -> None:
+        default = src.code(param.default) if param.default is not None else None
+        ann = src.code(param.annotation.annotation) if param.annotation is not None else None
+        out.append(Param(param.name.value, kind, default, ann))
+
+    for param in p.posonly_params:
+        add(param, "positional_only")
+    for param in p.params:
+        add(param, "positional_or_keyword")
+    if isinstance(p.star_arg, cst.Param):
+        add(p.star_arg, "var_positional")
+    for param in p.kwonly_params:
+        add(param, "keyword_only")
+    if p.star_kwarg is not None:
+        add(p.star_kwarg, "var_keyword")
+    if drop_self and out and out[0].name in ("self", "cls") and out[0].kind != "keyword_only":
+        out = out[1:]
+    return tuple(out)
+
+
+class _Assignments:
+    """name -> [(line, value expression or (tuple value, index))] in source order."""
+
+    def __init__(self, src: SourceFile, fn: cst.FunctionDef) -> None:
+        self.by_name: dict[str, list[tuple[int, cst.BaseExpression | None]]] = {}
+        for stmt in walk_statements(fn.body.body):
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                continue
+            for small in stmt.body:
+                if isinstance(small, cst.Assign):
+                    for t in small.targets:
+                        self._bind(src.line(stmt), t.target, small.value)
+                elif isinstance(small, cst.AnnAssign) and small.value is not None:
+                    self._bind(src.line(stmt), small.target, small.value)
+
+    def _bind(self, line: int, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
+        if isinstance(target, cst.Name):
+            self.by_name.setdefault(target.value, []).append((line, value))
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            elements = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
+            for i, el in enumerate(target.elements):
+                sub = elements[i].value if elements is not None and i < len(elements) else None
+                self._bind(line, el.value, sub)
+
+    def last_before(self, name: str, line: int) -> tuple[bool, cst.BaseExpression | None]:
+        candidates = [v for ln, v in self.by_name.get(name, ()) if ln < line]
+        if not candidates:
+            return False, None
+        return True, candidates[-1]
+
+
+_PASSTHROUGH_METHODS = {
+    "to", "contiguous", "clone", "float", "half", "bfloat16", "type_as", "view", "reshape", "clip", "clamp",
+    "squeeze", "unsqueeze", "flatten", "unflatten", "permute", "transpose", "detach", "chunk", "split",
+}
+
+
+def _trace(expr: cst.BaseExpression | None, params: set[str], assigns: _Assignments, line: int, depth=0) -> str:
+    if expr is None or depth > 12:
+        return UNKNOWN
+    if isinstance(expr, cst.Name):
+        if expr.value in params:
+            return expr.value
+        found, value = assigns.last_before(expr.value, line)
+        return _trace(value, params, assigns, line, depth + 1) if found else UNKNOWN
+    if isinstance(expr, cst.Subscript):
+        return _trace(expr.value, params, assigns, line, depth + 1)
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        if expr.func.attr.value in _PASSTHROUGH_METHODS:
+            return _trace(expr.func.value, params, assigns, line, depth + 1)
+    if isinstance(expr, (cst.Call, cst.BinaryOperation)):
+        roles = {r for r in (_trace_args(expr, params, assigns, line, depth)) if r != UNKNOWN}
+        return roles.pop() if len(roles) == 1 else UNKNOWN
+    return UNKNOWN
+
+
+def _trace_args(expr, params, assigns, line, depth):
+    if isinstance(expr, cst.BinaryOperation):
+        return [_trace(expr.left, params, assigns, line, depth + 1), _trace(expr.right, params, assigns, line, depth + 1)]
+    return [_trace(a.value, params, assigns, line, depth + 1) for a in expr.args]
+
+
+def _tensor_count(ws: Workspace, src: SourceFile, ann: cst.BaseExpression) -> int:
+    """How many `torch.Tensor` cache-dit's check would count in the return annotation."""
+    future = "annotations" in src.imports and src.imports["annotations"].module == "__future__"
+    count = 0
+    for node in find_all(ann, (cst.Attribute, cst.Name), skip_functions=False):
+        if isinstance(node, cst.Attribute) and dotted(node) == "torch.Tensor":
+            count += 1
+        elif not future and isinstance(node, cst.Name) and ws.qualname(src, node) == "torch.Tensor":
+            count += 1
+    return count
+
+
+def summarize_forward(ws: Workspace, src: SourceFile, cls: cst.ClassDef, method: str = "forward") -> ForwardSummary | None:
+    fn = find_method(cls, method)
+    if fn is None:
+        return None
+    params = signature(src, fn)
+    names = {p.name for p in params}
+    assigns = _Assignments(src, fn)
+    sites: list[ReturnSite] = []
+    for ret in find_all(fn.body, cst.Return):
+        line = src.line(ret)
+        value = ret.value
+        if value is None:
+            sites.append(ReturnSite(line, (), ()))
+            continue
+        elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
+        if len(elements) == 1 and isinstance(value, cst.Name):
+            # `return out` where `out = (a, b)`: look through the tuple.
+            found, bound = assigns.last_before(value.value, line)
+            if found and isinstance(bound, (cst.Tuple, cst.List)) and value.value not in names:
+                elements = [e.value for e in bound.elements]
+        sites.append(
+            ReturnSite(
+                line,
+                tuple(src.code(e) for e in elements),
+                tuple(_trace(e, names, assigns, line) for e in elements),
+            )
+        )
+    orders = {s.roles for s in sites}
+    agree = len(orders) <= 1
+    roles = sites[0].roles if agree and sites and UNKNOWN not in sites[0].roles else None
+    ann = fn.returns.annotation if fn.returns is not None else None
+    count = _tensor_count(ws, src, ann) if ann is not None else None
+    arity = len(roles) if roles is not None else (len(sites[0].values) if agree and sites else None)
+    ann_agrees = None if not count or arity is None else count == arity
+    evidence = [Evidence(str(src.path), src.line(fn), f"{cls.name.value}.{method} signature")]
+    for s in sites:
+        evidence.append(Evidence(str(src.path), s.line, f"returns ({', '.join(s.values)}) -> roles {s.roles}"))
+    if not agree:
+        evidence.append(Evidence(str(src.path), sites[0].line, "return statements disagree on what they return"))
+    if ann_agrees is False:
+        evidence.append(
+            Evidence(
+                str(src.path),
+                src.line(fn),
+                f"return annotation counts {count} torch.Tensor but the body returns {arity} values",
+            )
+        )
+    return ForwardSummary(
+        cls=cls.name.value,
+        file=str(src.path),
+        line=src.line(fn),
+        params=params,
+        returns=tuple(sites),
+        return_roles=roles,
+        returns_agree=agree,
+        annotation=src.code(ann) if ann is not None else None,
+        annotation_tensor_count=count,
+        annotation_agrees=ann_agrees,
+        evidence=tuple(evidence),
+    )
+
+
+# -- pitfall C: a block mutates one of its input tensors in place ----------------------------
+
+_VIEW_METHODS = {
+    "view", "reshape", "transpose", "permute", "unflatten", "flatten", "squeeze", "unsqueeze", "expand",
+    "narrow", "detach", "t", "view_as", "expand_as", "unbind", "chunk", "split", "as_strided", "select",
+}
+_NOT_INPLACE = {"requires_grad_", "zero_grad_", "_"}
+
+
+def in_place_input_mutations(src: SourceFile, cls: cst.ClassDef, method: str = "forward") -> list[Evidence]:
+    """Statements that write into a tensor the block received (or a view of it).
+
+    cache-dit keeps references to block inputs to compute residuals; writing into them in
+    place makes the residual difference zero or NaN, so nothing is ever cached.
+    """
+    fn = find_method(cls, method)
+    if fn is None:
+        return []
+    params = [p.name for p in signature(src, fn) if p.kind not in ("var_positional", "var_keyword")]
+    aliases: dict[str, str] = {p: p for p in params}  # local name -> input it aliases
+    found: list[Evidence] = []
+
+    def aliased(expr: cst.BaseExpression | None) -> str | None:
+        while expr is not None:
+            if isinstance(expr, cst.Name):
+                return aliases.get(expr.value)
+            if isinstance(expr, cst.Subscript):
+                expr = expr.value
+            elif (
+                isinstance(expr, cst.Call)
+                and isinstance(expr.func, cst.Attribute)
+                and expr.func.attr.value in _VIEW_METHODS
+            ):
+                expr = expr.func.value
+            elif isinstance(expr, cst.Attribute) and expr.attr.value == "T":
+                expr = expr.value
+            else:
+                return None
+        return None
+
+    def note(stmt, input_name: str, what: str) -> None:
+        found.append(Evidence(str(src.path), src.line(stmt), f"{what} writes into input `{input_name}` in place"))
+
+    for stmt in walk_statements(fn.body.body):
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.AugAssign):
+                src_name = aliased(small.target)
+                if src_name:
+                    note(stmt, src_name, f"`{src.code(small)}`")
+            elif isinstance(small, cst.Assign):
+                for t in small.targets:
+                    if isinstance(t.target, cst.Subscript) and (name := aliased(t.target)):
+                        note(stmt, name, f"item assignment `{src.code(t.target)} = ...`")
+                # rebinding: a name now aliases an input only if the value is a view of one
+                view_of = aliased(small.value)
+                for t in small.targets:
+                    for name in target_names(t.target):
+                        if view_of and isinstance(t.target, cst.Name):
+                            aliases[name] = view_of
+                        else:
+                            aliases.pop(name, None)
+            for call in find_all(small, cst.Call):
+                func = call.func
+                if isinstance(func, cst.Attribute):
+                    meth = func.attr.value
+                    if meth.endswith("_") and not meth.endswith("__") and meth not in _NOT_INPLACE:
+                        if name := aliased(func.value):
+                            note(stmt, name, f"in-place method `.{meth}()`")
+                for arg in call.args:
+                    kw = arg.keyword.value if arg.keyword is not None else None
+                    if kw == "out" and (name := aliased(arg.value)):
+                        note(stmt, name, f"`out=` of `{dotted(func) or 'a call'}`")
+                    if kw == "inplace" and isinstance(arg.value, cst.Name) and arg.value.value == "True":
+                        targets = [aliased(a.value) for a in call.args if a.keyword is None]
+                        for name in filter(None, targets):
+                            note(stmt, name, f"`{dotted(func) or 'a call'}(..., inplace=True)`")
+    return found

@@ -1,0 +1,221 @@
+"""How the transformer's forward walks each block list: loops, the block call, the loop body.
+
+Once cache-dit swaps a list for a one-element list holding its wrapper, the loop body runs
+once. Anything the body does besides calling the block (pitfall B), slices and `len()` of
+the list, several loops over it and lists held in containers all change meaning then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from integrate.records import ExtraOp
+from integrate.source import SourceFile, dotted, iter_methods
+
+from ._syntax import assigned_names, body_of, find_all, names_read, self_attr, target_names
+
+CHECKPOINT_FUNCS = ("_gradient_checkpointing_func", "checkpoint", "gradient_checkpointing_func")
+
+
+@dataclass
+class Loop:
+    method: str
+    node: cst.For
+    line: int
+    iter_code: str
+    block_var: str | None
+    index_var: str | None
+    sliced: bool
+    keys: tuple[str, ...]  # ModuleDict keys looped over
+    zipped_with: tuple[str, ...]
+    call: cst.Call | None = None
+    call_skip: int = 0  # 1 when the block is passed to a checkpoint function
+    call_stmt: cst.CSTNode | None = None
+    outputs: tuple[str, ...] = ()
+    extra_ops: list[ExtraOp] = field(default_factory=list)
+
+
+@dataclass
+class ListUse:
+    loops: list[Loop] = field(default_factory=list)
+    notes: list[tuple[int, str]] = field(default_factory=list)  # (line, what) for len()/index/...
+
+
+def _refers(expr: cst.BaseExpression, attr: str, aliases: set[str]) -> tuple[bool, bool, tuple[str, ...]]:
+    """(refers to the list, through a slice, ModuleDict keys)."""
+    sliced, keys = False, ()
+    while isinstance(expr, cst.Subscript):
+        sub = expr.slice[0].slice if expr.slice else None
+        if isinstance(sub, cst.Slice):
+            sliced = True
+        elif isinstance(sub, cst.Index) and isinstance(sub.value, cst.SimpleString):
+            keys = (*keys, sub.value.evaluated_value)
+        expr = expr.value
+    if self_attr(expr) == attr or (isinstance(expr, cst.Name) and expr.value in aliases):
+        return True, sliced, keys
+    return False, False, ()
+
+
+def _unwrap_iter(it: cst.BaseExpression):
+    """enumerate(x) / zip(a, b) / reversed(x) -> (iterables, enumerated)."""
+    name = dotted(it.func) if isinstance(it, cst.Call) else None
+    if name in ("enumerate", "reversed") and it.args:
+        inner, enum = _unwrap_iter(it.args[0].value)
+        return inner, enum or name == "enumerate"
+    if name == "zip":
+        return [a.value for a in it.args], False
+    return [it], False
+
+
+def find_list_uses(src: SourceFile, cls: cst.ClassDef, attrs: list[str]) -> dict[str, ListUse]:
+    uses = {a: ListUse() for a in attrs}
+    for fn in iter_methods(cls):
+        if fn.name.value == "__init__":
+            continue
+        aliases: dict[str, set[str]] = {a: set() for a in attrs}
+        for assign in find_all(fn.body, cst.Assign):
+            for attr in attrs:
+                if _refers(assign.value, attr, set())[0] and not _refers(assign.value, attr, set())[1]:
+                    for t in assign.targets:
+                        aliases[attr].update(target_names(t.target))
+        in_loop_iter: set[int] = set()
+        for loop in find_all(fn.body, cst.For):
+            iterables, enumerated = _unwrap_iter(loop.iter)
+            for attr in attrs:
+                hits = [(_refers(x, attr, aliases[attr]), x) for x in iterables]
+                hit = next(((r, x) for r, x in hits if r[0]), None)
+                if hit is None:
+                    continue
+                (_, sliced, keys), expr = hit
+                for n in find_all(loop.iter, (cst.Attribute, cst.Name, cst.Subscript), skip_functions=False):
+                    in_loop_iter.add(id(n))
+                others = tuple(src.code(x) for r, x in hits if not r[0])
+                uses[attr].loops.append(_make_loop(src, fn, loop, attr, iterables, expr, enumerated, sliced, keys,
+                                                   others))
+        # len(list), list[i] outside loop headers
+        for call in find_all(fn.body, cst.Call):
+            if dotted(call.func) == "len" and call.args:
+                for attr in attrs:
+                    if _refers(call.args[0].value, attr, aliases[attr])[0]:
+                        uses[attr].notes.append((src.line(call), f"`{src.code(call)}` in {fn.name.value}"))
+        for sub in find_all(fn.body, cst.Subscript):
+            if id(sub) in in_loop_iter:
+                continue
+            for attr in attrs:
+                refers, sliced, keys = _refers(sub, attr, aliases[attr])
+                base = sub.value
+                if refers and not keys and (self_attr(base) == attr or isinstance(base, cst.Name)):
+                    what = "sliced" if sliced else "indexed"
+                    uses[attr].notes.append((src.line(sub), f"{what} as `{src.code(sub)}` in {fn.name.value}"))
+    return uses
+
+
+def _make_loop(src, fn, loop, attr, iterables, expr, enumerated, sliced, keys, others) -> Loop:
+    target = loop.target
+    index_var = block_var = None
+    if enumerated and isinstance(target, cst.Tuple) and len(target.elements) == 2:
+        index_var = target_names(target.elements[0].value)[0] if target_names(target.elements[0].value) else None
+        target = target.elements[1].value
+    if isinstance(target, cst.Tuple) and len(iterables) > 1:
+        pos = next(i for i, x in enumerate(iterables) if x is expr)
+        target = target.elements[pos].value if pos < len(target.elements) else target
+    if isinstance(target, cst.Name):
+        block_var = target.value
+    found = Loop(fn.name.value, loop, src.line(loop), src.code(loop.iter), block_var, index_var, sliced, keys, others)
+    if block_var is not None:
+        _find_call(src, found)
+    return found
+
+
+def _find_call(src: SourceFile, loop: Loop) -> None:
+    """The block call in the body: prefer `block(...)` over `checkpoint(block, ...)`."""
+    direct, ckpt = [], []
+    for call in find_all(loop.node.body, cst.Call):
+        if isinstance(call.func, cst.Name) and call.func.value == loop.block_var:
+            direct.append(call)
+        else:
+            name = dotted(call.func) or ""
+            first = call.args[0].value if call.args else None
+            if name.split(".")[-1] in CHECKPOINT_FUNCS and isinstance(first, cst.Name) and first.value == loop.block_var:
+                ckpt.append(call)
+    chosen = direct[0] if direct else (ckpt[0] if ckpt else None)
+    if chosen is None:
+        return
+    loop.call, loop.call_skip = chosen, 0 if direct else 1
+    calls = {id(c) for c in (*direct, *ckpt)}
+    for stmt in body_of(loop.node):
+        if any(id(c) in calls for c in find_all(stmt, cst.Call)):
+            loop.call_stmt = loop.call_stmt or stmt
+    # outputs: the assignment whose value holds the chosen call
+    for assign in find_all(loop.node.body, cst.Assign):
+        if any(c is chosen for c in find_all(assign.value, cst.Call)):
+            loop.outputs = tuple(n for t in assign.targets for n in target_names(t.target))
+            break
+
+
+def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> None:
+    """Pitfall B: every statement of the loop body besides the block call and trivial guards."""
+    if loop.call is None:
+        return
+    calls = set()
+    for stmt in body_of(loop.node):
+        if any(c is loop.call for c in find_all(stmt, cst.Call)):
+            calls.add(id(stmt))
+    varying = {loop.index_var, loop.block_var, *loop.outputs} - {None}
+    counters = {n for s in find_all(loop.node.body, cst.AugAssign) for n in target_names(s.target)}
+    after_call = False
+    for stmt in body_of(loop.node):
+        if id(stmt) in calls or (loop.call_stmt is not None and stmt is loop.call_stmt):
+            after_call = True
+            continue
+        if _trivial(stmt):
+            continue
+        reads, writes = names_read(stmt), assigned_names(stmt)
+        code = src.code(stmt)
+        first_line = code.splitlines()[0] + (" ..." if "\n" in code else "")
+        guard = _optional_guard(stmt, optional_inputs)
+        active = guard is None
+        if (loop.index_var and loop.index_var in reads) or (reads & counters):
+            kind, why = "index_dependent", "uses the loop index; the wrapper runs the body once, with index 0"
+        elif after_call and writes & set(loop.outputs):
+            kind, why = "residual_injection", "changes a block output between blocks; skipped once the list is wrapped"
+        elif not reads & varying:
+            kind, why = "hoistable", "reads nothing that changes between blocks; can move above the loop"
+        else:
+            kind, why = "other", "runs once per block on loop-carried values; the wrapper runs it once"
+        if guard is not None:
+            why += f"; only runs when `{guard}` is given (default None)"
+        loop.extra_ops.append(ExtraOp(src.line(stmt), first_line, kind, active, why))
+
+
+def _trivial(stmt: cst.CSTNode) -> bool:
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return all(
+            isinstance(s, (cst.Pass, cst.Continue))
+            or (isinstance(s, cst.Expr) and isinstance(s.value, (cst.SimpleString, cst.ConcatenatedString)))
+            for s in stmt.body
+        )
+    if isinstance(stmt, cst.If) and stmt.orelse is None:
+        # `if self.interrupt: continue`
+        return all(isinstance(s, cst.SimpleStatementLine) and _trivial(s) for s in body_of(stmt))
+    return False
+
+
+def _optional_guard(stmt: cst.CSTNode, optional_inputs: set[str]) -> str | None:
+    """`if x is not None:` where x is a forward input that defaults to None."""
+    if not isinstance(stmt, cst.If) or stmt.orelse is not None:
+        return None
+    test = stmt.test
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        test = test.left
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        comp = test.comparisons[0]
+        if isinstance(comp.operator, cst.IsNot) and isinstance(comp.comparator, cst.Name) and \
+                comp.comparator.value == "None" and isinstance(test.left, cst.Name) and \
+                test.left.value in optional_inputs:
+            return test.left.value
+    if isinstance(test, cst.Name) and test.value in optional_inputs:
+        return test.value
+    return None

@@ -1,0 +1,175 @@
+"""ForwardPattern 0-5 for one block list, from the call site and the block's forward.
+
+| pattern | block takes encoder stream | returns |
+|---|---|---|
+| 0 | yes | (hidden, encoder) |
+| 1 | yes | (encoder, hidden) |
+| 2 | yes | hidden |
+| 3 | no  | hidden |
+| 4 | no  | (hidden, encoder) |
+| 5 | no  | (encoder, hidden) |
+
+The streams are the loop-carried variables (assigned from the block's output and passed
+back in). With two streams, the "encoder" slot is the second one whatever its name (LTX2's
+audio stream travels there). Roles are named, not guessed: canonical diffusers names, then a
+small lexicon for third-party code (`img`/`txt`, `x`/`context`), and otherwise call order,
+with the confidence lowered to say so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from integrate.records import Binding, CallSite, ForwardSummary, Param
+
+from .binding import HIDDEN_ONLY, CallArgs, bind, through_wrapper
+
+HIDDEN_NAMES = ("hidden_states", "x", "img", "image", "latents", "latent", "hidden", "h", "sample", "visual_embed",
+                "video", "unified", "vision")
+ENCODER_NAMES = ("encoder_hidden_states", "context", "txt", "text", "encoder", "cond", "context_states",
+                 "text_embed", "y", "audio_hidden_states", "audio")
+
+
+@dataclass(frozen=True)
+class PatternVerdict:
+    pattern: str | None
+    alternatives: tuple[str, ...]
+    confidence: str
+    roles: dict[str, str]  # "hidden_states" / "encoder_hidden_states" -> block parameter
+    check_forward_pattern: bool | None
+    bindings: tuple[Binding, ...]
+    mismatch: bool | None
+    why: tuple[str, ...]
+
+
+def _rank(name: str, lexicon: tuple[str, ...]) -> int:
+    return lexicon.index(name) if name in lexicon else len(lexicon)
+
+
+def stream_params(direct: dict[str, str], outputs: tuple[str, ...]) -> list[str]:
+    """Block parameters that receive a loop-carried variable, in parameter order."""
+    carried = set(outputs)
+    return [p for p, value in direct.items() if value in carried and not p.startswith("*")]
+
+
+def decide(fwd: ForwardSummary, args: CallArgs, outputs: tuple[str, ...]) -> PatternVerdict:
+    why: list[str] = []
+    try:
+        direct = bind(args, fwd.params)
+    except Exception as exc:  # the original call does not bind: nothing to decide from
+        return PatternVerdict(None, (), "unknown", {}, None, (), None, (f"call site does not bind: {exc}",))
+    streams = stream_params(direct, outputs)
+    named = [p.name for p in fwd.params]
+    confidence = "high"
+    if not streams:
+        why.append("no loop-carried variable reaches the block: the call's output is not fed back")
+        return PatternVerdict(None, (), "unknown", {}, None, (), None, tuple(why))
+    if len(streams) > 2:
+        why.append(f"{len(streams)} loop-carried streams ({', '.join(streams)}); cache-dit carries at most two")
+        return PatternVerdict(None, (), "unknown", {}, None, (), None, tuple(why))
+
+    if len(streams) == 2:
+        a, b = streams
+        hidden, encoder = (a, b) if _rank(a, HIDDEN_NAMES) <= _rank(b, HIDDEN_NAMES) else (b, a)
+        if _rank(hidden, HIDDEN_NAMES) == len(HIDDEN_NAMES):
+            confidence = "medium"
+            why.append(f"stream names `{a}`/`{b}` are not known names: the first in call order is taken as hidden")
+            hidden, encoder = a, b
+        encoder_is_stream = True
+    else:
+        hidden = streams[0]
+        candidates = [p for p in named if p != hidden and _rank(p, ENCODER_NAMES) < len(ENCODER_NAMES)]
+        encoder = min(candidates, key=lambda p: _rank(p, ENCODER_NAMES)) if candidates else None
+        encoder_is_stream = False
+    roles = {"hidden_states": hidden}
+    if encoder:
+        roles["encoder_hidden_states"] = encoder
+
+    ret = fwd.return_roles
+    if ret is None:
+        why.append("what the block returns could not be traced to its inputs")
+        return PatternVerdict(None, (), "unknown", roles, None, (), None, tuple(why))
+    slots = tuple("H" if r == hidden else "E" if r == encoder else "?" for r in ret)
+    if slots == ("H", "E"):
+        family = ("Pattern_0", "Pattern_4")
+    elif slots == ("E", "H"):
+        family = ("Pattern_1", "Pattern_5")
+    elif slots == ("H",):
+        family = ("Pattern_2", "Pattern_3")
+    else:
+        why.append(f"returns {ret}: not the hidden stream alone nor a (hidden, encoder) pair")
+        return PatternVerdict(None, (), "unknown", roles, None, (), None, tuple(why))
+
+    bindings = tuple(through_wrapper(args, fwd.params, p) for p in family)
+    encoder_value = direct.get(encoder) if encoder else None
+    encoder_given = encoder_value is not None and encoder_value not in ("None",) and not encoder_value.startswith("<")
+    valid = []
+    for b in bindings:
+        if not b.binds:
+            continue
+        if b.pattern in HIDDEN_ONLY and encoder_is_stream and len(ret) == 2:
+            # P4/P5 pass the encoder stream through **kwargs unchanged: every block would
+            # see the first block's encoder input, not the previous block's output.
+            why.append(f"{b.pattern} binds, but would feed every block the first encoder input")
+            continue
+        valid.append(b.pattern)
+    if not valid:
+        chosen = family[0] if (encoder_given or encoder_is_stream) else family[1]
+        why.append(f"no pattern binds as is; {chosen} is the block's contract, reached through a PatchFunctor")
+        mismatch = True
+    else:
+        mismatch = False
+        with_enc = [p for p in valid if p not in HIDDEN_ONLY]
+        hidden_only = [p for p in valid if p in HIDDEN_ONLY]
+        if with_enc and (encoder_given or encoder_is_stream):
+            chosen = with_enc[0]
+        elif hidden_only:
+            chosen = hidden_only[0]
+            if with_enc:
+                why.append(
+                    f"`{encoder}` is passed as {encoder_value or 'nothing'}: no text stream reaches the block, "
+                    "so the hidden-only pattern is preferred"
+                )
+        else:
+            chosen = with_enc[0]
+    alternatives = tuple(p for p in valid if p != chosen)
+
+    check = _check_ok(fwd, chosen, roles, why)
+    if check is False:
+        confidence = "medium" if confidence == "high" else confidence
+    return PatternVerdict(chosen, alternatives, confidence, roles, check, bindings, mismatch, tuple(why))
+
+
+def _check_ok(fwd: ForwardSummary, pattern: str, roles: dict[str, str], why: list[str]) -> bool:
+    """Would cache-dit's own check_forward_pattern accept this block honestly?"""
+    names = {p.name for p in fwd.params}
+    if roles.get("hidden_states") != "hidden_states":
+        why.append(
+            f"the hidden stream is `{roles.get('hidden_states')}`, not `hidden_states`: cache-dit's pattern check "
+            "looks for that name, so set check_forward_pattern=False; the tensors travel by position"
+        )
+        return False
+    if pattern not in HIDDEN_ONLY:
+        enc = roles.get("encoder_hidden_states")
+        if enc != "encoder_hidden_states":
+            extra = " (a parameter with that name exists but carries something else)" if \
+                "encoder_hidden_states" in names else ""
+            why.append(
+                f"the encoder slot is `{enc}`{extra}: set check_forward_pattern=False; the tensors travel by position"
+            )
+            return False
+    if fwd.annotation_agrees is False:
+        why.append(
+            f"the return annotation `{fwd.annotation}` counts {fwd.annotation_tensor_count} torch.Tensor but the "
+            "body returns a different number: cache-dit's check compares the two and would reject the block; "
+            "set check_forward_pattern=False"
+        )
+        return False
+    return True
+
+
+def stream_args(direct: dict[str, str], streams: list[str]) -> dict[str, str]:
+    return {p: direct[p] for p in streams}
+
+
+__all__ = ["PatternVerdict", "decide", "stream_args", "stream_params", "CallSite", "Param"]

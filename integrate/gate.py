@@ -1,0 +1,196 @@
+"""The gate: five facts, each from a flag or read deterministically from the model directory.
+
+It never guesses and never searches the disk: a class is located only through the installed
+package that the model's own metadata names, by following that package's imports.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from integrate.resolve import Workspace
+from integrate.source import base_names, find_method
+from integrate.errors import InputError
+from integrate.records import Fact, GateReport
+
+FACTS = ("model_path", "pipeline_class", "transformer_class", "pipeline_file", "transformer_file")
+FLAGS = {
+    "model_path": "--model-path",
+    "pipeline_class": "--pipeline-class",
+    "transformer_class": "--transformer-class",
+    "pipeline_file": "--pipeline-file",
+    "transformer_file": "--transformer-file",
+}
+MAX_METADATA_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class GateFlags:
+    model_path: str | None = None
+    pipeline_class: str | None = None
+    transformer_class: str | None = None
+    pipeline_file: str | None = None
+    transformer_file: str | None = None
+
+
+def _read_json(path: Path) -> dict:
+    if path.stat().st_size > MAX_METADATA_BYTES:
+        raise InputError(f"{path}: too large to be model metadata")
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return data
+
+
+def _class_entry(value, where: str) -> tuple[str | None, str]:
+    """model_index.json lists components as [library, class]."""
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, (str, type(None))) for v in value):
+        return value[0], value[1]
+    raise InputError(f"{where}: expected [library, class], got {json.dumps(value)[:80]}")
+
+
+def _split_entry(pipeline_class: str) -> tuple[str, str]:
+    """`Pipeline` -> (Pipeline, __call__); `WanT2V.generate` -> (WanT2V, generate)."""
+    cls, _, method = pipeline_class.partition(".")
+    if not cls.isidentifier() or (method and not method.isidentifier()):
+        raise InputError(f"--pipeline-class {pipeline_class!r}: expected Class, Class.method or a function name")
+    return cls, method or "__call__"
+
+
+def run_gate(flags: GateFlags, workspace: Workspace) -> GateReport:
+    facts: dict[str, Fact] = {}
+    notes: list[str] = []
+
+    for name in FACTS:
+        value = getattr(flags, name)
+        if value:
+            facts[name] = Fact(value, f"flag {FLAGS[name]}")
+
+    model_dir = Path(flags.model_path) if flags.model_path else None
+    library = {"pipeline": None, "transformer": None}
+    if model_dir is not None:
+        if not model_dir.exists():
+            raise InputError(f"{model_dir}: no such directory")
+        if not model_dir.is_dir():
+            raise InputError(f"{model_dir}: the model path must be a directory (model_index.json, transformer/)")
+        facts["model_path"] = Fact(str(model_dir.resolve()), "flag --model-path")
+        _read_model_dir(model_dir, facts, library, notes)
+
+    missing = [n for n in FACTS if n not in facts and n not in ("pipeline_file", "transformer_file")]
+    # Files can be located from the class names through the library the metadata names.
+    for kind in ("pipeline", "transformer"):
+        cls_fact, file_fact = facts.get(f"{kind}_class"), facts.get(f"{kind}_file")
+        if cls_fact and file_fact is None and library[kind]:
+            cls_name = _split_entry(cls_fact.value)[0] if kind == "pipeline" else cls_fact.value
+            found = workspace.locate_class(library[kind], cls_name)
+            root = found.src.package_root
+            via = " -> ".join(str(Path(p).relative_to(root)) if root else p for p in found.chain)
+            facts[f"{kind}_file"] = Fact(str(found.src.path), f"located in installed `{library[kind]}` via {via}")
+    missing = [n for n in FACTS if n not in facts]
+    if missing:
+        needed = ", ".join(f"{n.replace('_', ' ')} ({FLAGS[n]})" for n in missing)
+        raise InputError(f"the gate needs: {needed}")
+
+    entry = _check_classes(facts, workspace)
+    return GateReport(inputs={n: facts[n] for n in FACTS}, pipeline_entry=entry, notes=tuple(notes))
+
+
+def _read_model_dir(model_dir: Path, facts: dict[str, Fact], library: dict, notes: list[str]) -> None:
+    index_path = model_dir / "model_index.json"
+    config_path = model_dir / "transformer" / "config.json"
+    if not index_path.is_file() and not config_path.is_file():
+        if not all(k in facts for k in ("pipeline_class", "transformer_class", "pipeline_file", "transformer_file")):
+            raise InputError(
+                f"{model_dir}: no model metadata (model_index.json or transformer/config.json); "
+                "pass --pipeline-class, --transformer-class, --pipeline-file and --transformer-file"
+            )
+        notes.append(f"{model_dir} has no model_index.json: every class and file came from flags")
+        return
+
+    if index_path.is_file():
+        index = _read_json(index_path)
+        pipe_cls = index.get("_class_name")
+        if pipe_cls is not None and not isinstance(pipe_cls, str):
+            raise InputError(f"{index_path}: _class_name must be a string")
+        if pipe_cls:
+            _agree(facts, "pipeline_class", pipe_cls, f"{index_path.name}:_class_name", compare=_split_entry)
+            library["pipeline"] = "diffusers" if "_diffusers_version" in index else None
+        if "transformer" in index:
+            lib, cls = _class_entry(index["transformer"], f"{index_path.name}:transformer")
+            if cls:
+                _agree(facts, "transformer_class", cls, f"{index_path.name}:transformer")
+                library["transformer"] = lib
+        if library["pipeline"] is None and pipe_cls:
+            notes.append(f"{index_path.name} has no _diffusers_version: the pipeline file must come from a flag")
+
+    if config_path.is_file():
+        config = _read_json(config_path)
+        cls = config.get("_class_name")
+        if cls is not None and not isinstance(cls, str):
+            raise InputError(f"{config_path}: _class_name must be a string")
+        if cls:
+            _agree(facts, "transformer_class", cls, "transformer/config.json:_class_name")
+            if library["transformer"] is None and "_diffusers_version" in config:
+                library["transformer"] = "diffusers"
+
+
+def _agree(facts: dict[str, Fact], name: str, value: str, source: str, compare=None) -> None:
+    """Record a fact from the model's files; a flag that says otherwise is an error."""
+    have = facts.get(name)
+    if have is None:
+        facts[name] = Fact(value, source)
+        return
+    ours = compare(have.value)[0] if compare else have.value
+    if ours != value:
+        raise InputError(f"{have.source} says {have.value!r} but {source} says {value!r}")
+
+
+def _check_classes(facts: dict[str, Fact], workspace: Workspace) -> str:
+    """Both classes must be defined by their files; returns the pipeline's entry point."""
+    t_src = workspace.load(Path(facts["transformer_file"].value))
+    t_cls = facts["transformer_class"].value
+    if t_cls not in t_src.classes:
+        raise InputError(f"{t_src.path} does not define class {t_cls}; it defines: {_listing(t_src.classes)}")
+
+    p_src = workspace.load(Path(facts["pipeline_file"].value))
+    p_name = facts["pipeline_class"].value
+    cls, method = _split_entry(p_name)
+    if cls in p_src.functions and "." not in p_name:
+        return cls  # a denoising function, e.g. `denoise`
+    if cls not in p_src.classes:
+        raise InputError(
+            f"{p_src.path} does not define {cls}; classes: {_listing(p_src.classes)}; "
+            f"functions: {_listing(p_src.functions)}"
+        )
+    if find_method(p_src.classes[cls], method) is None and not _inherits_method(workspace, p_src, cls, method):
+        methods = [f.name.value for f in p_src.classes[cls].body.body if hasattr(f, "name")]
+        raise InputError(f"{cls} in {p_src.path.name} has no method {method}; it has: {', '.join(methods) or 'none'}")
+    return method
+
+
+def _inherits_method(workspace: Workspace, src, cls: str, method: str, depth: int = 0) -> bool:
+    if depth > 8:
+        return False
+    for base in base_names(src.classes[cls]):
+        found = workspace.resolve(src, base)
+        node = getattr(found, "node", None)
+        if node is not None and hasattr(node, "bases"):
+            if find_method(node, method) is not None:
+                return True
+            if _inherits_method(workspace, found.src, found.name, method, depth + 1):
+                return True
+    return False
+
+
+def _listing(names) -> str:
+    names = sorted(names)
+    if not names:
+        return "none"
+    return ", ".join(names[:12]) + (f" (+{len(names) - 12} more)" if len(names) > 12 else "")

@@ -1,0 +1,216 @@
+"""Reading Python source with libcst: parsing, line numbers, and a module's symbol table.
+
+Nothing here imports or executes the code it reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import libcst as cst
+from libcst._nodes.internal import CodegenState
+
+from integrate.errors import InputError
+
+MAX_SOURCE_BYTES = 8 * 1024 * 1024
+
+
+class _LineTracker(CodegenState):
+    """Regenerates the module once and notes the line of each node's first real token.
+
+    libcst's PositionProvider does the same with full ranges but costs several times the
+    parse; evidence only needs start lines.
+    """
+
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
+        self.line = 1
+        self.starts: dict[int, int] = {}
+        self._pending: list[cst.CSTNode] = []
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        self._pending.append(node)
+
+    def add_token(self, value: str) -> None:
+        pending = self._pending
+        if pending and value.strip() and not value.lstrip().startswith("#"):
+            starts, line = self.starts, self.line
+            keep = []
+            for node in pending:
+                # A decorated def starts at its keyword, not at the first decorator.
+                if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node.decorators and value not in (
+                    "def",
+                    "class",
+                    "async",
+                ):
+                    keep.append(node)
+                else:
+                    starts[id(node)] = line
+            pending[:] = keep
+        self.line += value.count("\n")
+
+
+@dataclass(frozen=True)
+class Import:
+    """`from <module> import <name> as <local>` or `import <module> as <local>`."""
+
+    local: str
+    module: str  # dotted, with leading dots for relative imports
+    name: str | None  # None for `import module`
+    node: cst.CSTNode
+
+
+@dataclass
+class SourceFile:
+    path: Path
+    text: str
+    module: cst.Module
+    package_root: Path | None = None  # directory that holds the top-level package
+    classes: dict[str, cst.ClassDef] = field(default_factory=dict)
+    functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
+    assigns: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    imports: dict[str, Import] = field(default_factory=dict)
+
+    @cached_property
+    def _starts(self) -> dict[int, int]:
+        tracker = _LineTracker(self.module)
+        self.module._codegen(tracker)
+        return tracker.starts
+
+    def line(self, node: cst.CSTNode | None) -> int:
+        if node is None:
+            return 0
+        return self._starts.get(id(node), 0)
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node).strip()
+
+    @property
+    def dotted_name(self) -> str | None:
+        """The module's import name, when the file lives inside a known package root."""
+        if self.package_root is None:
+            return None
+        rel = self.path.resolve().relative_to(self.package_root.resolve()).with_suffix("")
+        parts = list(rel.parts)
+        if parts and parts[-1] == "__init__":
+            parts.pop()
+        return ".".join(parts)
+
+
+def read_text(path: Path) -> str:
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if not path.is_file():
+        raise InputError(f"{path}: not a regular file")
+    size = path.stat().st_size
+    if size > MAX_SOURCE_BYTES:
+        raise InputError(f"{path}: {size} bytes is too large to be a model source file")
+    data = path.read_bytes()
+    if b"\x00" in data:
+        raise InputError(f"{path}: binary file, not Python source")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def parse_source(path: Path, text: str, package_root: Path | None = None) -> SourceFile:
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        raise InputError(f"{path}:{exc.raw_line}: syntax error: {exc.message}") from None
+    except (RecursionError, MemoryError):
+        raise InputError(f"{path}: source nests too deeply to parse") from None
+    src = SourceFile(path=path, text=text, module=module, package_root=package_root)
+    _index_module(src)
+    return src
+
+
+def _index_module(src: SourceFile) -> None:
+    """Top-level classes, functions, simple assignments and imports, including those in
+    `if`/`try` blocks (diffusers declares its public names under `if TYPE_CHECKING:`)."""
+
+    def walk(stmts) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, cst.ClassDef):
+                src.classes.setdefault(stmt.name.value, stmt)
+            elif isinstance(stmt, cst.FunctionDef):
+                src.functions.setdefault(stmt.name.value, stmt)
+            elif isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    _index_small(src, small)
+            elif isinstance(stmt, cst.If):
+                walk(stmt.body.body)
+                orelse = stmt.orelse
+                while orelse is not None:
+                    walk(orelse.body.body)
+                    orelse = getattr(orelse, "orelse", None)
+            elif isinstance(stmt, cst.Try):
+                walk(stmt.body.body)
+                for handler in stmt.handlers:
+                    walk(handler.body.body)
+                if stmt.orelse is not None:
+                    walk(stmt.orelse.body.body)
+
+    walk(src.module.body)
+
+
+def dotted(node: cst.BaseExpression | None) -> str | None:
+    """`a.b.c` for Name/Attribute chains, else None."""
+    parts: list[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if isinstance(node, cst.Name):
+        parts.append(node.value)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _module_name(node: cst.ImportFrom) -> str:
+    dots = "".join("." for _ in node.relative)
+    name = dotted(node.module) if node.module is not None else ""
+    return dots + (name or "")
+
+
+def _index_small(src: SourceFile, small: cst.BaseSmallStatement) -> None:
+    if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+        module = _module_name(small)
+        for alias in small.names:
+            name = dotted(alias.name) or ""
+            local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
+            src.imports.setdefault(local, Import(local=local, module=module, name=name, node=small))
+    elif isinstance(small, cst.Import):
+        for alias in small.names:
+            name = dotted(alias.name) or ""
+            if alias.asname and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            else:
+                local = name.split(".")[0]
+                name = local
+            src.imports.setdefault(local, Import(local=local, module=name, name=None, node=small))
+    elif isinstance(small, (cst.Assign, cst.AnnAssign)):
+        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+        for target in targets:
+            if isinstance(target, cst.Name) and small.value is not None:
+                src.assigns.setdefault(target.value, small.value)
+
+
+def iter_methods(cls: cst.ClassDef):
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+    for stmt in body:
+        if isinstance(stmt, cst.FunctionDef):
+            yield stmt
+
+
+def find_method(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+    for fn in iter_methods(cls):
+        if fn.name.value == name:
+            return fn
+    return None
+
+
+def base_names(cls: cst.ClassDef) -> list[str]:
+    return [d for d in (dotted(arg.value) for arg in cls.bases if arg.keyword is None) if d]
