@@ -95,7 +95,7 @@ def _wrapper_params(pattern: str) -> tuple[Param, ...]:
     )
 
 
-def through_wrapper(args: CallArgs, block: tuple[Param, ...], pattern: str) -> Binding:
+def through_wrapper(args: CallArgs, block: tuple[Param, ...], pattern: str, encoder: str | None = None) -> Binding:
     """Bind `args` directly and through cache-dit's wrapper for `pattern`; compare."""
     try:
         direct = bind(args, block)
@@ -111,6 +111,11 @@ def through_wrapper(args: CallArgs, block: tuple[Param, ...], pattern: str) -> B
     except BindError as exc:
         return Binding(pattern, False, f"block {exc} when called by the wrapper", ())
     changed = tuple(sorted(k for k in direct if via.get(k) != direct[k]))
+    if pattern in WITH_ENCODER and encoder is not None and not changed and outer.positional[1] != direct.get(encoder):
+        # Binds unchanged by position, but the wrapper would treat another argument as the
+        # encoder stream.
+        return Binding(pattern, False, f"the wrapper's encoder_hidden_states slot would hold "
+                                       f"`{outer.positional[1]}`, not `{encoder}`", ())
     return Binding(pattern, not changed, None, changed)
 
 

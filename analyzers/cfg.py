@@ -64,6 +64,18 @@ def _eval(expr: cst.BaseExpression | None, env: _Env, depth: int = 0):
         if expr.value in env.params:
             return _literal(env.params[expr.value])  # only numeric / bool defaults count
         return None
+    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1 and isinstance(expr.left, cst.Name):
+        # `feature is not None` for an optional input that defaults to None: off by default.
+        # Negative prompts are CFG's own inputs, supplied as data: unknown, never assumed.
+        comp, name = expr.comparisons[0], expr.left.value
+        default = env.params.get(name)
+        if isinstance(default, cst.Name) and default.value == "None" and name not in env.locals and \
+                isinstance(comp.comparator, cst.Name) and comp.comparator.value == "None" and \
+                not any(w in name for w in ("negative", "neg_", "uncond")):
+            if isinstance(comp.operator, cst.IsNot):
+                return False
+            if isinstance(comp.operator, cst.Is):
+                return True
     if (attr := self_attr(expr)) is not None:
         if attr in env.properties:
             return _eval(env.properties[attr], env, depth + 1)

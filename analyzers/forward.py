@@ -116,6 +116,37 @@ def _tensor_count(ws: Workspace, src: SourceFile, ann: cst.BaseExpression) -> in
     return count
 
 
+def return_guards(src: SourceFile, fn: cst.FunctionDef) -> dict[int, tuple[str, ...]]:
+    """For each return statement (by node id): the `if` conditions that lead to it."""
+    out: dict[int, tuple[str, ...]] = {}
+
+    def always_returns(stmts) -> bool:
+        return bool(stmts) and isinstance(stmts[-1], cst.SimpleStatementLine) and \
+            any(isinstance(s, cst.Return) for s in stmts[-1].body)
+
+    def walk(stmts, guards: tuple[str, ...]) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Return):
+                        out[id(small)] = guards
+            elif isinstance(stmt, cst.If):
+                test = src.code(stmt.test)
+                walk(stmt.body.body, (*guards, test))
+                if stmt.orelse is not None:
+                    walk([stmt.orelse] if isinstance(stmt.orelse, cst.If) else stmt.orelse.body.body,
+                         (*guards, f"not ({test})"))
+                elif always_returns(stmt.body.body):
+                    guards = (*guards, f"not ({test})")
+            elif isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            elif hasattr(stmt, "body") and isinstance(getattr(stmt, "body"), cst.IndentedBlock):
+                walk(stmt.body.body, guards)
+
+    walk(fn.body.body, ())
+    return out
+
+
 def summarize_forward(ws: Workspace, src: SourceFile, cls: cst.ClassDef, method: str = "forward") -> ForwardSummary | None:
     fn = find_method(cls, method)
     if fn is None:
@@ -124,11 +155,12 @@ def summarize_forward(ws: Workspace, src: SourceFile, cls: cst.ClassDef, method:
     names = {p.name for p in params}
     assigns = _Assignments(src, fn)
     sites: list[ReturnSite] = []
+    guards = return_guards(src, fn)
     for ret in find_all(fn.body, cst.Return):
         line = src.line(ret)
         value = ret.value
         if value is None:
-            sites.append(ReturnSite(line, (), ()))
+            sites.append(ReturnSite(line, (), (), guards.get(id(ret), ())))
             continue
         elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
         if len(elements) == 1 and isinstance(value, cst.Name):
@@ -141,6 +173,7 @@ def summarize_forward(ws: Workspace, src: SourceFile, cls: cst.ClassDef, method:
                 line,
                 tuple(src.code(e) for e in elements),
                 tuple(_trace(e, names, assigns, line) for e in elements),
+                guards.get(id(ret), ()),
             )
         )
     orders = {s.roles for s in sites}

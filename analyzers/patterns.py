@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import libcst as cst
+
 from integrate.records import Binding, CallSite, ForwardSummary, Param
 
 from .binding import HIDDEN_ONLY, CallArgs, bind, through_wrapper
@@ -87,6 +89,8 @@ def decide(fwd: ForwardSummary, args: CallArgs, outputs: tuple[str, ...]) -> Pat
 
     ret = fwd.return_roles
     if ret is None:
+        ret = _reachable_roles(fwd, direct, why)
+    if ret is None:
         why.append("what the block returns could not be traced to its inputs")
         return PatternVerdict(None, (), "unknown", roles, None, (), None, tuple(why))
     slots = tuple("H" if r == hidden else "E" if r == encoder else "?" for r in ret)
@@ -100,7 +104,7 @@ def decide(fwd: ForwardSummary, args: CallArgs, outputs: tuple[str, ...]) -> Pat
         why.append(f"returns {ret}: not the hidden stream alone nor a (hidden, encoder) pair")
         return PatternVerdict(None, (), "unknown", roles, None, (), None, tuple(why))
 
-    bindings = tuple(through_wrapper(args, fwd.params, p) for p in family)
+    bindings = tuple(through_wrapper(args, fwd.params, p, encoder=encoder) for p in family)
     encoder_value = direct.get(encoder) if encoder else None
     encoder_given = encoder_value is not None and encoder_value not in ("None",) and not encoder_value.startswith("<")
     valid = []
@@ -138,6 +142,58 @@ def decide(fwd: ForwardSummary, args: CallArgs, outputs: tuple[str, ...]) -> Pat
     if check is False:
         confidence = "medium" if confidence == "high" else confidence
     return PatternVerdict(chosen, alternatives, confidence, roles, check, bindings, mismatch, tuple(why))
+
+
+def _arg_value(text: str | None):
+    if text is None:
+        return None
+    if text.startswith("<default ") and text.endswith(">"):
+        text = text[len("<default "):-1]
+    return {"None": None, "True": True, "False": False}.get(text, ...)
+
+
+def _guard_value(expr: cst.BaseExpression, direct: dict[str, str]):
+    """Evaluate a return guard with the call's arguments; ... (Ellipsis) means unknown."""
+    if isinstance(expr, cst.Name):
+        return _arg_value(direct.get(expr.value)) if expr.value in direct else ...
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        v = _guard_value(expr.expression, direct)
+        return ... if v is ... else not v
+    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
+        comp = expr.comparisons[0]
+        if isinstance(comp.comparator, cst.Name) and comp.comparator.value == "None":
+            v = _guard_value(expr.left, direct)
+            if v is ...:
+                return ...
+            return (v is None) if isinstance(comp.operator, cst.Is) else (v is not None) if \
+                isinstance(comp.operator, cst.IsNot) else ...
+    if isinstance(expr, cst.BooleanOperation):
+        a, b = _guard_value(expr.left, direct), _guard_value(expr.right, direct)
+        if isinstance(expr.operator, cst.And):
+            return False if (a is False or b is False) else (... if ... in (a, b) else bool(a and b))
+        return True if (a is True or b is True) else (... if ... in (a, b) else bool(a or b))
+    return ...
+
+
+def _reachable_roles(fwd: ForwardSummary, direct: dict[str, str], why: list[str]):
+    """Return sites disagree: keep those whose guards can hold for this call's arguments."""
+    live = []
+    for site in fwd.returns:
+        values = []
+        for g in site.guards:
+            try:
+                values.append(_guard_value(cst.parse_expression(g), direct))
+            except cst.ParserSyntaxError:
+                values.append(...)
+        if all(v is not False for v in values):
+            live.append(site)
+    orders = {s.roles for s in live}
+    if len(orders) == 1 and live and "?" not in live[0].roles:
+        dead = len(fwd.returns) - len(live)
+        why.append(f"{dead} of {len(fwd.returns)} return statements cannot run for this call's arguments; "
+                   f"the block returns {live[0].roles} here")
+        return live[0].roles
+    return None
 
 
 def _check_ok(fwd: ForwardSummary, pattern: str, roles: dict[str, str], why: list[str]) -> bool:

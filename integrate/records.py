@@ -53,6 +53,7 @@ class ReturnSite:
     line: int
     values: tuple[str, ...]  # source text of each returned element, in order
     roles: tuple[str, ...]  # the input parameter each element carries, "?" when untraced
+    guards: tuple[str, ...] = ()  # conditions under which this return runs ("not x" for else)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,10 @@ def cache_dit_answer(pipeline_class: str, transformer_class: str) -> dict | None
                 "prefix": prefix,
                 "blocks": [repr(b) for b in blocks],
                 "patterns": [p.name for p in patterns],
-                "has_separate_cfg": bool(adapter.has_separate_cfg),
+                # the registry's own rule: the adapter's flag, or a prefix in its CFG list
+                "has_separate_cfg": bool(adapter.has_separate_cfg) or any(
+                    pipeline_class.startswith(n) for n in BlockAdapterRegister._predefined_adapters_has_separate_cfg
+                ),
                 "patch_functor": type(adapter.patch_functor).__name__ if adapter.patch_functor else None,
                 "check_forward_pattern": adapter.check_forward_pattern,
             }

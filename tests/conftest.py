@@ -1,0 +1,60 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "motif-video"
+
+
+def make_model_dir(base: Path, pipeline: str, transformer: str, library: str = "diffusers") -> Path:
+    """A config-only model directory, as a user's download would have it (no weights)."""
+    base.mkdir(parents=True, exist_ok=True)
+    index = {"_class_name": pipeline, "_diffusers_version": "0.42.1", "transformer": [library, transformer]}
+    (base / "model_index.json").write_text(json.dumps(index))
+    return base
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env.setdefault("INTEGRATE_CACHE_DIR", "")
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "integrate.cli", *args],
+        capture_output=True, text=True, cwd=cwd or ROOT, env=full_env, timeout=300,
+    )
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    def make(pipeline: str, transformer: str) -> Path:
+        return make_model_dir(tmp_path / pipeline, pipeline, transformer)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def analysis():
+    """Analysis JSON of an installed diffusers model, memoised for the session."""
+    from integrate.cli import run_analysis
+    from integrate.gate import GateFlags
+
+    import tempfile
+
+    memo: dict = {}
+    tmp = Path(tempfile.mkdtemp())
+
+    def get(pipeline: str, transformer: str) -> dict:
+        if (pipeline, transformer) not in memo:
+            d = make_model_dir(tmp / pipeline, pipeline, transformer)
+            memo[(pipeline, transformer)] = run_analysis(GateFlags(model_path=str(d)), use_cache=False)
+        return memo[(pipeline, transformer)]
+
+    return get
+
+
+def block_list(data: dict, attr: str) -> dict:
+    return next(b for b in data["transformer"]["block_lists"] if b["attr"] == attr)
