@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import libcst as cst
@@ -9,31 +10,21 @@ import libcst as cst
 from integrate.source import dotted
 
 
-class _NameCollector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.names: set[str] = set()
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.add(node.value)
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        node.value.visit(self)  # `a.b` reads a, not b
-        return False
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)  # `f(k=v)` reads v, not k
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-
 def names_read(node: cst.CSTNode | None) -> set[str]:
-    if node is None:
-        return set()
-    collector = _NameCollector()
-    node.visit(collector)
-    return collector.names
+    """Names an expression or statement reads (`a.b` reads a; `f(k=v)` reads v, not k)."""
+    out: set[str] = set()
+    stack = [node] if node is not None else []
+    while stack:
+        n = stack.pop()
+        if isinstance(n, cst.Name):
+            out.add(n.value)
+        elif isinstance(n, cst.Attribute):
+            stack.append(n.value)
+        elif isinstance(n, cst.Arg):
+            stack.append(n.value)
+        elif not isinstance(n, cst.Lambda):
+            stack.extend(children(n))
+    return out
 
 
 def target_names(target: cst.BaseExpression) -> list[str]:
@@ -117,19 +108,39 @@ def walk_statements(stmts, *, into_functions: bool = False) -> Iterator[cst.Base
                     yield from walk_statements(body_of(extra), into_functions=into_functions)
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+
+
+def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Child nodes in source order, read from the dataclass fields.
+
+    libcst's own visitors rebuild every node they pass; a read-only walk does not need that.
+    """
+    names = _FIELDS.get(type(node))
+    if names is None:
+        names = _FIELDS[type(node)] = tuple(f.name for f in dataclasses.fields(node))
+    for name in names:
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            yield value
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                if isinstance(item, cst.CSTNode):
+                    yield item
+
+
 def find_all(node: cst.CSTNode, kind, *, skip_functions: bool = True) -> list:
-    """All descendants of a type, not descending into nested defs/lambdas/classes."""
+    """All descendants of a type (parents first), not into nested defs/lambdas/classes."""
     found: list = []
-
-    class V(cst.CSTVisitor):
-        def on_visit(self, n: cst.CSTNode) -> bool:
-            if isinstance(n, kind):
-                found.append(n)
-            if skip_functions and n is not node and isinstance(n, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-                return False
-            return True
-
-    node.visit(V())
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, kind):
+            found.append(n)
+        if skip_functions and n is not node and isinstance(n, _SCOPES):
+            continue
+        stack.extend(reversed(list(children(n))))
     return found
 
 

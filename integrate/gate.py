@@ -157,6 +157,13 @@ def _check_classes(facts: dict[str, Fact], workspace: Workspace) -> str:
     t_src = workspace.load(Path(facts["transformer_file"].value))
     t_cls = facts["transformer_class"].value
     if t_cls not in t_src.classes:
+        if t_cls in t_src.imports:
+            found = workspace.resolve(t_src, t_cls)
+            where = getattr(found, "src", None)
+            if where is not None:
+                raise InputError(f"{t_src.path} imports {t_cls} from {where.path}; pass that file as "
+                                 "--transformer-file")
+            raise InputError(f"{t_src.path} imports {t_cls} but it cannot be traced: {found.reason if hasattr(found, 'reason') else found}")
         raise InputError(f"{t_src.path} does not define class {t_cls}; it defines: {_listing(t_src.classes)}")
 
     p_src = workspace.load(Path(facts["pipeline_file"].value))

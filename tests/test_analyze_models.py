@@ -1,0 +1,74 @@
+"""Specific findings on installed diffusers 0.42.1 sources, each one a behaviour the skill names."""
+
+from conftest import block_list
+
+
+def test_ltx2_keyword_call_is_pitfall_a(analysis):
+    bl = block_list(analysis("LTX2Pipeline", "LTX2VideoTransformer3DModel"), "transformer_blocks")
+    assert bl["forward_pattern"] == "Pattern_0"
+    assert bl["roles"]["encoder_hidden_states"] == "audio_hidden_states"  # the second stream, by position
+    assert bl["call_site"]["keyword_positional_mismatch"] is True
+    p0 = next(b for b in bl["call_site"]["bindings"] if b["pattern"] == "Pattern_0")
+    assert not p0["binds"] and "audio_hidden_states" in (p0["error"] or "") + " ".join(p0["changed"])
+    assert bl["check_forward_pattern"] is False
+    ops = bl["call_site"]["loop_extra_ops"]
+    assert any(op["kind"] == "index_dependent" and op["active_by_default"] for op in ops)
+
+
+def test_ernie_loop_body_is_pitfall_b_hoistable(analysis):
+    data = analysis("ErnieImagePipeline", "ErnieImageTransformer2DModel")
+    bl = block_list(data, "layers")
+    ops = bl["call_site"]["loop_extra_ops"]
+    assert [op["kind"] for op in ops] == ["hoistable"]
+    assert ops[0]["code"].startswith("temb = [")
+    assert data["transformer"]["needs_patch_functor"] is True
+    # third-party-style names: `x` is the hidden stream, so cache-dit's name check must be off
+    assert bl["roles"]["hidden_states"] == "x" and bl["check_forward_pattern"] is False
+
+
+def test_flux_controlnet_injection_is_reported_but_inactive(analysis):
+    bl = block_list(analysis("FluxPipeline", "FluxTransformer2DModel"), "transformer_blocks")
+    ops = bl["call_site"]["loop_extra_ops"]
+    assert ops and all(not op["active_by_default"] for op in ops)
+    assert any(op["kind"] == "index_dependent" for op in ops)
+
+
+def test_flux2_single_blocks_take_no_text_stream(analysis):
+    bl = block_list(analysis("Flux2Pipeline", "Flux2Transformer2DModel"), "single_transformer_blocks")
+    assert bl["forward_pattern"] == "Pattern_3"
+    assert not bl["forward"]["returns_agree"]  # two return statements, chosen by split_hidden_states
+
+
+def test_motif_video_decoder_split_needs_restructuring(analysis):
+    data = analysis("MotifVideoPipeline", "MotifVideoTransformer3DModel")
+    single = block_list(data, "single_transformer_blocks")
+    walk = " ".join(single["call_site"]["walk"])
+    assert "looped over 2 times" in walk and "slice" in walk and "len(single_transformer_blocks)" in walk
+    # annotation `-> torch.Tensor` but two values returned: cache-dit's check would reject it
+    assert single["forward"]["annotation_agrees"] is False and single["check_forward_pattern"] is False
+    assert block_list(data, "transformer_blocks")["forward_pattern"] == "Pattern_0"
+    assert data["pipeline"]["has_separate_cfg"] is True  # one call per guider condition
+    assert data["already_supported"]["registered"] is False
+
+
+def test_non_block_lists_are_reported_with_why(analysis):
+    data = analysis("MotifVideoPipeline", "MotifVideoTransformer3DModel")
+    others = [b for b in data["transformer"]["block_lists"] if not b["is_blocks"]]
+    for b in others:
+        assert b["why"]
+
+
+def test_length_config_field(analysis):
+    bl = block_list(analysis("FluxPipeline", "FluxTransformer2DModel"), "single_transformer_blocks")
+    assert bl["length_config_fields"] == ["num_single_layers"]
+
+
+def test_cogvideox_batched_cfg(analysis):
+    p = analysis("CogVideoXPipeline", "CogVideoXTransformer3DModel")["pipeline"]
+    assert p["has_separate_cfg"] is False and p["transformer_calls"] == 1
+
+
+def test_flux_uncond_call_off_by_default(analysis):
+    p = analysis("FluxPipeline", "FluxTransformer2DModel")["pipeline"]
+    assert p["has_separate_cfg"] is False
+    assert any("false with the defaults" in e["why"] for e in p["evidence"])

@@ -1,0 +1,87 @@
+"""Bad input: one clear line on stderr, exit 2, no traceback, nothing written."""
+
+import json
+
+import pytest
+
+from conftest import EXAMPLE, ROOT, run_cli
+
+
+def assert_bad(out, *needles):
+    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_missing_path():
+    assert_bad(run_cli("analyze", "/nonexistent/model"), "no such file")
+
+
+def test_missing_facts_list_flags(tmp_path):
+    src = ROOT / "tests" / "fixtures" / "bfl" / "model.py"
+    assert_bad(run_cli("analyze", str(src)), "--model-path", "--pipeline-class", "--transformer-class",
+               "--pipeline-file")
+
+
+def test_directory_without_metadata(tmp_path):
+    assert_bad(run_cli("analyze", str(tmp_path)), "no model metadata")
+
+
+def test_huge_directory_is_not_walked(tmp_path):
+    for i in range(3000):
+        (tmp_path / f"shard-{i}.bin").write_bytes(b"")
+    assert_bad(run_cli("analyze", str(tmp_path)), "no model metadata")
+
+
+def test_invalid_json(tmp_path):
+    (tmp_path / "model_index.json").write_text("{not json")
+    assert_bad(run_cli("analyze", str(tmp_path)), "invalid JSON")
+
+
+def test_unknown_class(model_dir):
+    assert_bad(run_cli("analyze", str(model_dir("NoSuchPipeline", "NoSuchTransformer"))), "not exported")
+
+
+def test_flag_contradicts_config():
+    assert_bad(run_cli("analyze", str(EXAMPLE), "--transformer-class", "FluxTransformer2DModel"),
+               "FluxTransformer2DModel", "MotifVideoTransformer3DModel")
+
+
+def test_class_absent_from_given_file(tmp_path):
+    src = ROOT / "tests" / "fixtures" / "bfl" / "layers.py"
+    assert_bad(run_cli("analyze", str(src), "--model-path", str(tmp_path), "--transformer-class", "Flux",
+                       "--pipeline-class", "denoise", "--pipeline-file", str(src)),
+               "does not define class Flux", "DoubleStreamBlock")
+
+
+@pytest.mark.parametrize("content", [b"def broken(:\n", b"\x00\x01\x02binary", "caf\xe9".encode("latin-1")])
+def test_unreadable_source(tmp_path, content):
+    src = tmp_path / "model.py"
+    src.write_bytes(content)
+    assert_bad(run_cli("analyze", str(src), "--model-path", str(tmp_path), "--transformer-class", "M",
+                       "--pipeline-class", "P", "--pipeline-file", str(src)), str(src))
+
+
+def test_circular_imports(tmp_path):
+    cycle = ROOT / "tests" / "fixtures" / "cycle"
+    index = {"_class_name": "P", "_diffusers_version": "0", "transformer": ["diffusers", "Model"]}
+    (tmp_path / "model_index.json").write_text(json.dumps(index))
+    out = run_cli("analyze", str(cycle / "a.py"), "--model-path", str(tmp_path), "--pipeline-class", "P",
+                  "--pipeline-file", str(cycle / "a.py"))
+    assert_bad(out, "circular import", "a.py", "b.py")
+
+
+def test_usage_error_is_one_line():
+    assert_bad(run_cli("analyze", "--no-such-flag"), "no-such-flag")
+
+
+def test_gate_report_shows_sources():
+    out = run_cli("gate", "--model-path", str(EXAMPLE), "--json")
+    assert out.returncode == 0, out.stderr
+    inputs = json.loads(out.stdout)["gate"]["inputs"]
+    assert inputs["pipeline_class"] == {"value": "MotifVideoPipeline", "source": "model_index.json:_class_name"}
+    assert inputs["transformer_file"]["source"].startswith("located in installed `diffusers`")
+    assert inputs["model_path"]["source"] == "flag --model-path"

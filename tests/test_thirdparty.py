@@ -1,0 +1,46 @@
+"""Code never seen before, with third-party names: gate by flags, roles mapped, pitfalls found."""
+
+import json
+
+from conftest import ROOT, run_cli
+
+BFL = ROOT / "tests" / "fixtures" / "bfl" / "model.py"
+
+
+def _bfl(tmp_path, *extra):
+    return run_cli("analyze", str(BFL), "--model-path", str(tmp_path), "--transformer-class", "Flux",
+                   "--pipeline-class", "denoise", "--pipeline-file", str(BFL), "--json", *extra)
+
+
+def test_bfl_style_model(tmp_path):
+    out = _bfl(tmp_path)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    lists = {b["attr"]: b for b in data["transformer"]["block_lists"]}
+    double, single = lists["double_blocks"], lists["single_blocks"]
+    # block class resolved through `from .layers import ...`
+    assert double["block_class"] == "DoubleStreamBlock" and double["block_file"].endswith("layers.py")
+    assert double["roles"] == {"hidden_states": "img", "encoder_hidden_states": "txt"}
+    assert double["forward_pattern"] == "Pattern_0"
+    assert double["check_forward_pattern"] is False  # cache-dit's check looks for hidden_states by name
+    assert double["call_site"]["keyword_positional_mismatch"] is True  # block(img=img, txt=txt, ...)
+    # a list filled by a loop of appends
+    assert single["block_class"] == "SingleStreamBlock" and single["length_config_fields"] == ["depth_single"]
+    assert single["forward_pattern"] == "Pattern_3"
+    assert single["call_site"]["in_place_input_mutation"], "x += ... on the input is pitfall C"
+    assert lists["projections"]["is_blocks"] is False and "torch.nn.Linear" in lists["projections"]["why"]
+    assert data["gate"]["pipeline_entry"] == "denoise"
+    assert data["pipeline"]["has_separate_cfg"] is False
+    reasons = " ".join(data["transformer"]["patch_functor_reasons"])
+    assert "pitfall A" in reasons and "pitfall C" in reasons
+
+
+def test_static_means_static(tmp_path):
+    marker = tmp_path / "marker"
+    src = ROOT / "tests" / "fixtures" / "sidefx" / "model.py"
+    out = run_cli("analyze", str(src), "--model-path", str(tmp_path), "--transformer-class", "Model",
+                  "--pipeline-class", "Pipeline", "--pipeline-file", str(src), "--json",
+                  env={"SIDEFX_MARKER": str(marker)})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["transformer"]["block_lists"][0]["forward_pattern"] == "Pattern_0"
+    assert not marker.exists(), "the analysed module was imported"
