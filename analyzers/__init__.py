@@ -20,7 +20,7 @@ from .binding import CallArgs, bind
 from .blocks import ListDef, find_module_lists
 from .cfg import analyze_pipeline
 from .forward import in_place_input_mutations, signature, summarize_forward
-from .loops import Loop, ListUse, classify_body, find_list_uses
+from .loops import ListUse, classify_body, find_list_uses
 from .patterns import decide, stream_params
 from .support import support_note
 

@@ -228,4 +228,4 @@ def stream_args(direct: dict[str, str], streams: list[str]) -> dict[str, str]:
     return {p: direct[p] for p in streams}
 
 
-__all__ = ["PatternVerdict", "decide", "stream_args", "stream_params", "CallSite", "Param"]
+__all__ = ["CallSite", "Param", "PatternVerdict", "decide", "stream_args", "stream_params"]

@@ -10,10 +10,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from integrate.resolve import Workspace
-from integrate.source import base_names, find_method
 from integrate.errors import InputError
 from integrate.records import Fact, GateReport
+from integrate.resolve import Workspace
+from integrate.source import base_names, find_method
 
 FACTS = ("model_path", "pipeline_class", "transformer_class", "pipeline_file", "transformer_file")
 FLAGS = {

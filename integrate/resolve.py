@@ -16,7 +16,6 @@ from pathlib import Path
 import libcst as cst
 
 from integrate.errors import InputError
-
 from integrate.source import SourceFile, dotted, parse_source, read_text
 
 MAX_DEPTH = 24

@@ -39,10 +39,10 @@ def model_dir(tmp_path):
 @pytest.fixture(scope="session")
 def analysis():
     """Analysis JSON of an installed diffusers model, memoised for the session."""
+    import tempfile
+
     from integrate.cli import run_analysis
     from integrate.gate import GateFlags
-
-    import tempfile
 
     memo: dict = {}
     tmp = Path(tempfile.mkdtemp())

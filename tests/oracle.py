@@ -16,10 +16,10 @@ class _Attr:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def __getattr__(self, key: str) -> "_Attr":
+    def __getattr__(self, key: str) -> _Attr:
         return _Attr(f"{self.name}.{key}")
 
-    def __add__(self, other: "_Attr") -> "_Attr":
+    def __add__(self, other: _Attr) -> _Attr:
         return _Attr(f"{self.name}+{other.name}")
 
     def __repr__(self) -> str:

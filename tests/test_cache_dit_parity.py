@@ -6,7 +6,6 @@ lists it wraps must be found as blocks with the same pattern.
 """
 
 import pytest
-
 from conftest import block_list
 from oracle import cache_dit_answer
 

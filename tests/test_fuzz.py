@@ -2,13 +2,12 @@
 
 from pathlib import Path
 
+from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from integrate.errors import InputError
 from integrate.resolve import Workspace
-
-from conftest import ROOT
 
 SOURCE = (ROOT / "tests" / "fixtures" / "bfl" / "model.py").read_text() + "\n" + \
     (ROOT / "tests" / "fixtures" / "bfl" / "layers.py").read_text().replace("import torch\nfrom torch import nn\n", "")
