@@ -16,7 +16,7 @@ from integrate.records import Evidence, PipelineFacts
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method, iter_methods
 
-from ._syntax import body_of, find_all, self_attr, target_names, walk_statements
+from ._syntax import body_of, find_all, self_attr, walk_statements
 
 MODEL_WORDS = ("transformer", "model", "dit", "denoiser", "unet", "net")
 
@@ -211,4 +211,4 @@ def _path_calls(stmts, env: _Env, aliases: set[str], src: SourceFile):
     return total, repeated, notes
 
 
-__all__ = ["analyze_pipeline", "target_names"]
+__all__ = ["analyze_pipeline"]

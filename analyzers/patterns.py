@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from integrate.records import Binding, CallSite, ForwardSummary, Param
+from integrate.records import Binding, ForwardSummary
 
 from .binding import HIDDEN_ONLY, CallArgs, bind, through_wrapper
 
@@ -224,8 +224,4 @@ def _check_ok(fwd: ForwardSummary, pattern: str, roles: dict[str, str], why: lis
     return True
 
 
-def stream_args(direct: dict[str, str], streams: list[str]) -> dict[str, str]:
-    return {p: direct[p] for p in streams}
-
-
-__all__ = ["CallSite", "Param", "PatternVerdict", "decide", "stream_args", "stream_params"]
+__all__ = ["PatternVerdict", "decide", "stream_params"]
