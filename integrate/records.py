@@ -154,6 +154,32 @@ class PipelineFacts:
 
 
 @dataclass(frozen=True)
+class TextEncoderFacts:
+    """One text encoder named in model_index.json and what TE-P needs to know about it."""
+
+    component: str  # the model_index key: "text_encoder", "text_encoder_2", ...
+    cls: str | None  # class name from model_index.json
+    library: str | None  # "transformers", "diffusers", ...
+    supported: bool | None  # the installed cache-dit registers a TE-P planner for it (None: cache-dit not found)
+    supported_by: str | None  # "file:line" of that registration
+    tp_plan: dict[str, str]  # HF `base_model_tp_plan` (module pattern -> "colwise"/"rowwise"/...), {} when none
+    tp_plan_source: Evidence | None  # where tp_plan was read
+    evidence: tuple[Evidence, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VaeFacts:
+    component: str  # "vae"
+    cls: str | None
+    library: str | None
+    supported: bool | None  # the installed cache-dit registers a VAE-P planner for it
+    supported_by: str | None
+    evidence: tuple[Evidence, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Analysis:
     schema_version: str
     tool_version: str
