@@ -1,0 +1,292 @@
+"""Attention facts for tensor and context parallelism, read from the processor's source.
+
+For each attention module inside a block: which processor runs it, which projections it calls
+before the attention kernel (sharded column-wise under TP) and after it (row-wise), whether one
+projection's output is split into Q/K/V (fused), the integer attributes used to reshape or split
+projected tensors (the `shard_div_attr` candidates), head counts (and GQA KV heads), and whether
+the processor consumes an attention mask or rotary embedding. Helper functions the processor
+calls with the attention module (`_get_qkv_projections(attn, ...)`) are followed one level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import libcst as cst
+
+from integrate.records import Evidence
+from integrate.resolve import External, Resolved, Workspace
+from integrate.source import SourceFile, base_names, dotted, find_method
+
+from ._syntax import find_all, params_of, target_names
+from .modules import Node, Tree, module_tree
+from .values import is_known
+
+_RESHAPES = {"view", "reshape", "unflatten", "split", "split_with_sizes", "chunk", "rearrange", "unbind", "tensor_split"}
+_SPLITS = {"chunk", "split", "split_with_sizes", "unbind", "tensor_split"}
+_KERNEL_WORDS = ("attention", "sdpa", "flash_attn", "attn_func", "xformers")
+
+
+@dataclass
+class AttentionFacts:
+    path: str  # relative to the block: "attn", "attn1", "self_attention"
+    cls: str
+    file: str
+    line: int
+    processor: str | None = None
+    processor_file: str | None = None
+    processor_line: int | None = None
+    in_projs: list[str] = field(default_factory=list)  # module paths relative to the block
+    out_projs: list[str] = field(default_factory=list)
+    fused: dict[str, str] = field(default_factory=dict)  # projection path -> how its output is split
+    reshape_attrs: dict[str, int] = field(default_factory=dict)  # attention attribute -> line of first use
+    heads: tuple[str, Any] | None = None  # (attribute, value)
+    kv_heads: tuple[str, Any] | None = None
+    head_dim: tuple[str, Any] | None = None
+    mask_line: int | None = None
+    rope_line: int | None = None
+    kernel: tuple[str, int] | None = None
+    qk_norms: dict[str, Any] = field(default_factory=dict)  # norm path -> normalised size
+    evidence: list[Evidence] = field(default_factory=list)
+    unknowns: list[str] = field(default_factory=list)
+
+
+def is_attention(ws: Workspace, node: Node) -> bool:
+    """A module that runs attention: it sets a processor, or its class name says so and it projects."""
+    if node.cls_node is None:
+        return False
+    src, cls = node.cls_node
+    if _processor_class(ws, src, cls) is not None:
+        return True
+    return "Attention" in cls.name.value or "Attn" in cls.name.value
+
+
+def attention_facts(ws: Workspace, tree: Tree, node: Node, block_path: str) -> AttentionFacts:
+    src, cls = node.cls_node
+    rel = node.path[len(block_path) + 1:] if block_path else node.path
+    facts = AttentionFacts(rel, cls.name.value, str(src.path), src.line(cls))
+    _head_attrs(facts, node)
+    proc = _processor_argument(ws, node) or _processor_class(ws, src, cls)
+    if proc is None:
+        body_src, fn, owner = src, find_method(cls, "forward"), "self"
+        if fn is None:
+            facts.unknowns.append(f"{cls.name.value}: no processor and no forward found")
+            return facts
+    else:
+        p_src, p_cls = proc
+        facts.processor, facts.processor_file, facts.processor_line = p_cls.name.value, str(p_src.path), p_src.line(p_cls)
+        fn = find_method(p_cls, "__call__")
+        if fn is None:
+            facts.unknowns.append(f"processor {p_cls.name.value} has no __call__")
+            return facts
+        params = [p.name.value for p in params_of(fn) if p.name.value != "self"]
+        body_src, owner = p_src, (params[0] if params else "attn")
+        facts.evidence.append(Evidence(str(p_src.path), p_src.line(p_cls), f"{cls.name.value} runs {p_cls.name.value}"))
+        owned = module_tree(ws, p_src, p_cls)
+        for path, n in owned.nodes.items():
+            if n.kind == "linear":
+                tree.nodes.setdefault(f"{node.path}.processor.{path}", n)
+    _read_processor(ws, facts, tree, node, body_src, fn, owner)
+    for path, n in tree.nodes.items():
+        if path.startswith(node.path + ".") and "norm" in path.rsplit(".", 1)[-1] and n.shape:
+            short = path[len(node.path) + 1:]
+            if short.count(".") == 0 and short.endswith(("_q", "_k")):
+                facts.qk_norms[short] = n.shape[0]
+    return facts
+
+
+def _head_attrs(facts: AttentionFacts, node: Node) -> None:
+    for name in ("head_dim", "dim_head", "attention_head_dim", "head_size"):
+        if name in node.attrs:
+            facts.head_dim = (name, node.attrs[name])
+            break
+    for name, value in node.attrs.items():
+        low = name.lower()
+        if "head" not in low:
+            continue
+        if low.startswith("sliceable"):
+            continue
+        if "dim" in low or "size" in low:
+            facts.head_dim = facts.head_dim or (name, value)
+        elif "kv" in low or "key_value" in low:
+            facts.kv_heads = (name, value)
+        elif facts.heads is None:
+            facts.heads = (name, value)
+
+
+def _processor_argument(ws: Workspace, node: Node):
+    """`Attention(..., processor=SomeProcessor())` in the block's __init__."""
+    if node.call is None:
+        return None
+    c_src, call = node.call
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "processor" and isinstance(arg.value, cst.Call):
+            found = ws.resolve(c_src, dotted(arg.value.func) or "")
+            if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef):
+                return found.src, found.node
+    return None
+
+
+def _processor_class(ws: Workspace, src: SourceFile, cls: cst.ClassDef, depth: int = 0):
+    """The processor class an attention module installs by default, if any."""
+    for stmt in cls.body.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign) and any(
+                        isinstance(t.target, cst.Name) and t.target.value == "_default_processor_cls"
+                        for t in small.targets):
+                    found = ws.resolve(src, dotted(small.value) or "")
+                    if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef):
+                        return found.src, found.node
+    init = find_method(cls, "__init__")
+    if init is not None:
+        for call in find_all(init, cst.Call):
+            name = dotted(call.func) or ""
+            if name.endswith("Processor") or "Processor" in name.rsplit(".", 1)[-1]:
+                found = ws.resolve(src, name)
+                if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef):
+                    return found.src, found.node
+    if depth < 4:
+        for base in base_names(cls):
+            found = ws.resolve(src, base)
+            if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef):
+                got = _processor_class(ws, found.src, found.node, depth + 1)
+                if got is not None:
+                    return got
+    return None
+
+
+def _read_processor(ws: Workspace, facts: AttentionFacts, tree: Tree, node: Node, src: SourceFile,
+                    fn: cst.FunctionDef, owner: str, depth: int = 0) -> None:
+    """Collect projection calls, reshapes, the kernel call, mask and rope use in `fn`."""
+    modules = {p[len(node.path) + 1:]: n for p, n in tree.nodes.items() if p.startswith(node.path + ".")}
+    params = [p.name.value for p in params_of(fn)]
+    aliases: dict[str, set[str]] = {}  # local name -> attention attributes it was computed from
+    proj_of: dict[str, list[tuple[int, str | None]]] = {}  # local name -> [(line, projection it holds)]
+    calls = sorted(find_all(fn, cst.Call), key=lambda c: src.line(c))
+    for assign in find_all(fn, cst.Assign):
+        attrs = _attn_attrs(assign.value, owner) - set(modules)
+        proj = _projection(assign.value, owner, modules)
+        for t in assign.targets:
+            for name in target_names(t.target):
+                if attrs:
+                    aliases[name] = attrs
+                if not isinstance(t.target, cst.Tuple):
+                    proj_of.setdefault(name, []).append((src.line(assign), proj))
+    kernel_line = None
+    for call in calls:
+        name = dotted(call.func) or ""
+        last = name.rsplit(".", 1)[-1].lower()
+        if kernel_line is None and any(w in last for w in _KERNEL_WORDS) and not name.startswith(owner + "."):
+            kernel_line = src.line(call)
+            facts.kernel = (name, kernel_line)
+    for call in calls:
+        line = src.line(call)
+        proj = _projection(call, owner, modules)
+        if proj is not None and call.func is not None and _is_direct(call, owner):
+            if modules.get(proj) is not None and modules[proj].kind == "linear":
+                side = facts.in_projs if kernel_line is None or line < kernel_line else facts.out_projs
+                full = f"{facts.path}.{proj}"
+                if full not in side:
+                    side.append(full)
+        method = call.func.attr.value if isinstance(call.func, cst.Attribute) else dotted(call.func) or ""
+        method = method.rsplit(".", 1)[-1]
+        if method in _RESHAPES or (dotted(call.func) or "").startswith(("torch.split", "torch.chunk", "einops.")):
+            used = set()
+            for arg in call.args:
+                used |= _attn_attrs(arg.value, owner) - set(modules)
+                for name in _names(arg.value):
+                    used |= aliases.get(name, set())
+            for attr in sorted(used & set(node.attrs)):
+                facts.reshape_attrs.setdefault(attr, line)
+            if method in _SPLITS or (dotted(call.func) or "") in ("torch.split", "torch.chunk"):
+                target = call.func.value if isinstance(call.func, cst.Attribute) and method in _SPLITS else (
+                    call.args[0].value if call.args else None)
+                src_proj = _projection(target, owner, modules) if target is not None else None
+                if src_proj is None and isinstance(target, cst.Name):
+                    earlier = [p for ln, p in proj_of.get(target.value, []) if ln <= line]
+                    src_proj = earlier[-1] if earlier else None
+                if src_proj is not None and modules.get(src_proj) is not None and modules[src_proj].kind == "linear":
+                    facts.fused.setdefault(f"{facts.path}.{src_proj}", f"`{src.code(call)[:80]}` (line {line})")
+        # helpers called with the attention module: follow one level
+        if depth < 2 and call.args and any(isinstance(a.value, cst.Name) and a.value.value == owner for a in call.args):
+            name = dotted(call.func) or ""
+            found = ws.resolve(src, name) if name and "." not in name else None
+            if isinstance(found, Resolved) and isinstance(found.node, cst.FunctionDef):
+                idx = next(i for i, a in enumerate(call.args) if isinstance(a.value, cst.Name) and a.value.value == owner)
+                h_params = [p.name.value for p in params_of(found.node)]
+                if idx < len(h_params):
+                    before = len(facts.in_projs)
+                    _read_processor(ws, facts, tree, node, found.src, found.node, h_params[idx], depth + 1)
+                    if kernel_line is not None and line > kernel_line:
+                        moved = facts.in_projs[before:]
+                        del facts.in_projs[before:]
+                        facts.out_projs.extend(moved)
+            elif isinstance(found, External):
+                pass
+    if depth == 0:
+        for p in params:
+            used = any(isinstance(n, cst.Name) and n.value == p for c in calls for a in c.args for n in [a.value])
+            low = p.lower()
+            if "mask" in low and used:
+                facts.mask_line = src.line(fn)
+            if any(w in low for w in ("rotary", "rope", "freqs", "pos_emb")) and _reads(fn, p):
+                facts.rope_line = src.line(fn)
+        if facts.kernel is None:
+            facts.unknowns.append(f"no attention kernel call found in {dotted(fn.name)}")
+
+
+def _reads(fn: cst.FunctionDef, name: str) -> bool:
+    return any(n.value == name for n in find_all(fn.body, cst.Name))
+
+
+def _names(expr: cst.BaseExpression) -> set[str]:
+    return {n.value for n in find_all(expr, cst.Name)}
+
+
+def _attn_attrs(expr: cst.BaseExpression | None, owner: str) -> set[str]:
+    """`attn.heads` read anywhere in expr -> {"heads"} (module calls excluded by the caller)."""
+    if expr is None:
+        return set()
+    out = set()
+    for a in find_all(expr, cst.Attribute):
+        if isinstance(a.value, cst.Name) and a.value.value == owner:
+            out.add(a.attr.value)
+    return out
+
+
+def _is_direct(call: cst.Call, owner: str) -> bool:
+    f = call.func
+    if isinstance(f, cst.Subscript):
+        f = f.value
+    return isinstance(f, cst.Attribute) and (dotted(f.value) == owner or (
+        isinstance(f.value, cst.Attribute) and dotted(f.value.value) == owner))
+
+
+def _projection(expr: cst.BaseExpression | None, owner: str, modules: dict[str, Node]) -> str | None:
+    """`attn.to_q(x)` -> "to_q"; `attn.to_out[0](x)` -> "to_out.0"; `attn.to_qkv(x).chunk(3)` -> "to_qkv"."""
+    if not isinstance(expr, cst.Call):
+        return None
+    f = expr.func
+    if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Call) and f.attr.value in _RESHAPES | {"contiguous"}:
+        return _projection(f.value, owner, modules)
+    index = None
+    if isinstance(f, cst.Subscript) and len(f.slice) == 1 and isinstance(f.slice[0].slice, cst.Index):
+        idx = f.slice[0].slice.value
+        index = idx.value if isinstance(idx, cst.Integer) else None
+        f = f.value
+    name = dotted(f) or ""
+    if name.startswith(owner + "."):
+        path = name[len(owner) + 1:]
+    elif name.startswith("self.") and owner != "self":
+        path = "processor." + name[len("self."):]  # a projection the processor owns
+    else:
+        return None
+    if index is not None:
+        path = f"{path}.{index}"
+    return path if path in modules else None
+
+
+def int_value(value: Any) -> int | None:
+    return value if is_known(value) and isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,0 +1,151 @@
+"""A small evaluator for the constant arithmetic that sizes modules in `__init__` methods.
+
+`num_attention_heads * attention_head_dim`, `out_dim // dim_head if out_dim is not None else
+heads`, `int(dim * mlp_ratio)`: expressions like these decide head counts and projection shapes.
+`evaluate(expr, env)` computes them from the values bound in `env` (constructor arguments traced
+from config.json) and returns UNKNOWN for anything it cannot compute, never a guess.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import libcst as cst
+
+from integrate.source import dotted
+
+
+class _Unknown:
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+    def __bool__(self) -> bool:  # pragma: no cover - guard against accidental truth tests
+        raise TypeError("UNKNOWN has no truth value; use is_known()")
+
+
+UNKNOWN: Any = _Unknown()
+
+
+def is_known(value: Any) -> bool:
+    return value is not UNKNOWN
+
+
+_BINARY = {
+    cst.Add: operator.add,
+    cst.Subtract: operator.sub,
+    cst.Multiply: operator.mul,
+    cst.FloorDivide: operator.floordiv,
+    cst.Divide: operator.truediv,
+    cst.Modulo: operator.mod,
+    cst.Power: operator.pow,
+}
+_COMPARE = {
+    cst.Equal: operator.eq,
+    cst.NotEqual: operator.ne,
+    cst.LessThan: operator.lt,
+    cst.LessThanEqual: operator.le,
+    cst.GreaterThan: operator.gt,
+    cst.GreaterThanEqual: operator.ge,
+    cst.Is: operator.is_,
+    cst.IsNot: operator.is_not,
+    cst.In: lambda a, b: a in b,
+    cst.NotIn: lambda a, b: a not in b,
+}
+_CALLS = {"int": int, "float": float, "max": max, "min": min, "len": len, "round": round, "bool": bool, "abs": abs}
+_SCALARS = (int, float, bool, str, type(None))
+
+
+def evaluate(expr: cst.BaseExpression | None, env: dict[str, Any], attrs: dict[str, Any] | None = None) -> Any:
+    """Value of `expr` given local names `env` and `self.<attr>` values `attrs`; UNKNOWN otherwise."""
+    if expr is None:
+        return UNKNOWN
+    try:
+        return _eval(expr, env, attrs or {})
+    except (ArithmeticError, TypeError, ValueError, IndexError, KeyError, OverflowError):
+        return UNKNOWN
+
+
+def _eval(e: cst.BaseExpression, env: dict[str, Any], attrs: dict[str, Any]) -> Any:
+    if isinstance(e, cst.Integer | cst.Float):
+        return e.evaluated_value
+    if isinstance(e, cst.SimpleString):
+        return e.evaluated_value
+    if isinstance(e, cst.Name):
+        if e.value in ("True", "False", "None"):
+            return {"True": True, "False": False, "None": None}[e.value]
+        return env.get(e.value, UNKNOWN)
+    if isinstance(e, cst.Attribute):
+        if isinstance(e.value, cst.Name) and e.value.value == "self":
+            return attrs.get(e.attr.value, UNKNOWN)
+        name = dotted(e)
+        if name and name.startswith("config."):  # self.config.x / config.x inside __init__
+            return env.get(name.split(".", 1)[1], UNKNOWN)
+        return UNKNOWN
+    if isinstance(e, cst.BinaryOperation):
+        op = _BINARY.get(type(e.operator))
+        left, right = _eval(e.left, env, attrs), _eval(e.right, env, attrs)
+        if op is None or not (is_known(left) and is_known(right)):
+            return UNKNOWN
+        return op(left, right)
+    if isinstance(e, cst.UnaryOperation):
+        val = _eval(e.expression, env, attrs)
+        if not is_known(val):
+            return UNKNOWN
+        if isinstance(e.operator, cst.Not):
+            return not val
+        if isinstance(e.operator, cst.Minus):
+            return -val
+        return val
+    if isinstance(e, cst.BooleanOperation):
+        left = _eval(e.left, env, attrs)
+        if not is_known(left):
+            return UNKNOWN
+        if isinstance(e.operator, cst.And):
+            return _eval(e.right, env, attrs) if left else left
+        return left if left else _eval(e.right, env, attrs)
+    if isinstance(e, cst.Comparison):
+        left = _eval(e.left, env, attrs)
+        for target in e.comparisons:
+            right = _eval(target.comparator, env, attrs)
+            op = _COMPARE.get(type(target.operator))
+            if op is None or not (is_known(left) and is_known(right)):
+                return UNKNOWN
+            if not op(left, right):
+                return False
+            left = right
+        return True
+    if isinstance(e, cst.IfExp):
+        test = _eval(e.test, env, attrs)
+        if not is_known(test):
+            return UNKNOWN
+        return _eval(e.body if test else e.orelse, env, attrs)
+    if isinstance(e, cst.List | cst.Tuple):
+        items = [_eval(el.value, env, attrs) for el in e.elements if isinstance(el, cst.Element)]
+        if len(items) != len(e.elements) or not all(is_known(i) for i in items):
+            return UNKNOWN
+        return list(items) if isinstance(e, cst.List) else tuple(items)
+    if isinstance(e, cst.Subscript) and len(e.slice) == 1 and isinstance(e.slice[0].slice, cst.Index):
+        base = _eval(e.value, env, attrs)
+        index = _eval(e.slice[0].slice.value, env, attrs)
+        if is_known(base) and is_known(index) and isinstance(base, list | tuple | dict):
+            return base[index]
+        return UNKNOWN
+    if isinstance(e, cst.Call):
+        fn = _CALLS.get(dotted(e.func) or "")
+        if fn is None or any(a.keyword or a.star for a in e.args):
+            return UNKNOWN
+        args = [_eval(a.value, env, attrs) for a in e.args]
+        if not all(is_known(a) for a in args):
+            return UNKNOWN
+        return fn(*args)
+    return UNKNOWN
+
+
+def jsonable(value: Any) -> Any:
+    """A known scalar (or list of scalars) as JSON data; None for UNKNOWN and anything else."""
+    if isinstance(value, _SCALARS):
+        return value
+    if isinstance(value, list | tuple) and all(isinstance(v, _SCALARS) for v in value):
+        return list(value)
+    return None
