@@ -162,16 +162,22 @@ def _read_processor(ws: Workspace, facts: AttentionFacts, tree: Tree, node: Node
     """Collect projection calls, reshapes, the kernel call, mask and rope use in `fn`."""
     modules = {p[len(node.path) + 1:]: n for p, n in tree.nodes.items() if p.startswith(node.path + ".")}
     params = [p.name.value for p in params_of(fn)]
-    aliases: dict[str, set[str]] = {}  # local name -> attention attributes it was computed from
+    aliases: dict[str, list[tuple[int, set[str]]]] = {}  # local -> [(line, attention attributes it came from)]
     proj_of: dict[str, list[tuple[int, str | None]]] = {}  # local name -> [(line, projection it holds)]
     calls = sorted(find_all(fn, cst.Call), key=lambda c: src.line(c))
-    for assign in find_all(fn, cst.Assign):
+    def alias(name: str, line: int) -> set[str]:
+        earlier = [a for ln, a in aliases.get(name, []) if ln < line]
+        return earlier[-1] if earlier else set()
+
+    for assign in sorted(find_all(fn, cst.Assign), key=src.line):
+        line = src.line(assign)
         attrs = _attn_attrs(assign.value, owner) - set(modules)
+        for name in _names(assign.value):
+            attrs |= alias(name, line)
         proj = _projection(assign.value, owner, modules)
         for t in assign.targets:
             for name in target_names(t.target):
-                if attrs:
-                    aliases[name] = attrs
+                aliases.setdefault(name, []).append((line, attrs))
                 if not isinstance(t.target, cst.Tuple):
                     proj_of.setdefault(name, []).append((src.line(assign), proj))
     kernel_line = None
@@ -197,12 +203,15 @@ def _read_processor(ws: Workspace, facts: AttentionFacts, tree: Tree, node: Node
             for arg in call.args:
                 used |= _attn_attrs(arg.value, owner) - set(modules)
                 for name in _names(arg.value):
-                    used |= aliases.get(name, set())
+                    used |= alias(name, line + 1)
             for attr in sorted(used & set(node.attrs)):
                 facts.reshape_attrs.setdefault(attr, line)
             if method in _SPLITS or (dotted(call.func) or "") in ("torch.split", "torch.chunk"):
-                target = call.func.value if isinstance(call.func, cst.Attribute) and method in _SPLITS else (
-                    call.args[0].value if call.args else None)
+                qual = dotted(call.func) or ""
+                if qual.startswith(("torch.", "einops.")) or not isinstance(call.func, cst.Attribute):
+                    target = call.args[0].value if call.args else None
+                else:
+                    target = call.func.value
                 src_proj = _projection(target, owner, modules) if target is not None else None
                 if src_proj is None and isinstance(target, cst.Name):
                     earlier = [p for ln, p in proj_of.get(target.value, []) if ln <= line]

@@ -154,6 +154,107 @@ class PipelineFacts:
 
 
 @dataclass(frozen=True)
+class ModuleFact:
+    """One sub-module of a block, read from `__init__` (sizes traced from config.json where possible)."""
+
+    path: str  # relative to the block: "attn.to_q", "ff.net.2"
+    cls: str
+    kind: Literal["linear", "container", "module", "library", "parameter", "unknown"]
+    shape: tuple[int | None, int | None] | None  # Linear (in, out) or a norm's (size, None)
+    conditional: bool
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
+class AttentionFact:
+    path: str  # relative to the block
+    cls: str
+    processor: str | None
+    processor_at: Evidence | None
+    in_projs: tuple[str, ...]  # called before the attention kernel
+    out_projs: tuple[str, ...]  # called after it
+    fused: dict[str, str]  # projection -> how its output is split into several tensors
+    fused_equal_split: bool  # every fused projection is split into equal parts (QKV), not QKV+MLP
+    reshape_attrs: dict[str, int]  # attention attribute used in a reshape/split -> line
+    heads: tuple[str, int | None] | None  # (attribute, value)
+    kv_heads: tuple[str, int | None] | None
+    head_dim: tuple[str, int | None] | None
+    mask_at: Evidence | None  # the processor takes and uses an attention mask
+    rope_at: Evidence | None
+    kernel: Evidence | None  # the attention kernel call
+    qk_norms: dict[str, int | None]  # q/k norm -> normalised size
+    evidence: tuple[Evidence, ...] = ()
+    unknowns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LinearRole:
+    path: str
+    role: Literal["attention_in", "attention_out", "ffn_in", "ffn_out", "modulation", "block_in", "block_out",
+                  "unknown"]
+    why: str
+    fused_out_down: bool = False  # its input joins attention output and another projection's output
+
+
+@dataclass(frozen=True)
+class BlockStructure:
+    """What TP needs to know about one block list's element 0."""
+
+    attr: str
+    block_class: str | None
+    length: int | None
+    modules: tuple[ModuleFact, ...]
+    attentions: tuple[AttentionFact, ...]
+    linears: tuple[LinearRole, ...]
+    tables: tuple[str, ...]  # nn.Parameter modulation tables (kept replicated)
+    kernels: tuple[Evidence, ...]  # fused / env-gated kernels in the block's sources
+    evidence: tuple[Evidence, ...] = ()
+    unknowns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BlockInputFact:
+    param: str
+    arg: str
+    role: Literal["stream", "position", "mask", "other"]
+    producer_kind: str  # "param", "module", "method", "function", "expression", "unknown"
+    producer: str | None
+    producer_at: Evidence | None
+    producer_outputs: int | None
+    in_loop: bool
+    from_params: tuple[str, ...]
+    local_length: tuple[Evidence, ...]
+
+
+@dataclass(frozen=True)
+class ListFlowFact:
+    attr: str
+    loop_line: int
+    streams: dict[str, str]  # block parameter -> loop variable
+    inputs: tuple[BlockInputFact, ...]
+    fresh: bool  # its streams are not the previous list's outputs (per token)
+    after: str | None
+    mixed_after: bool
+    mixing: tuple[Evidence, ...]
+
+
+@dataclass(frozen=True)
+class SequenceFact:
+    file: str
+    forward_line: int
+    forward_params: tuple[str, ...]
+    lists: tuple[ListFlowFact, ...]
+    root_blockers: tuple[Evidence, ...]
+    root_params: dict[str, str]  # loop variable -> forward parameter
+    gather: str | None
+    gather_at: Evidence | None
+    gather_blocked: tuple[Evidence, ...]
+    masks: tuple[Evidence, ...]
+    unknowns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class TextEncoderFacts:
     """One text encoder named in model_index.json and what TE-P needs to know about it."""
 
@@ -177,6 +278,22 @@ class VaeFacts:
     supported_by: str | None
     evidence: tuple[Evidence, ...] = ()
     notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ParallelFacts:
+    """Everything the CP / TP / TE-P / VAE-P decisions read, gathered statically."""
+
+    config: dict[str, Any]  # transformer config.json values used to size modules
+    blocks: tuple[BlockStructure, ...]
+    sequence: SequenceFact | None
+    top_modules: tuple[ModuleFact, ...]  # the transformer's own direct sub-modules
+    position_modules: dict[str, dict[str, Any]]  # module -> {"outputs", "split_dim", "expected_dims", "why"}
+    diffusers_cp_plan: dict[str, Any] | None  # `_cp_plan` declared on the class, read statically
+    diffusers_cp_plan_at: Evidence | None
+    text_encoders: tuple[TextEncoderFacts, ...]
+    vae: VaeFacts | None
+    crosscheck: dict[str, Any]  # the meta-device build: {"ok", "error", "agree", "disagreements"}
 
 
 @dataclass(frozen=True)

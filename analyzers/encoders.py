@@ -1,0 +1,275 @@
+"""Text encoders and VAE named in model_index.json: does the installed cache-dit parallelise
+them (TE-P / VAE-P), and, for an unsupported transformers text encoder, the tensor-parallel
+plan transformers itself declares (`base_model_tp_plan` on the model's configuration class).
+
+Everything is read from source with libcst; nothing is imported. A registration counts when
+its decorator is in cache-dit's source; whether that module imports at run time (cache-dit
+skips planners whose imports fail) is not checked.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import libcst as cst
+
+from integrate.errors import InputError
+from integrate.records import Evidence, TextEncoderFacts, VaeFacts
+from integrate.resolve import Resolved, Workspace
+from integrate.source import SourceFile, base_names, dotted, find_method
+
+from ._syntax import body_of, find_all, self_attr
+
+TE_REGISTER = "TextEncoderTensorParallelismPlannerRegister"
+VAE_REGISTER = "AutoEncoderDataParallelismPlannerRegister"
+ROOT_BASES = {"PreTrainedModel", "PreTrainedConfig", "PretrainedConfig"}  # hold only `None` defaults
+MAX_DEPTH = 12
+
+Class = tuple[SourceFile, cst.ClassDef]
+
+
+# -- cache-dit's planner registries ----------------------------------------------------------
+
+
+def registrations(ws: Workspace, folder: str, register: str) -> dict[str, Evidence] | None:
+    """{name: where} for each `@<register>.register("Name")` on a class in
+    cache_dit/distributed/<folder>/*.py, in file order; None when cache-dit is not installed."""
+    root = ws.package_root("cache_dit")
+    if root is None:
+        return None
+    out: dict[str, Evidence] = {}
+    for path in sorted((root / "cache_dit" / "distributed" / folder).glob("*.py")):
+        try:
+            src = ws.load(path, root)
+        except InputError:
+            continue
+        for node in src.classes.values():
+            for call in (d.decorator for d in node.decorators if isinstance(d.decorator, cst.Call)):
+                owner, _, meth = (dotted(call.func) or "").rpartition(".")
+                if meth != "register" or not call.args or not isinstance(call.args[0].value, cst.SimpleString):
+                    continue
+                target = ws.resolve(src, owner)
+                if isinstance(target, Resolved) and target.name == register:
+                    name = call.args[0].value.evaluated_value
+                    out.setdefault(name, Evidence(str(path), src.line(call), f"@{register}.register({name!r})"))
+    return out
+
+
+def _support(registry: dict[str, Evidence] | None, cls: str, prefix: bool):
+    """(supported, supported_by, evidence, notes) under cache-dit's matching rule."""
+    if registry is None:
+        return None, None, (), ("cache-dit is not installed: support unknown",)
+    matches = [ev for name, ev in registry.items() if (cls.startswith(name) if prefix else cls == name)]
+    if not matches:
+        rule = "registered name prefixing the class name" if prefix else "registered name equal to the class name"
+        return False, None, (), (f"none of cache-dit's {len(registry)} registrations is a {rule} {cls}",)
+    many = ", ".join(f"{ev.file}:{ev.line}" for ev in matches)
+    notes = (f"several registrations match {cls}; cache-dit takes the first registered: {many}",)
+    return True, f"{matches[0].file}:{matches[0].line}", tuple(matches), notes if len(matches) > 1 else ()
+
+
+# -- transformers: class -> configuration class -> base_model_tp_plan ------------------------
+
+
+def _class_assigns(node: cst.ClassDef):
+    """(name, value, annotation, statement) for each simple assignment in a class body."""
+    for stmt in body_of(node):
+        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Assign) and isinstance(small.targets[0].target, cst.Name):
+                yield small.targets[0].target.value, small.value, None, stmt
+            elif isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+                yield small.target.value, small.value, small.annotation.annotation, stmt
+
+
+def _ancestors(ws: Workspace, src: SourceFile, node: cst.ClassDef) -> list[Class]:
+    """The class and its bases, depth first (the MRO for single inheritance), to the root bases."""
+    out: list[Class] = []
+    stack: list[Class] = [(src, node)]
+    while stack and len(out) < MAX_DEPTH:
+        s, n = stack.pop(0)
+        if n.name.value in ROOT_BASES or any(n is seen for _, seen in out):
+            continue
+        out.append((s, n))
+        bases = [ws.resolve(s, b) for b in base_names(n)]
+        stack[:0] = [(b.src, b.node) for b in bases if isinstance(b, Resolved) and isinstance(b.node, cst.ClassDef)]
+    return out
+
+
+def _class_named(ws: Workspace, src: SourceFile, expr: cst.BaseExpression | None) -> Class | None:
+    name = expr.evaluated_value if isinstance(expr, cst.SimpleString) else dotted(expr)
+    found = ws.resolve(src, name) if isinstance(name, str) and name != "None" else None
+    return (found.src, found.node) if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef) else None
+
+
+def _config_class(ws: Workspace, src: SourceFile, node: cst.ClassDef) -> tuple[Class, Evidence] | None:
+    """transformers' rule: own `config_class`, own `config:` annotation, then the same inherited."""
+    refs = [(s, n, ref) for s, n in _ancestors(ws, src, node) for ref in _class_assigns(n)]
+    refs = [r for r in refs if r[2][0] in ("config_class", "config")]
+    for s, n, (name, value, annotation, stmt) in sorted(refs, key=lambda r: (r[1] is not node, r[2][0] == "config")):
+        found = _class_named(ws, s, value if name == "config_class" else annotation)
+        if found is not None:
+            why = f"{n.name.value}: {s.code(stmt)} (config class of {node.name.value})"
+            return found, Evidence(str(s.path), s.line(stmt), why)
+    return None
+
+
+def _plan(ws: Workspace, src: SourceFile, node: cst.ClassDef) -> tuple[dict[str, str], Evidence | None, tuple]:
+    """`base_model_tp_plan` of a configuration class (own or inherited): plan, where, notes."""
+    for s, n in _ancestors(ws, src, node):
+        for name, value, _, stmt in _class_assigns(n):
+            if name != "base_model_tp_plan" or value is None:
+                continue
+            where = Evidence(str(s.path), s.line(stmt), f"{n.name.value}.base_model_tp_plan")
+            if not isinstance(value, cst.Dict):
+                return {}, where, (f"{n.name.value}.base_model_tp_plan is `{s.code(value)}`, not a dict literal",)
+            plan, skipped = {}, []
+            for el in value.elements:
+                k, v = (el.key, el.value) if isinstance(el, cst.DictElement) else (None, None)
+                if isinstance(k, cst.SimpleString) and isinstance(v, cst.SimpleString):
+                    plan[k.evaluated_value] = v.evaluated_value
+                else:
+                    skipped.append(s.code(el))
+            return plan, where, (f"entries that are not string literals were left out: {skipped}",) if skipped else ()
+    return {}, None, ()
+
+
+def _sub_configs(ws: Workspace, src: SourceFile, node: cst.ClassDef) -> list[tuple[str, Class]]:
+    """(key, class) for each entry of `sub_configs_defaults` / `sub_configs` that resolves."""
+    for s, n in _ancestors(ws, src, node):
+        for name, value, _, _ in _class_assigns(n):
+            if name not in ("sub_configs_defaults", "sub_configs") or not isinstance(value, cst.Dict):
+                continue
+            out = []
+            for el in value.elements:
+                ref = el.value
+                if isinstance(ref, cst.Call):  # SubConfigSpec(config_class=X, ...)
+                    ref = next((a.value for a in ref.args if a.keyword and a.keyword.value == "config_class"), None)
+                found = _class_named(ws, s, ref)
+                if found is not None and isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
+                    out.append((el.key.evaluated_value, found))
+            return out
+    return []
+
+
+def _sub_config_plans(ws: Workspace, src: SourceFile, node: cst.ClassDef) -> list:
+    """(key path, class name, plan, where, notes) for sub-configs with a plan, breadth first."""
+    found, queue, seen = [], list(_sub_configs(ws, src, node)), {id(node)}
+    while queue:
+        key, (s, n) = queue.pop(0)
+        if id(n) in seen or key.count(".") > 3:
+            continue
+        seen.add(id(n))
+        plan, where, notes = _plan(ws, s, n)
+        if plan:
+            found.append((key, n.name.value, plan, where, notes))
+        else:
+            queue.extend((f"{key}.{k}", c) for k, c in _sub_configs(ws, s, n))
+    return found
+
+
+def _built_from(node: cst.ClassDef, key: str) -> str | None:
+    """`self.<attr> = ...config.<key>...` in the model's __init__: the attribute built from a sub-config."""
+    init = find_method(node, "__init__")
+    for assign in find_all(init, cst.Assign) if init is not None else ():
+        attr = self_attr(assign.targets[0].target)
+        if attr and any(dotted(a) == f"config.{key}" for a in find_all(assign.value, cst.Attribute)):
+            return attr
+    return None
+
+
+def _find_model_class(ws: Workspace, root: Path, cls: str, model_type: str | None) -> Class | None:
+    models = root / "transformers" / "models"
+    first = sorted((models / model_type.replace("-", "_")).glob("modeling_*.py")) if model_type else []
+    for path in [*first, *sorted(models.glob("*/modeling_*.py"))]:
+        try:
+            if f"class {cls}(" not in path.read_text(encoding="utf-8"):  # locates the file; libcst confirms
+                continue
+            src = ws.load(path, root)
+        except (OSError, UnicodeDecodeError, InputError):
+            continue
+        if cls in src.classes:
+            return src, src.classes[cls]
+    return None
+
+
+def _model_type(model_path: Path | None, component: str) -> str | None:
+    config = model_path / component / "config.json" if model_path is not None else None
+    try:
+        data = json.loads(config.read_text(encoding="utf-8")) if config is not None and config.is_file() else {}
+        return data["model_type"] if isinstance(data.get("model_type"), str) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def tp_plan(ws: Workspace, cls: str, model_path: Path | None, component: str):
+    """(plan, source, evidence, notes) for a transformers class."""
+    root = ws.package_root("transformers")
+    found = _find_model_class(ws, root, cls, _model_type(model_path, component)) if root is not None else None
+    if found is None:
+        where = "transformers is not installed" if root is None else f"no transformers modeling file defines {cls}"
+        return {}, None, (), (f"{where}: no tp plan found",)
+    src, node = found
+    evidence: tuple[Evidence, ...] = (Evidence(str(src.path), src.line(node), f"transformers defines {cls}"),)
+    config = _config_class(ws, src, node)
+    if config is None:
+        return {}, None, evidence, (f"the configuration class of {cls} could not be traced: no tp plan found",)
+    (csrc, cnode), config_ev = config
+    evidence, conf = (*evidence, config_ev), cnode.name.value
+    plan, where, notes = _plan(ws, csrc, cnode)
+    if plan:
+        return plan, where, evidence, notes
+    subs = _sub_config_plans(ws, csrc, cnode)
+    if not subs:
+        return {}, None, evidence, (*notes, f"no base_model_tp_plan found on {conf} or its sub-configs")
+    key, sub, plan, where, sub_notes = subs[0]
+    attr = _built_from(node, key) if "." not in key else None
+    under = f"; {cls}.__init__ builds `self.{attr}` from it, so the keys apply under `{attr}.`" if attr else ""
+    said = f"{conf} has no base_model_tp_plan; this is the plan of its sub-config `{key}` ({sub}), relative to"
+    notes = (*notes, *sub_notes, f"{said} the sub-model built from that config{under}")
+    if len(subs) > 1:
+        others = ", ".join(f"`{k}` ({c}) at {w.file}:{w.line}" for k, c, _, w, _ in subs[1:])
+        notes = (*notes, f"other sub-configs of {conf} have their own plan, not merged here: {others}")
+    return plan, where, evidence, notes
+
+
+# -- public ------------------------------------------------------------------------------------
+
+
+def _entry(value) -> tuple[str, str] | None | str:
+    """(library, class); None for a null entry; a note for anything else."""
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(v is None for v in value):
+        return None
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, str) for v in value):
+        return value[0], value[1]
+    return f"model_index entry is not [library, class]: {value!r}"
+
+
+def text_encoder_facts(ws: Workspace, model_path: Path | None, model_index: dict | None) -> tuple[TextEncoderFacts, ...]:
+    if model_index is None:
+        return ()
+    registry = registrations(ws, "text_encoders", TE_REGISTER)
+    out = []
+    for component, value in model_index.items():
+        entry = _entry(value) if component.startswith("text_encoder") else None
+        if isinstance(entry, str):
+            out.append(TextEncoderFacts(component, None, None, None, None, {}, None, notes=(entry,)))
+        elif entry is not None:
+            library, cls = entry
+            supported, by, evidence, notes = _support(registry, cls, prefix=True)
+            plan, source = {}, None
+            if supported is not True and library == "transformers":
+                plan, source, more, plan_notes = tp_plan(ws, cls, model_path, component)
+                evidence, notes = (*evidence, *more), (*notes, *plan_notes)
+            out.append(TextEncoderFacts(component, cls, library, supported, by, plan, source, evidence, notes))
+    return tuple(out)
+
+
+def vae_facts(ws: Workspace, model_path: Path | None, model_index: dict | None) -> VaeFacts | None:
+    entry = _entry(model_index["vae"]) if model_index is not None and "vae" in model_index else None
+    if entry is None:
+        return None
+    if isinstance(entry, str):
+        return VaeFacts("vae", None, None, None, None, notes=(entry,))
+    supported, by, evidence, notes = _support(registrations(ws, "autoencoders", VAE_REGISTER), entry[1], prefix=False)
+    return VaeFacts("vae", entry[1], entry[0], supported, by, evidence, notes)

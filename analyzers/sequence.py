@@ -1,0 +1,474 @@
+"""How sequence tensors flow through the transformer's forward: the facts context parallelism needs.
+
+For each chained block list (in forward order): which block inputs are streams, positions
+(RoPE / position embeddings) or masks, and what produced each one: a forward parameter, a
+sub-module (hookable), a plain method or function, or an inline expression; whether the ops
+between a forward parameter and the first block are per-token (so a split at the root commutes
+with them); where a value is derived from the *local* length of a sequence tensor (`.shape`,
+`len`, a helper that reads `.shape`) and would drift under a root split; whether one list's
+output is mixed (concatenated, rebuilt by a method) before the next list; and the module calls
+after the last list up to the first reshape (the gather candidate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from integrate.records import BlockList, Evidence
+from integrate.resolve import Resolved, Workspace
+from integrate.source import SourceFile, dotted, find_method, iter_methods
+
+from ._syntax import body_of, find_all, names_read, params_of, target_names, walk_statements
+from .binding import CallArgs, bind
+from .loops import Loop, find_list_uses
+from .modules import Tree
+
+POSITION_WORDS = ("rotary", "rope", "freqs", "pos_emb", "pos_embed", "position", "pe")
+_PASSTHROUGH = {"to", "type_as", "float", "half", "bfloat16", "contiguous", "clone", "detach"}
+_TOKENWISE_LIBRARY = {"Linear", "LayerNorm", "RMSNorm", "SiLU", "GELU", "ReLU", "Tanh", "Mish", "Dropout",
+                      "Identity", "ModuleList", "Sequential", "LazyLinear", "Sigmoid"}
+_RESHAPE = {"reshape", "view", "permute", "unflatten", "flatten", "transpose", "unbind", "split", "chunk",
+            "squeeze", "unsqueeze"}
+
+
+@dataclass
+class Producer:
+    kind: str  # "param" | "module" | "method" | "function" | "expression" | "list_output" | "unknown"
+    name: str | None
+    line: int | None
+    code: str = ""
+    args: list[str] = field(default_factory=list)  # names read by the producing expression
+    outputs: int | None = None  # tensors it returns when it returns a tuple (None: one value / unknown)
+
+
+@dataclass
+class BlockInput:
+    param: str
+    arg: str
+    role: str  # "stream" | "position" | "mask" | "other"
+    producer: Producer
+    in_loop: bool = False  # produced in the loop body (per block)
+    params: set[str] = field(default_factory=set)  # forward parameters it derives from
+    local_length: list[Evidence] = field(default_factory=list)  # reads of a sequence tensor's length
+
+
+@dataclass
+class ListFlow:
+    attr: str
+    loop_line: int
+    loop_end: int
+    streams: dict[str, str]  # block param -> loop variable
+    inputs: list[BlockInput]
+    fresh: bool  # its streams do not come (per token) from an earlier list's output
+    after: str | None  # the earlier list whose outputs it continues
+    mixed_after: bool = False  # its outputs are rebuilt / concatenated before the next list
+    mixing: list[Evidence] = field(default_factory=list)
+
+
+@dataclass
+class SequenceFacts:
+    file: str
+    forward_line: int
+    forward_params: list[str]
+    lists: list[ListFlow]
+    root_blockers: list[Evidence]  # why a split at the root would not commute with the preprocessing
+    root_params: dict[str, str]  # loop variable -> forward parameter it comes from per token
+    gather: Producer | None  # the last module applied to the stream before reshape/return
+    gather_blocked: list[Evidence]  # sequence mixing after the last list, before any module
+    mask_inputs: list[Evidence]
+    evidence: list[Evidence] = field(default_factory=list)
+    unknowns: list[str] = field(default_factory=list)
+
+
+def is_position(name: str) -> bool:
+    low = name.lower()
+    parts = low.replace(".", "_").split("_")
+    return any(w in low for w in POSITION_WORDS if len(w) > 2) or "pe" in parts
+
+
+def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree,
+                   block_lists: tuple[BlockList, ...]) -> SequenceFacts | None:
+    fwd = find_method(cls, "forward")
+    if fwd is None:
+        return None
+    chained = [bl for bl in block_lists if bl.is_blocks and bl.call_site is not None]
+    uses = find_list_uses(src, cls, [bl.attr for bl in chained])
+    loops: list[tuple[BlockList, Loop]] = []
+    spans: dict[str, tuple[int, int]] = {}
+    for bl in chained:
+        in_fwd = [lp for lp in uses[bl.attr].loops if lp.call is not None and lp.method == "forward"]
+        lp = next((lp for lp in in_fwd if lp.call_skip == 0), in_fwd[0] if in_fwd else None)
+        if lp is not None:
+            loops.append((bl, lp))
+            spans[bl.attr] = (min(x.line for x in in_fwd), 0)
+    loops.sort(key=lambda p: p[1].line)
+    params = [p.name.value for p in params_of(fwd) if p.name.value != "self"]
+    flow = _Flow(ws, src, cls, fwd, tree, params)
+    for bl, _ in loops:
+        in_fwd = [lp for lp in uses[bl.attr].loops if lp.call is not None and lp.method == "forward"]
+        spans[bl.attr] = (spans[bl.attr][0], max(flow.end_line(x.node) for x in in_fwd))
+    flow.loop_spans = list(spans.values())
+    facts = SequenceFacts(str(src.path), src.line(fwd), params, [], [], {}, None, [], [])
+    prev: ListFlow | None = None
+    for bl, lp in loops:
+        end = spans[bl.attr][1]
+        args = CallArgs.of(src, lp.call, skip=lp.call_skip)
+        try:
+            bound = bind(args, bl.forward.params) if bl.forward else {}
+        except Exception:
+            bound = {}
+        streams = dict(bl.call_site.stream_args)
+        inputs = []
+        for param, arg in bound.items():
+            if arg in ("None", "True", "False") or param in ("self",):
+                continue
+            role = "stream" if param in streams else "mask" if "mask" in param.lower() else (
+                "position" if is_position(param) or is_position(arg) else "other")
+            producer, in_loop = flow.producer_of(arg, lp)
+            bi = BlockInput(param, arg, role, producer, in_loop)
+            bi.params, bi.local_length = flow.derivation(arg, lp.line)
+            if role == "other" and producer.kind == "module" and is_position(producer.name or ""):
+                bi.role = "position"
+            inputs.append(bi)
+        fresh, after = True, None
+        if prev is not None:
+            fresh, after, mixing = flow.continues(prev, streams, lp)
+            if not fresh:
+                pass
+            else:
+                prev.mixed_after = True
+                prev.mixing = mixing
+        lf = ListFlow(bl.attr, lp.line, end, streams, inputs, fresh, after)
+        facts.lists.append(lf)
+        prev = lf
+    if not facts.lists:
+        facts.unknowns.append("no block list is called in a loop in forward")
+        return facts
+    first = facts.lists[0]
+    facts.root_blockers, facts.root_params = flow.root_check(first, loops[0][1])
+    facts.gather, facts.gather_blocked = flow.gather(facts.lists[-1], loops[-1][1])
+    facts.mask_inputs = flow.masks()
+    return facts
+
+
+class _Flow:
+    def __init__(self, ws, src: SourceFile, cls: cst.ClassDef, fwd: cst.FunctionDef, tree: Tree, params: list[str]):
+        self.ws, self.src, self.cls, self.fwd, self.tree, self.params = ws, src, cls, fwd, tree, params
+        self.methods = {fn.name.value for fn in iter_methods(cls)}
+        self.loop_spans: list[tuple[int, int]] = []
+        self.assigns: list[tuple[int, list[str], cst.BaseExpression, cst.CSTNode]] = []
+        for stmt in walk_statements(body_of(fwd)):
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Assign):
+                        names = [n for t in small.targets for n in target_names(t.target)]
+                        self.assigns.append((src.line(stmt), names, small.value, small))
+                    elif isinstance(small, cst.AnnAssign) and small.value is not None:
+                        self.assigns.append((src.line(stmt), target_names(small.target), small.value, small))
+            elif isinstance(stmt, cst.For):
+                self.assigns.append((src.line(stmt), target_names(stmt.target), stmt.iter, stmt))
+
+    def end_line(self, node: cst.CSTNode) -> int:
+        return max([self.src.line(node)] + [self.src.line(s) for s in walk_statements(body_of(node))
+                                            if not isinstance(s, cst.IndentedBlock)])
+
+    # -- producers ----------------------------------------------------------------------
+
+    def in_loop(self, line: int) -> bool:
+        return any(a <= line <= b for a, b in self.loop_spans)
+
+    def defs_before(self, name: str, line: int, lo: int = 0) -> list[tuple[int, list[str], cst.BaseExpression]]:
+        """Assignments to `name` in [lo, line); outside block loops unless the range is inside one."""
+        inside = lo > 0 and self.in_loop(lo)
+        return [(ln, names, value) for ln, names, value, _ in self.assigns
+                if name in names and lo <= ln < line and (inside or not self.in_loop(ln))]
+
+    def producer_of(self, arg: str, loop: Loop) -> tuple[Producer, bool]:
+        if arg in self.params and not self.defs_before(arg, loop.line):
+            return Producer("param", arg, None), False
+        in_body = self.defs_before(arg, self.end_line(loop.node) + 1, lo=loop.line + 1)
+        if in_body:
+            ln, names, value = in_body[-1]
+            return self.classify(value, ln, names, arg), True
+        defs = self.defs_before(arg, loop.line)
+        if not defs:
+            return Producer("unknown", arg, None), False
+        ln, names, value = defs[-1]
+        return self.classify(value, ln, names, arg), False
+
+    def classify(self, value: cst.BaseExpression, line: int, names: list[str], target: str) -> Producer:
+        code = self.src.code(value)
+        reads = sorted(names_read(value) - {"self"})
+        call = _unwrap(value)
+        if isinstance(value, cst.IfExp):
+            call = _unwrap(value.body)
+        outputs = len(names) if len(names) > 1 else None
+        if isinstance(call, cst.Call):
+            func = call.func
+            if isinstance(func, cst.Subscript):
+                func = func.value
+            name = dotted(func) or ""
+            if name.startswith("self."):
+                attr = name[len("self."):].split(".")[0]
+                if attr in self.tree.nodes:
+                    return Producer("module", attr, line, code, reads, outputs)
+                if attr in self.methods:
+                    return Producer("method", attr, line, code, reads, outputs)
+            elif name and "." not in name:
+                return Producer("function", name, line, code, reads, outputs)
+        return Producer("expression", target, line, code, reads, outputs)
+
+    def derivation(self, arg: str, line: int, depth: int = 0) -> tuple[set[str], list[Evidence]]:
+        """Forward parameters `arg` derives from, and reads of a sequence length on the way."""
+        params: set[str] = set()
+        lengths: list[Evidence] = []
+        seen: set[tuple[str, int]] = set()
+        stack = [(arg, line)]
+        while stack:
+            name, before = stack.pop()
+            if (name, before) in seen or len(seen) > 200:
+                continue
+            seen.add((name, before))
+            defs = self.defs_before(name, before)
+            if not defs:
+                if name in self.params:
+                    params.add(name)
+                continue
+            ln, _, value = defs[-1]
+            lengths += self.length_reads(value, ln)
+            for n in names_read(value) - {"self"}:
+                stack.append((n, ln))
+        return params, lengths
+
+    def length_reads(self, value: cst.BaseExpression, line: int) -> list[Evidence]:
+        """`x.shape`, `x.size(..)`, `len(x)` on a tensor-valued name, or a helper that reads `.shape`."""
+        out = []
+        batch_only = set()
+        for sub in find_all(value, cst.Subscript):
+            if (isinstance(sub.value, cst.Attribute) and sub.value.attr.value == "shape" and len(sub.slice) == 1
+                    and isinstance(sub.slice[0].slice, cst.Index) and isinstance(sub.slice[0].slice.value, cst.Integer)
+                    and sub.slice[0].slice.value.value == "0"):
+                batch_only.add(id(sub.value))
+        for call in find_all(value, cst.Call):
+            if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "size" and call.args
+                    and isinstance(call.args[0].value, cst.Integer) and call.args[0].value.value == "0"):
+                batch_only.add(id(call.func))
+        for attr in find_all(value, cst.Attribute):
+            if attr.attr.value in ("shape", "size") and isinstance(attr.value, cst.Name) and id(attr) not in batch_only:
+                out.append(Evidence(str(self.src.path), line, f"reads the length of `{attr.value.value}` "
+                                    f"(`{self.src.code(value)[:70]}`)"))
+        for call in find_all(value, cst.Call):
+            name = dotted(call.func) or ""
+            if name == "len" and call.args and isinstance(call.args[0].value, cst.Name):
+                out.append(Evidence(str(self.src.path), line, f"`{self.src.code(call)}`"))
+            elif name and "." not in name and name not in ("len", "int", "max", "min"):
+                found = self.ws.resolve(self.src, name)
+                if isinstance(found, Resolved) and isinstance(found.node, cst.FunctionDef):
+                    reads = [a for a in find_all(found.node.body, cst.Attribute) if a.attr.value == "shape"]
+                    if reads:
+                        out.append(Evidence(str(self.src.path), line, f"`{name}(...)` reads `.shape` of its "
+                                            f"arguments ({found.src.path.name}:{found.src.line(reads[0])})"))
+        return out
+
+    # -- root split ---------------------------------------------------------------------
+
+    def root_check(self, first: ListFlow, loop: Loop) -> tuple[list[Evidence], dict[str, str]]:
+        """Why splitting forward's own inputs would not commute with what runs before the first block."""
+        blockers: list[Evidence] = []
+        origins: dict[str, str] = {}
+        path = str(self.src.path)
+        for var in first.streams.values():
+            chain_ok, origin, why = self.tokenwise_chain(var, loop.line)
+            if origin:
+                origins[var] = origin
+            if not chain_ok:
+                blockers += why
+        for bi in first.inputs:
+            if bi.role in ("position", "mask") or (bi.role == "other" and bi.local_length):
+                if bi.local_length and bi.role != "stream":
+                    for ev in bi.local_length:
+                        blockers.append(Evidence(ev.file, ev.line, f"`{bi.param}` {ev.why}: computed from the local "
+                                                 "length after a root split (position drift)"))
+                if bi.role == "position" and bi.producer.kind == "module":
+                    streams_in = [a for a in bi.producer.args if a in set(first.streams.values())]
+                    if streams_in:
+                        blockers.append(Evidence(path, bi.producer.line or 0, f"`self.{bi.producer.name}` takes the "
+                                                 f"sequence tensor `{streams_in[0]}` and derives positions from it"))
+        for line, names, value, _ in self.assigns:
+            if line >= loop.line:
+                continue
+            for attr in find_all(value, cst.Attribute):
+                if attr.attr.value == "shape" and isinstance(attr.value, cst.Name) and attr.value.value in origins.values():
+                    if len(names) >= 4:
+                        blockers.append(Evidence(path, line, f"`{', '.join(names)} = {attr.value.value}.shape`: the "
+                                                 "input is a spatial latent, not a [B, S, D] sequence"))
+        return _dedupe(blockers), origins
+
+    def tokenwise_chain(self, var: str, before: int) -> tuple[bool, str | None, list[Evidence]]:
+        """Follow `var` back to a forward parameter; every step must be a per-token op."""
+        path = str(self.src.path)
+        name, line = var, before
+        for _ in range(20):
+            defs = self.defs_before(name, line)
+            if not defs:
+                return (name in self.params), (name if name in self.params else None), (
+                    [] if name in self.params else [Evidence(path, before, f"`{var}` has no traceable origin")])
+            ln, names, value = defs[-1]
+            p = self.classify(value, ln, names, name)
+            if p.kind == "module":
+                ok, why = self.tokenwise_module(p.name)
+                if not ok:
+                    return False, None, [Evidence(path, ln, f"`{var}` comes from `self.{p.name}` ({why}), which does "
+                                                  "not act per token")]
+            elif p.kind in ("method", "function"):
+                return False, None, [Evidence(path, ln, f"`{var}` is built by `{p.name}(...)`: not a per-token op "
+                                              "a root split can pass through")]
+            elif isinstance(_unwrap(value), cst.Name):
+                pass
+            else:
+                call = _unwrap(value)
+                if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+                        and call.func.attr.value in _PASSTHROUGH):
+                    return False, None, [Evidence(path, ln, f"`{var}` is reshaped or combined by "
+                                                  f"`{self.src.code(value)[:60]}`")]
+            srcs = [a for a in p.args if a in self.params or self.defs_before(a, ln)]
+            seq = [a for a in srcs if a == name] or srcs[:1]
+            if not seq:
+                return False, None, [Evidence(path, ln, f"`{var}` does not come from a forward input")]
+            name, line = seq[0], ln
+        return False, None, [Evidence(path, before, f"`{var}`: derivation too long to follow")]
+
+    def tokenwise_module(self, attr: str) -> tuple[bool, str]:
+        node = self.tree.nodes.get(attr)
+        if node is None:
+            return False, "unknown module"
+        short = node.cls.rsplit(".", 1)[-1]
+        if node.kind == "linear":
+            return True, "Linear"
+        if node.kind == "library":
+            return short in _TOKENWISE_LIBRARY, short
+        subs = [n for p, n in self.tree.nodes.items() if p.startswith(attr + ".")]
+        for n in subs:
+            s = n.cls.rsplit(".", 1)[-1]
+            if n.kind == "library" and s not in _TOKENWISE_LIBRARY:
+                return False, f"{short} holds {s}"
+            if n.kind == "module" and ("Attention" in s or "Attn" in s or "Conv" in s):
+                return False, f"{short} holds {s}"
+        if not subs and "Norm" not in short:
+            return False, f"{short} (no sub-modules to judge)"
+        return True, short
+
+    # -- between lists --------------------------------------------------------------------
+
+    def continues(self, prev: ListFlow, streams: dict[str, str], loop: Loop) -> tuple[bool, str | None, list[Evidence]]:
+        """Whether this list's streams are the previous list's outputs, changed per token at most."""
+        outputs = set(prev.streams.values())
+        path = str(self.src.path)
+        mixing = []
+        for var in streams.values():
+            name, line = var, loop.line
+            for _ in range(10):
+                defs = [d for d in self.defs_before(name, line) if d[0] > prev.loop_end and not self.in_loop(d[0])]
+                if not defs:
+                    break
+                ln, names, value = defs[-1]
+                p = self.classify(value, ln, names, name)
+                if p.kind == "module" and self.tokenwise_module(p.name)[0]:
+                    cands = [a for a in p.args if a in outputs or self.defs_before(a, ln)]
+                    if not cands:
+                        break
+                    name, line = cands[0], ln
+                    continue
+                mixing.append(Evidence(path, ln, f"`{self.src.code(value)[:70]}` rebuilds the sequence between "
+                                       f"`{prev.attr}` and the next list"))
+                name = None
+                break
+            if name is None or name not in outputs:
+                return True, None, mixing or [Evidence(path, loop.line, f"`{var}` is not an output of `{prev.attr}`")]
+        return False, prev.attr, []
+
+    # -- after the last list ------------------------------------------------------------
+
+    def gather(self, last: ListFlow, loop: Loop) -> tuple[Producer | None, list[Evidence]]:
+        stream = next(iter(last.streams.values()), None)
+        hidden = last.streams.get("hidden_states", stream)
+        path = str(self.src.path)
+        current = {hidden} if hidden else set()
+        candidate: Producer | None = None
+        blocked: list[Evidence] = []
+        for ln, names, value, _ in sorted(self.assigns, key=lambda a: a[0]):
+            if ln <= last.loop_end or self.in_loop(ln) or not (names_read(value) & current):
+                continue
+            p = self.classify(value, ln, names, names[0] if names else "")
+            if p.kind == "module":
+                candidate = p
+                current = set(names)
+                continue
+            inner = self._module_inside(value, current, ln, names)
+            if inner is not None:
+                candidate = inner
+                current = set(names)
+                continue
+            call = _unwrap(value)
+            method = call.func.attr.value if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) else ""
+            if isinstance(call, cst.Call) and method in _PASSTHROUGH:
+                current |= set(names)
+                continue
+            if isinstance(call, cst.BinaryOperation | cst.UnaryOperation) and not any(
+                    isinstance(c.func, cst.Attribute) and c.func.attr.value in _RESHAPE | {"cat"}
+                    for c in find_all(call, cst.Call)):
+                current |= set(names)  # element-wise modulation: h * (1 + scale) + shift
+                continue
+            if method in ("cat", "concat", "split", "chunk") or isinstance(call, cst.Subscript) or any(
+                    dotted(c.func) in ("torch.cat", "torch.concat") for c in find_all(call, cst.Call)):
+                blocked.append(Evidence(path, ln, f"`{self.src.code(value)[:70]}` slices or joins the sequence "
+                                        "after the last block"))
+                current |= set(names)
+                continue
+            break
+        return candidate, blocked
+
+    def _module_inside(self, value, current: set[str], line: int, names: list[str]) -> Producer | None:
+        """`(self.norm_out(h.float()) * (1 + scale) + shift).type_as(h)`: an element-wise wrap of one module."""
+        core = value
+        while isinstance(core, cst.Call) and isinstance(core.func, cst.Attribute) and core.func.attr.value in _PASSTHROUGH:
+            core = core.func.value
+        while isinstance(core, cst.Call) and isinstance(core.func, cst.Attribute) and core.func.attr.value in _PASSTHROUGH:
+            core = core.func.value
+        if not isinstance(core, cst.BinaryOperation):
+            return None
+        for call in find_all(core, cst.Call):
+            name = dotted(call.func) or ""
+            if name.startswith("self.") and name[5:] in self.tree.nodes and names_read(call) & current:
+                return Producer("module", name[5:], line, self.src.code(value), sorted(names_read(call) - {"self"}))
+        return None
+
+    def masks(self) -> list[Evidence]:
+        out = []
+        path = str(self.src.path)
+        for p in self.params:
+            if "mask" in p.lower():
+                out.append(Evidence(path, self.src.line(self.fwd), f"forward takes `{p}`"))
+        for ln, names, value, _ in self.assigns:
+            if any("mask" in n.lower() for n in names):
+                out.append(Evidence(path, ln, f"`{', '.join(names)} = {self.src.code(value)[:60]}`"))
+        return out
+
+
+def _unwrap(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`self.x(h).to(dtype)` -> `self.x(h)`."""
+    while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+           and value.func.attr.value in _PASSTHROUGH and isinstance(value.func.value, cst.Call)):
+        value = value.func.value
+    return value
+
+
+def _dedupe(evs: list[Evidence]) -> list[Evidence]:
+    seen, out = set(), []
+    for e in evs:
+        if (e.line, e.why) not in seen:
+            seen.add((e.line, e.why))
+            out.append(e)
+    return out

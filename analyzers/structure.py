@@ -1,0 +1,411 @@
+"""Parallelism facts: block structure (attention, FFN, modulation, kernels) and sequence flow.
+
+`parallel_facts(gate, ws, analysis)` gathers what the CP / TP / TE-P / VAE-P decisions read,
+statically: the module tree of each block list's element 0 with sizes traced from the
+transformer's config.json, the attention processors, the role of every Linear, kernels that are
+unsafe under DTensor, how sequence tensors flow through forward, a `_cp_plan` declared by
+diffusers, and the text encoders / VAE from model_index.json.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import libcst as cst
+
+from integrate.records import (
+    Analysis,
+    AttentionFact,
+    BlockInputFact,
+    BlockStructure,
+    Evidence,
+    GateReport,
+    LinearRole,
+    ListFlowFact,
+    ModuleFact,
+    ParallelFacts,
+    SequenceFact,
+)
+from integrate.resolve import Resolved, Workspace
+from integrate.source import SourceFile, dotted, find_method
+
+from ._syntax import find_all, names_read, params_of, target_names
+from .attention import AttentionFacts, attention_facts, int_value, is_attention
+from .encoders import text_encoder_facts, vae_facts
+from .modules import Node, Tree, module_tree
+from .sequence import SequenceFacts, sequence_facts
+from .values import evaluate, jsonable
+
+_KERNEL_MODULES = ("flash_attn", "triton", "apex", "xformers", "liger_kernel", "flashinfer", "sageattention")
+
+
+def load_config(model_path: str | None) -> dict[str, Any]:
+    if not model_path:
+        return {}
+    path = Path(model_path) / "transformer" / "config.json"
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if not k.startswith("_")} if isinstance(data, dict) else {}
+
+
+def read_model_index(model_path: str | None) -> dict | None:
+    if not model_path:
+        return None
+    path = Path(model_path) / "model_index.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def parallel_facts(gate: GateReport, ws: Workspace, analysis: Analysis) -> ParallelFacts:
+    t_src = ws.load(Path(gate.value("transformer_file")))
+    cls = t_src.classes[gate.value("transformer_class")]
+    model_path = gate.value("model_path")
+    config = load_config(model_path)
+    tree = module_tree(ws, t_src, cls, config)
+    blocks = []
+    for bl in analysis.transformer.block_lists:
+        if bl.is_blocks:
+            blocks.append(block_structure(ws, tree, bl.attr, bl.block_class))
+    seq = sequence_facts(ws, t_src, cls, tree, analysis.transformer.block_lists)
+    top = tuple(_module_fact(n, "") for p, n in tree.nodes.items() if p and "." not in p)
+    cp_plan, cp_at = declared_cp_plan(ws, t_src, cls)
+    index = read_model_index(model_path)
+    mp = Path(model_path) if model_path else None
+    return ParallelFacts(
+        config={k: v for k, v in config.items() if jsonable(v) is not None},
+        blocks=tuple(blocks),
+        sequence=_sequence_record(seq) if seq is not None else None,
+        top_modules=top,
+        position_modules=_position_modules(ws, tree, seq),
+        diffusers_cp_plan=cp_plan,
+        diffusers_cp_plan_at=cp_at,
+        text_encoders=text_encoder_facts(ws, mp, index),
+        vae=vae_facts(ws, mp, index),
+        crosscheck={"ok": None, "error": "not run"},
+    )
+
+
+# -- blocks ---------------------------------------------------------------------------------
+
+
+def block_structure(ws: Workspace, tree: Tree, attr: str, block_class: str | None) -> BlockStructure:
+    container = tree.nodes.get(attr)
+    root = f"{attr}.0"
+    if root not in tree.nodes:
+        keyed = [p for p in tree.nodes if p.startswith(attr + ".") and p.count(".") == 1]
+        root = keyed[0] if keyed else root
+    block = tree.nodes.get(root)
+    length = int_value(container.length) if container is not None and container.length is not None else None
+    if block is None or block.cls_node is None:
+        return BlockStructure(attr, block_class, length, (), (), (), (), (),
+                              unknowns=(f"element 0 of `{attr}` could not be built statically",))
+    prefix = root + "."
+    modules = tuple(_module_fact(n, root) for p, n in tree.nodes.items() if p.startswith(prefix))
+    atts: list[AttentionFacts] = []
+    for path, node in list(tree.nodes.items()):
+        if path.startswith(prefix) and node.kind == "module" and is_attention(ws, node):
+            if any(path.startswith(f"{root}.{a.path}.") for a in atts):
+                continue  # an attention nested in another one
+            atts.append(attention_facts(ws, tree, node, root))
+    roles = _linear_roles(ws, tree, block, root, atts)
+    tables = tuple(p[len(prefix):] for p, n in tree.nodes.items() if p.startswith(prefix) and n.kind == "parameter")
+    b_src, b_cls = block.cls_node
+    kernels = _kernels(ws, [b_src] + [ws.load(Path(a.file)) for a in atts])
+    unknowns = [u for a in atts for u in a.unknowns]
+    if not atts:
+        unknowns.append(f"no attention module found in {b_cls.name.value}")
+    return BlockStructure(
+        attr=attr, block_class=b_cls.name.value, length=length, modules=modules,
+        attentions=tuple(_attention_record(a) for a in atts), linears=roles, tables=tables, kernels=kernels,
+        evidence=(Evidence(str(b_src.path), b_src.line(b_cls), f"element 0 of `{attr}`: {b_cls.name.value}"),),
+        unknowns=tuple(unknowns))
+
+
+def _module_fact(n: Node, root: str) -> ModuleFact:
+    rel = n.path[len(root) + 1:] if root else n.path
+    shape = None
+    if n.shape is not None:
+        shape = (jsonable(n.shape[0]) if isinstance(jsonable(n.shape[0]), int) else None,
+                 jsonable(n.shape[1]) if isinstance(jsonable(n.shape[1]), int) else None)
+    return ModuleFact(rel, n.cls, n.kind, shape, n.conditional, n.file, n.line)
+
+
+def _attention_record(a: AttentionFacts) -> AttentionFact:
+    def pair(p):
+        return None if p is None else (p[0], int_value(p[1]))
+    equal = all(("chunk(3" in how or "unflatten" in how or "(3," in how) for how in a.fused.values())
+    return AttentionFact(
+        path=a.path, cls=a.cls, processor=a.processor,
+        processor_at=Evidence(a.processor_file, a.processor_line or 0, f"processor {a.processor}")
+        if a.processor else None,
+        in_projs=tuple(a.in_projs), out_projs=tuple(a.out_projs), fused=dict(a.fused), fused_equal_split=equal,
+        reshape_attrs=dict(a.reshape_attrs), heads=pair(a.heads), kv_heads=pair(a.kv_heads),
+        head_dim=pair(a.head_dim),
+        mask_at=Evidence(a.processor_file or a.file, a.mask_line, "the processor takes and uses an attention mask")
+        if a.mask_line else None,
+        rope_at=Evidence(a.processor_file or a.file, a.rope_line, "the processor applies rotary embeddings")
+        if a.rope_line else None,
+        kernel=Evidence(a.processor_file or a.file, a.kernel[1], f"attention kernel `{a.kernel[0]}`")
+        if a.kernel else None,
+        qk_norms={k: int_value(v) for k, v in a.qk_norms.items()},
+        evidence=tuple(a.evidence), unknowns=tuple(a.unknowns))
+
+
+def _linear_roles(ws: Workspace, tree: Tree, block: Node, root: str, atts: list[AttentionFacts]) -> tuple:
+    """Every Linear in element 0: attention in/out, FFN in/out, modulation, or a block-level projection."""
+    prefix = root + "."
+    roles: dict[str, LinearRole] = {}
+    for a in atts:
+        for p in a.in_projs:
+            roles[p] = LinearRole(p, "attention_in", f"{a.processor or a.cls} calls it before the attention kernel")
+        for p in a.out_projs:
+            roles[p] = LinearRole(p, "attention_out", f"{a.processor or a.cls} calls it after the attention kernel")
+    att_paths = [a.path for a in atts]
+    linears = [(p[len(prefix):], n) for p, n in tree.nodes.items() if p.startswith(prefix) and n.kind == "linear"]
+    children = [p[len(prefix):] for p in tree.nodes if p.startswith(prefix) and p.count(".") == prefix.count(".")]
+    for child in children:
+        if child in att_paths:
+            continue
+        node = tree.nodes[prefix + child]
+        inner = [rel for rel, _ in linears if rel.startswith(child + ".")]
+        if node.kind == "module" and _is_norm_or_mod(child, node):
+            for rel in inner:
+                roles.setdefault(rel, LinearRole(rel, "modulation", f"inside {node.cls} `{child}`: its output is "
+                                                 "shift/scale/gate, needed whole on every rank"))
+        elif node.kind in ("module", "container") and len(inner) >= 2:
+            if _is_modulation_name(child):
+                for rel in inner:
+                    roles.setdefault(rel, LinearRole(rel, "modulation", f"`{child}` produces modulation"))
+                continue
+            for rel in inner[:-1]:
+                roles.setdefault(rel, LinearRole(rel, "ffn_in", f"{node.cls} `{child}`: projects up"))
+            roles.setdefault(inner[-1], LinearRole(inner[-1], "ffn_out", f"{node.cls} `{child}`: projects back down "
+                                                   "(last Linear registered)"))
+        elif len(inner) == 1 and _is_modulation_name(child):
+            roles.setdefault(inner[0], LinearRole(inner[0], "modulation", f"`{child}` produces modulation"))
+    loose = [rel for rel, _ in linears if rel not in roles and "." not in rel]
+    if loose:
+        for rel, role in _block_dataflow(block, loose, att_paths).items():
+            roles[rel] = role
+    for rel, _ in linears:
+        roles.setdefault(rel, LinearRole(rel, "unknown", "not reached by any rule"))
+    return tuple(roles[rel] for rel, _ in linears if rel in roles)
+
+
+def _is_modulation_name(name: str) -> bool:
+    low = name.lower()
+    return "mod" in low.split("_") or low.endswith("_mod") or "adaln" in low or "modulation" in low
+
+
+def _is_norm_or_mod(name: str, node: Node) -> bool:
+    return "Norm" in node.cls or _is_modulation_name(name)
+
+
+def _block_dataflow(block: Node, loose: list[str], att_paths: list[str]) -> dict[str, LinearRole]:
+    """Block-level Linears: fed by attention output -> row-wise; otherwise column-wise."""
+    src, cls = block.cls_node
+    fwd = find_method(cls, "forward")
+    out: dict[str, LinearRole] = {}
+    if fwd is None:
+        return out
+    origin: dict[str, set[str]] = {}  # local -> {"attn:<path>", "linear:<path>"}
+    for assign in sorted(find_all(fwd, cst.Assign), key=src.line):
+        tags: set[str] = set()
+        for call in find_all(assign.value, cst.Call):
+            name = dotted(call.func) or ""
+            if name.startswith("self.") and name[5:] in att_paths:
+                tags.add(f"attn:{name[5:]}")
+            if name.startswith("self.") and name[5:] in loose:
+                tags.add(f"linear:{name[5:]}")
+        for n in names_read(assign.value):
+            tags |= origin.get(n, set())
+        for t in assign.targets:
+            for n in target_names(t.target):
+                origin[n] = tags
+    for call in find_all(fwd, cst.Call):
+        name = dotted(call.func) or ""
+        if not (name.startswith("self.") and name[5:] in loose):
+            continue
+        rel = name[5:]
+        tags: set[str] = set()
+        for arg in call.args:
+            for n in names_read(arg.value):
+                tags |= origin.get(n, set())
+            for inner in find_all(arg.value, cst.Call):
+                iname = dotted(inner.func) or ""
+                if iname.startswith("self.") and iname[5:] in att_paths:
+                    tags.add(f"attn:{iname[5:]}")
+        att = sorted(t for t in tags if t.startswith("attn:"))
+        lin = sorted(t[7:] for t in tags if t.startswith("linear:") and t[7:] != rel)
+        line = src.line(call)
+        if att:
+            why = f"its input carries the attention output (line {line})"
+            if lin:
+                why += f" joined with `{', '.join(lin)}` output: one weight serves two projections"
+            out[rel] = LinearRole(rel, "block_out", why, fused_out_down=bool(lin))
+        else:
+            out.setdefault(rel, LinearRole(rel, "block_in", f"applied to the block input (line {line})"))
+    return out
+
+
+def _kernels(ws: Workspace, srcs: list[SourceFile]) -> tuple[Evidence, ...]:
+    out: list[Evidence] = []
+    seen = set()
+    for src in srcs:
+        if src.path in seen:
+            continue
+        seen.add(src.path)
+        for name, imp in src.imports.items():
+            module = imp.module or ""
+            if module.lstrip(".").split(".")[0] in _KERNEL_MODULES:
+                out.append(Evidence(str(src.path), getattr(imp, "line", 0) or 0,
+                                    f"imports `{name}` from `{module}`: a fused kernel unsafe under DTensor"))
+        for call in find_all(src.module, cst.Call, skip_functions=False):
+            name = dotted(call.func) or ""
+            if name in ("os.getenv", "os.environ.get"):
+                out.append(Evidence(str(src.path), src.line(call), f"`{src.code(call)[:60]}`: an env-gated path"))
+            elif name.startswith("torch.ops."):
+                out.append(Evidence(str(src.path), src.line(call), f"custom op `{name}`"))
+    return tuple(out)
+
+
+# -- sequence ---------------------------------------------------------------------------------
+
+
+def _sequence_record(seq: SequenceFacts) -> SequenceFact:
+    lists = []
+    for lf in seq.lists:
+        inputs = tuple(
+            BlockInputFact(
+                param=bi.param, arg=bi.arg, role=bi.role, producer_kind=bi.producer.kind, producer=bi.producer.name,
+                producer_at=Evidence(seq.file, bi.producer.line, bi.producer.code[:80]) if bi.producer.line else None,
+                producer_outputs=bi.producer.outputs, in_loop=bi.in_loop, from_params=tuple(sorted(bi.params)),
+                local_length=tuple(bi.local_length))
+            for bi in lf.inputs)
+        lists.append(ListFlowFact(lf.attr, lf.loop_line, dict(lf.streams), inputs, lf.fresh, lf.after,
+                                  lf.mixed_after, tuple(lf.mixing)))
+    gather = seq.gather
+    return SequenceFact(
+        file=seq.file, forward_line=seq.forward_line, forward_params=tuple(seq.forward_params), lists=tuple(lists),
+        root_blockers=tuple(seq.root_blockers), root_params=dict(seq.root_params),
+        gather=gather.name if gather else None,
+        gather_at=Evidence(seq.file, gather.line, gather.code[:80]) if gather and gather.line else None,
+        gather_blocked=tuple(seq.gather_blocked), masks=tuple(seq.mask_inputs), unknowns=tuple(seq.unknowns))
+
+
+def _position_modules(ws: Workspace, tree: Tree, seq: SequenceFacts | None) -> dict[str, dict[str, Any]]:
+    """For each module that produces a position input: how many tensors it returns and their layout."""
+    out: dict[str, dict[str, Any]] = {}
+    if seq is None:
+        return out
+    for lf in seq.lists:
+        for bi in lf.inputs:
+            if bi.role != "position" or bi.producer.kind != "module" or bi.producer.name in out:
+                continue
+            node = tree.nodes.get(bi.producer.name)
+            out[bi.producer.name] = _layout(node)
+    return out
+
+
+def _layout(node: Node | None) -> dict[str, Any]:
+    """Count returned tensors and read their last reshape: `x.reshape(1, f * h * w, 1, -1)` -> dims 4, split 1."""
+    info: dict[str, Any] = {"outputs": None, "split_dim": 0, "expected_dims": 2, "confidence": "low",
+                            "why": "layout not read; assumed [S, D] tables"}
+    if node is None or node.cls_node is None:
+        return info
+    src, cls = node.cls_node
+    fwd = find_method(cls, "forward")
+    if fwd is None:
+        return info
+    returns = find_all(fwd, cst.Return)
+    if not returns or returns[-1].value is None:
+        return info
+    value = returns[-1].value
+    names = [el.value for el in value.elements] if isinstance(value, cst.Tuple) else [value]
+    info["outputs"] = len(names)
+    first = names[0]
+    shaped = None
+    if isinstance(first, cst.Name):
+        for assign in find_all(fwd, cst.Assign):
+            if any(first.value in target_names(t.target) for t in assign.targets):
+                shaped = assign.value
+    elif isinstance(first, cst.Call):
+        shaped = first
+    if isinstance(shaped, cst.Call) and isinstance(shaped.func, cst.Attribute) and shaped.func.attr.value in (
+            "reshape", "view"):
+        args = [a.value for a in shaped.args]
+        dims = len(args)
+        split = next((i for i, a in enumerate(args) if not (isinstance(a, cst.Integer) and a.value == "1")
+                      and not (isinstance(a, cst.UnaryOperation))), 0)
+        info.update(split_dim=split, expected_dims=dims, confidence="medium",
+                    why=f"`{src.code(shaped)[:70]}` ({src.path.name}:{src.line(shaped)})")
+    return info
+
+
+# -- a `_cp_plan` declared in diffusers ------------------------------------------------------
+
+
+def declared_cp_plan(ws: Workspace, src: SourceFile, cls: cst.ClassDef) -> tuple[dict | None, Evidence | None]:
+    for stmt in cls.body.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else (
+                [small.target] if isinstance(small, cst.AnnAssign) else [])
+            if any(isinstance(t, cst.Name) and t.value == "_cp_plan" for t in targets) and small.value is not None:
+                plan = _plan_value(small.value)
+                return plan, Evidence(str(src.path), src.line(stmt), "diffusers declares `_cp_plan` on the class")
+    return None, None
+
+
+def _plan_value(value: cst.BaseExpression) -> dict | None:
+    if not isinstance(value, cst.Dict):
+        return None
+    plan: dict[str, Any] = {}
+    for el in value.elements:
+        if not isinstance(el, cst.DictElement) or not isinstance(el.key, cst.SimpleString):
+            return None
+        key = el.key.evaluated_value
+        if isinstance(el.value, cst.Dict):
+            inner = {}
+            for sub in el.value.elements:
+                if not isinstance(sub, cst.DictElement):
+                    continue
+                k = evaluate(sub.key, {})
+                inner[str(jsonable(k))] = _hook(sub.value)
+            plan[key] = inner
+        else:
+            plan[key] = _hook(el.value)
+    return plan
+
+
+def _hook(value: cst.BaseExpression) -> dict[str, Any] | None:
+    if isinstance(value, cst.List | cst.Tuple):
+        return [_hook(e.value) for e in value.elements]  # type: ignore[return-value]
+    if not isinstance(value, cst.Call):
+        return None
+    name = (dotted(value.func) or "").rsplit(".", 1)[-1]
+    fields = ("split_dim", "expected_dims", "split_output") if "Input" in name else ("gather_dim", "expected_dims")
+    out: dict[str, Any] = {}
+    pos = [a for a in value.args if a.keyword is None]
+    for i, a in enumerate(pos[: len(fields)]):
+        out[fields[i]] = jsonable(evaluate(a.value, {}))
+    for a in value.args:
+        if a.keyword is not None:
+            out[a.keyword.value] = jsonable(evaluate(a.value, {}))
+    if "Input" in name:
+        out.setdefault("split_output", False)
+    return out
+
+
+__all__ = ["parallel_facts", "block_structure", "declared_cp_plan", "load_config", "read_model_index",
+           "Resolved", "params_of"]
