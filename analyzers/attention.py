@@ -180,6 +180,8 @@ def _read_processor(ws: Workspace, facts: AttentionFacts, tree: Tree, node: Node
                 aliases.setdefault(name, []).append((line, attrs))
                 if not isinstance(t.target, cst.Tuple):
                     proj_of.setdefault(name, []).append((src.line(assign), proj))
+    called = {p.split(".")[0] for p in (_projection(c, owner, modules) for c in calls) if p} | {
+        c.func.attr.value for c in calls if isinstance(c.func, cst.Attribute) and dotted(c.func.value) == owner}
     kernel_line = None
     for call in calls:
         name = dotted(call.func) or ""
@@ -204,7 +206,9 @@ def _read_processor(ws: Workspace, facts: AttentionFacts, tree: Tree, node: Node
                 used |= _attn_attrs(arg.value, owner) - set(modules)
                 for name in _names(arg.value):
                     used |= alias(name, line + 1)
-            for attr in sorted(used & set(node.attrs)):
+            sizes = {a for a in used & set(node.attrs) - called if not is_known(node.attrs[a]) or (
+                isinstance(node.attrs[a], int) and not isinstance(node.attrs[a], bool))}
+            for attr in sorted(sizes):
                 facts.reshape_attrs.setdefault(attr, line)
             if method in _SPLITS or (dotted(call.func) or "") in ("torch.split", "torch.chunk"):
                 qual = dotted(call.func) or ""

@@ -52,6 +52,7 @@ class BlockInput:
     in_loop: bool = False  # produced in the loop body (per block)
     params: set[str] = field(default_factory=set)  # forward parameters it derives from
     local_length: list[Evidence] = field(default_factory=list)  # reads of a sequence tensor's length
+    token_params: set[str] = field(default_factory=set)  # forward params whose dim 1 (a token axis) is read
 
 
 @dataclass
@@ -65,6 +66,7 @@ class ListFlow:
     after: str | None  # the earlier list whose outputs it continues
     mixed_after: bool = False  # its outputs are rebuilt / concatenated before the next list
     mixing: list[Evidence] = field(default_factory=list)
+    side_modules: list[tuple[str, bool, Evidence]] = field(default_factory=list)  # (module, indexed, where)
 
 
 @dataclass
@@ -75,9 +77,12 @@ class SequenceFacts:
     lists: list[ListFlow]
     root_blockers: list[Evidence]  # why a split at the root would not commute with the preprocessing
     root_params: dict[str, str]  # loop variable -> forward parameter it comes from per token
+    root_risks: list[Evidence]  # per-token inputs built from a local length under a root split
     gather: Producer | None  # the last module applied to the stream before reshape/return
     gather_blocked: list[Evidence]  # sequence mixing after the last list, before any module
-    mask_inputs: list[Evidence]
+    gather_blocked_unless_root: list[Evidence]  # cuts by lengths read before the loop
+    mask_inputs: list[tuple[str, str | None, Evidence]]  # (name, layout, where)
+    batch_dropped: dict[str, Evidence] = field(default_factory=dict)  # param -> `if p.ndim == 3: p = p[0]`
     evidence: list[Evidence] = field(default_factory=list)
     unknowns: list[str] = field(default_factory=list)
 
@@ -106,11 +111,12 @@ def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree
     loops.sort(key=lambda p: p[1].line)
     params = [p.name.value for p in params_of(fwd) if p.name.value != "self"]
     flow = _Flow(ws, src, cls, fwd, tree, params)
+    flow.lists = facts_lists = []
     for bl, _ in loops:
         in_fwd = [lp for lp in uses[bl.attr].loops if lp.call is not None and lp.method == "forward"]
         spans[bl.attr] = (spans[bl.attr][0], max(flow.end_line(x.node) for x in in_fwd))
     flow.loop_spans = list(spans.values())
-    facts = SequenceFacts(str(src.path), src.line(fwd), params, [], [], {}, None, [], [])
+    facts = SequenceFacts(str(src.path), src.line(fwd), params, [], [], {}, [], None, [], [], [])
     prev: ListFlow | None = None
     for bl, lp in loops:
         end = spans[bl.attr][1]
@@ -129,6 +135,7 @@ def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree
             producer, in_loop = flow.producer_of(arg, lp)
             bi = BlockInput(param, arg, role, producer, in_loop)
             bi.params, bi.local_length = flow.derivation(arg, lp.line)
+            bi.token_params = flow.token_params(arg, lp.line)
             if role == "other" and producer.kind == "module" and is_position(producer.name or ""):
                 bi.role = "position"
             inputs.append(bi)
@@ -141,6 +148,9 @@ def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree
                 prev.mixed_after = True
                 prev.mixing = mixing
         lf = ListFlow(bl.attr, lp.line, end, streams, inputs, fresh, after)
+        facts_lists.append(lf)
+        split_before = {v for earlier in facts.lists for v in earlier.streams.values()}
+        lf.side_modules = flow.side_modules(lp, set(streams.values()) | split_before)
         facts.lists.append(lf)
         prev = lf
     if not facts.lists:
@@ -148,8 +158,12 @@ def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree
         return facts
     first = facts.lists[0]
     facts.root_blockers, facts.root_params = flow.root_check(first, loops[0][1])
+    facts.root_risks = _dedupe(flow.root_risks)
     facts.gather, facts.gather_blocked = flow.gather(facts.lists[-1], loops[-1][1])
+    facts.gather_blocked_unless_root = flow.blocked_unless_root
+    facts.root_risks = _dedupe(flow.root_risks)
     facts.mask_inputs = flow.masks()
+    facts.batch_dropped = flow.batch_dropped()
     return facts
 
 
@@ -158,6 +172,9 @@ class _Flow:
         self.ws, self.src, self.cls, self.fwd, self.tree, self.params = ws, src, cls, fwd, tree, params
         self.methods = {fn.name.value for fn in iter_methods(cls)}
         self.loop_spans: list[tuple[int, int]] = []
+        self.root_risks: list[Evidence] = []
+        self.blocked_unless_root: list[Evidence] = []
+        self.defaults = {p.name.value: (src.code(p.default) if p.default is not None else None) for p in params_of(fwd)}
         self.assigns: list[tuple[int, list[str], cst.BaseExpression, cst.CSTNode]] = []
         for stmt in walk_statements(body_of(fwd)):
             if isinstance(stmt, cst.SimpleStatementLine):
@@ -242,6 +259,36 @@ class _Flow:
                 stack.append((n, ln))
         return params, lengths
 
+    def token_params(self, arg: str, line: int) -> set[str]:
+        """Forward parameters `arg` derives from whose `.shape[1]` is read on the way (a per-token axis)."""
+        out: set[str] = set()
+        seen: set[tuple[str, int]] = set()
+        stack = [(arg, line)]
+        while stack and len(seen) < 200:
+            name, before = stack.pop()
+            if (name, before) in seen:
+                continue
+            seen.add((name, before))
+            defs = self.defs_before(name, before)
+            if not defs:
+                continue
+            ln, _, value = defs[-1]
+            for n in names_read(value) - {"self"}:
+                stack.append((n, ln))
+        for ln, _, value, node in self.assigns:
+            if ln >= line or self.in_loop(ln):
+                continue
+            for sub in find_all(value, cst.Subscript):
+                base = sub.value
+                if (isinstance(base, cst.Attribute) and base.attr.value == "shape" and isinstance(base.value, cst.Name)
+                        and base.value.value in self.params and len(sub.slice) == 1
+                        and isinstance(sub.slice[0].slice, cst.Index)
+                        and isinstance(sub.slice[0].slice.value, cst.Integer) and sub.slice[0].slice.value.value == "1"
+                        and any(n == base.value.value for n, _ in seen)):
+                    if not self.defs_before(base.value.value, ln):
+                        out.add(base.value.value)
+        return out
+
     def length_reads(self, value: cst.BaseExpression, line: int) -> list[Evidence]:
         """`x.shape`, `x.size(..)`, `len(x)` on a tensor-valued name, or a helper that reads `.shape`."""
         out = []
@@ -286,8 +333,12 @@ class _Flow:
             if not chain_ok:
                 blockers += why
         for bi in first.inputs:
-            if bi.role in ("position", "mask") or (bi.role == "other" and bi.local_length):
-                if bi.local_length and bi.role != "stream":
+            if bi.role == "other" and bi.local_length:
+                for ev in bi.local_length:
+                    self.root_risks.append(Evidence(ev.file, ev.line, f"`{bi.param}` {ev.why}: under a root split it "
+                                                    "is built for the local chunk; wrong if it marks absolute spans"))
+            if bi.role in ("position", "mask"):
+                if bi.local_length:
                     for ev in bi.local_length:
                         blockers.append(Evidence(ev.file, ev.line, f"`{bi.param}` {ev.why}: computed from the local "
                                                  "length after a root split (position drift)"))
@@ -381,6 +432,10 @@ class _Flow:
                         break
                     name, line = cands[0], ln
                     continue
+                joined = _joined(value)
+                if joined and all(j in outputs for j in joined):
+                    name, line = joined[-1], ln  # cat of the previous list's (already split) outputs: stays local
+                    continue
                 mixing.append(Evidence(path, ln, f"`{self.src.code(value)[:70]}` rebuilds the sequence between "
                                        f"`{prev.attr}` and the next list"))
                 name = None
@@ -394,6 +449,7 @@ class _Flow:
     def gather(self, last: ListFlow, loop: Loop) -> tuple[Producer | None, list[Evidence]]:
         stream = next(iter(last.streams.values()), None)
         hidden = last.streams.get("hidden_states", stream)
+        streams = {v for lf in self.lists for v in lf.streams.values()}
         path = str(self.src.path)
         current = {hidden} if hidden else set()
         candidate: Producer | None = None
@@ -423,12 +479,58 @@ class _Flow:
                 continue
             if method in ("cat", "concat", "split", "chunk") or isinstance(call, cst.Subscript) or any(
                     dotted(c.func) in ("torch.cat", "torch.concat") for c in find_all(call, cst.Call)):
-                blocked.append(Evidence(path, ln, f"`{self.src.code(value)[:70]}` slices or joins the sequence "
-                                        "after the last block"))
+                kind = self.cut_kind(value, last, ln, streams)
+                if kind != "local":
+                    ev = Evidence(path, ln, f"`{self.src.code(value)[:70]}` slices or joins the sequence after the "
+                                  f"last block ({kind})")
+                    (blocked if kind == "global" else self.blocked_unless_root).append(ev)
                 current |= set(names)
                 continue
             break
         return candidate, blocked
+
+    def cut_kind(self, value, last: ListFlow, line: int, streams: set[str]) -> str:
+        """A slice/join after the blocks: "local" (lengths read from split tensors after the loop or joins of
+        split streams), "lengths read before the loop" (local only under a root split), or "global"."""
+        joined = _joined(value)
+        if joined and all(j in streams for j in joined):
+            return "local"
+        bounds: set[str] = set()
+        for sub in find_all(value, cst.Subscript):
+            for el in sub.slice:
+                bounds |= names_read(el.slice)
+        for call in find_all(value, cst.Call):
+            for a in call.args[1:]:
+                bounds |= names_read(a.value)
+        bounds -= streams | {"self"}
+        attrs_shape = [a for a in find_all(value, cst.Attribute) if a.attr.value == "shape"
+                       and isinstance(a.value, cst.Name) and a.value.value in streams]
+        if not bounds and attrs_shape:
+            return "local"
+        kinds = set()
+        for name in bounds:
+            defs = self.defs_before(name, line)
+            if not defs:
+                default = self.defaults.get(name)
+                if default in ("0", "None"):
+                    self.root_risks.append(Evidence(str(self.src.path), line, f"the output is cut by `{name}` "
+                                                    f"(default {default}): with a non-zero value the cut lands in "
+                                                    "the wrong place on a local chunk"))
+                    continue
+                kinds.add("global")
+                continue
+            ln, _, v = defs[-1]
+            reads = [a for a in find_all(v, cst.Attribute) if a.attr.value == "shape" and isinstance(a.value, cst.Name)
+                     and (a.value.value in streams or a.value.value in self.params)]
+            if not reads:
+                kinds.add("global")
+            elif ln > last.loop_end:
+                kinds.add("local")
+            else:
+                kinds.add("lengths read before the loop")
+        if "global" in kinds:
+            return "global"
+        return "lengths read before the loop" if "lengths read before the loop" in kinds else "local"
 
     def _module_inside(self, value, current: set[str], line: int, names: list[str]) -> Producer | None:
         """`(self.norm_out(h.float()) * (1 + scale) + shift).type_as(h)`: an element-wise wrap of one module."""
@@ -445,16 +547,125 @@ class _Flow:
                 return Producer("module", name[5:], line, self.src.code(value), sorted(names_read(call) - {"self"}))
         return None
 
-    def masks(self) -> list[Evidence]:
+    def side_modules(self, loop: Loop, streams: set[str]) -> list[tuple[str, bool, Evidence]]:
+        """Modules whose output the loop body joins into a stream (`cat([enc, proj_i(...)])`)."""
+        path = str(self.src.path)
+        body_assigns = [(ln, names, value) for ln, names, value, _ in self.assigns
+                        if loop.line < ln <= self.end_line(loop.node)]
+        side: set[str] = set()
+        for ln, names, value in body_assigns:
+            if set(names) & streams and (loop.block_var or "") not in names_read(value):
+                side |= names_read(value) - streams - {"self", loop.index_var or "", loop.block_var or ""}
+        for ln, names, value in body_assigns:  # one step back inside the body: `cur = layers[i]`
+            if set(names) & side:
+                side |= names_read(value) - streams - {"self", loop.index_var or ""}
+        closure = set(side)
+        found: list[tuple[str, bool, Evidence]] = []
+        for _ in range(6):
+            grew = False
+            for stmt in walk_statements(body_of(self.fwd)):
+                line = self.src.line(stmt)
+                if line >= loop.line or self.in_loop(line):
+                    continue
+                if isinstance(stmt, cst.SimpleStatementLine):
+                    for small in stmt.body:
+                        targets, value = _targets_value(small)
+                        if value is None or not (targets & closure):
+                            continue
+                        new = names_read(value) - {"self"} - closure
+                        if new:
+                            closure |= new
+                            grew = True
+                        for call in find_all(value, cst.Call):
+                            func = call.func
+                            indexed = isinstance(func, cst.Subscript)
+                            name = dotted(func.value if indexed else func) or ""
+                            if name.startswith("self.") and name[5:] in self.tree.nodes:
+                                entry = (name[5:], indexed, Evidence(path, line, f"`{self.src.code(small)[:70]}` feeds "
+                                                                     "a tensor the loop body joins into a stream"))
+                                if all(e[0] != entry[0] for e in found):
+                                    found.append(entry)
+            if not grew:
+                break
+        return found
+
+    def batch_dropped(self) -> dict[str, Evidence]:
+        """Parameters forward reduces to 2-D by dropping a batch axis (`if ids.ndim == 3: ids = ids[0]`)."""
+        out: dict[str, Evidence] = {}
+        for stmt in walk_statements(body_of(self.fwd)):
+            if not isinstance(stmt, cst.If):
+                continue
+            test = self.src.code(stmt.test).replace(" ", "")
+            for small in (s for line in body_of(stmt) if isinstance(line, cst.SimpleStatementLine) for s in line.body):
+                if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.Subscript)):
+                    continue
+                base = small.value.value
+                names = [n for t in small.targets for n in target_names(t.target)]
+                if (isinstance(base, cst.Name) and base.value in self.params and names == [base.value]
+                        and (f"{base.value}.ndim==3" in test or f"len({base.value}.shape)==3" in test)):
+                    out[base.value] = Evidence(str(self.src.path), self.src.line(stmt),
+                                               f"`{self.src.code(stmt.test)}` drops the batch axis of `{base.value}`")
+        return out
+
+    def masks(self) -> list[tuple[str, str | None, Evidence]]:
         out = []
         path = str(self.src.path)
         for p in self.params:
             if "mask" in p.lower():
-                out.append(Evidence(path, self.src.line(self.fwd), f"forward takes `{p}`"))
+                out.append((p, None, Evidence(path, self.src.line(self.fwd), f"forward takes `{p}`")))
         for ln, names, value, _ in self.assigns:
-            if any("mask" in n.lower() for n in names):
-                out.append(Evidence(path, ln, f"`{', '.join(names)} = {self.src.code(value)[:60]}`"))
+            for n in names:
+                if "mask" in n.lower() and len(names) == 1:
+                    out.append((n, mask_kind(value), Evidence(path, ln, f"`{n} = {self.src.code(value)[:60]}`")))
         return out
+
+
+def _joined(value: cst.BaseExpression) -> list[str]:
+    """`torch.cat([a, b], dim=1)` -> ["a", "b"] when every element is a plain name."""
+    if isinstance(value, cst.Call) and (dotted(value.func) or "") in ("torch.cat", "torch.concat") and value.args:
+        seq = value.args[0].value
+        if isinstance(seq, cst.List | cst.Tuple) and all(isinstance(e.value, cst.Name) for e in seq.elements):
+            return [e.value.value for e in seq.elements]
+    return []
+
+
+def _targets_value(small: cst.CSTNode) -> tuple[set[str], cst.BaseExpression | None]:
+    """Names a small statement defines and the value it reads; `xs.append(v)` defines xs from v."""
+    if isinstance(small, cst.Assign):
+        return {n for t in small.targets for n in target_names(t.target)}, small.value
+    if isinstance(small, cst.AnnAssign):
+        return set(target_names(small.target)), small.value
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        func = small.value.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("append", "extend") and isinstance(
+                func.value, cst.Name) and small.value.args:
+            return {func.value.value}, small.value.args[0].value
+    return set(), None
+
+
+def mask_kind(value: cst.BaseExpression) -> str | None:
+    """Layout of an attention mask from the expression that builds it."""
+    for sub in find_all(value, cst.Subscript):
+        nones = sum(1 for el in sub.slice if isinstance(el.slice, cst.Index) and dotted(el.slice.value) == "None")
+        if nones >= 2:
+            return "1-D key mask [B, 1, 1, S]"
+    for binop in find_all(value, cst.BinaryOperation):
+        if isinstance(binop.operator, cst.MatrixMultiply):
+            return "2-D mask [B, 1, S, S]"
+        if isinstance(binop.operator, cst.Multiply | cst.BitAnd):
+            sides = [binop.left, binop.right]
+            if all(isinstance(x, cst.Call | cst.Subscript) for x in sides):
+                text = [dotted(x.func) if isinstance(x, cst.Call) and isinstance(x.func, cst.Attribute) else "" for x in sides]
+                if all(t and t.endswith("unsqueeze") for t in text):
+                    return "2-D mask [B, 1, S, S]"
+    for call in find_all(value, cst.Call):
+        name = dotted(call.func) or ""
+        if name.endswith(("bmm", "matmul", "outer", "einsum")):
+            return "2-D mask [B, 1, S, S]"
+    unsq = [c for c in find_all(value, cst.Call) if isinstance(c.func, cst.Attribute) and c.func.attr.value == "unsqueeze"]
+    if unsq:
+        return "1-D key mask [B, 1, 1, S]" if len(unsq) >= 2 else "1-D key mask [B, 1, S]"
+    return None
 
 
 def _unwrap(value: cst.BaseExpression) -> cst.BaseExpression:

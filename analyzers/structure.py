@@ -24,6 +24,8 @@ from integrate.records import (
     GateReport,
     LinearRole,
     ListFlowFact,
+    MaskFact,
+    SideModule,
     ModuleFact,
     ParallelFacts,
     SequenceFact,
@@ -35,7 +37,7 @@ from ._syntax import find_all, names_read, params_of, target_names
 from .attention import AttentionFacts, attention_facts, int_value, is_attention
 from .encoders import text_encoder_facts, vae_facts
 from .modules import Node, Tree, module_tree
-from .sequence import SequenceFacts, sequence_facts
+from .sequence import SequenceFacts, mask_kind, sequence_facts
 from .values import evaluate, jsonable
 
 _KERNEL_MODULES = ("flash_attn", "triton", "apex", "xformers", "liger_kernel", "flashinfer", "sageattention")
@@ -88,6 +90,7 @@ def parallel_facts(gate: GateReport, ws: Workspace, analysis: Analysis) -> Paral
         position_modules=_position_modules(ws, tree, seq),
         diffusers_cp_plan=cp_plan,
         diffusers_cp_plan_at=cp_at,
+        pipeline_masks=pipeline_masks(ws, gate),
         text_encoders=text_encoder_facts(ws, mp, index),
         vae=vae_facts(ws, mp, index),
         crosscheck={"ok": None, "error": "not run"},
@@ -106,8 +109,10 @@ def block_structure(ws: Workspace, tree: Tree, attr: str, block_class: str | Non
     block = tree.nodes.get(root)
     length = int_value(container.length) if container is not None and container.length is not None else None
     if block is None or block.cls_node is None:
-        return BlockStructure(attr, block_class, length, (), (), (), (), (),
-                              unknowns=(f"element 0 of `{attr}` could not be built statically",))
+        why = (f"`{attr}` is not built for this config (its constructor branch is not taken)" if container is None
+               else f"element 0 of `{attr}` could not be built statically")
+        return BlockStructure(attr, block_class, length, (), (), (), (), (), unknowns=(why,),
+                              built=container is not None)
     prefix = root + "."
     modules = tuple(_module_fact(n, root) for p, n in tree.nodes.items() if p.startswith(prefix))
     atts: list[AttentionFacts] = []
@@ -123,11 +128,74 @@ def block_structure(ws: Workspace, tree: Tree, attr: str, block_class: str | Non
     unknowns = [u for a in atts for u in a.unknowns]
     if not atts:
         unknowns.append(f"no attention module found in {b_cls.name.value}")
+    subs = [a.path for a in atts] + sorted({r.path.split(".")[0] for r in roles if r.role in ("ffn_in", "ffn_out")})
+    surgery, calls = _block_surgery(ws, tree, block, root, subs)
     return BlockStructure(
         attr=attr, block_class=b_cls.name.value, length=length, modules=modules,
         attentions=tuple(_attention_record(a) for a in atts), linears=roles, tables=tables, kernels=kernels,
         evidence=(Evidence(str(b_src.path), b_src.line(b_cls), f"element 0 of `{attr}`: {b_cls.name.value}"),),
-        unknowns=tuple(unknowns))
+        unknowns=tuple(unknowns), surgery=surgery, calls=calls)
+
+
+def _block_surgery(ws: Workspace, tree: Tree, block: Node, root: str, subs: list[str]):
+    """Does the block cut its stream by a length from a non-tensor input (a global count)? And its sub-module calls."""
+    src, cls = block.cls_node
+    fwd = find_method(cls, "forward")
+    if fwd is None:
+        return (), ()
+    params = params_of(fwd)
+    names = [p.name.value for p in params if p.name.value != "self"]
+    ints = {p.name.value for p in params if p.annotation is not None and "int" in src.code(p.annotation.annotation)
+            and "Tensor" not in src.code(p.annotation.annotation)}
+    stream = names[0] if names else None
+    positions = {n for n in names if any(w in n.lower() for w in ("rotary", "rope", "freqs", "pos_emb"))}
+    derived: dict[str, set[str]] = {}
+    for assign in sorted(find_all(fwd, cst.Assign), key=src.line):
+        got: set[str] = set()
+        for n in names_read(assign.value):
+            got |= derived.get(n, {n} if n in names else set())
+        for t in assign.targets:
+            for n in target_names(t.target):
+                derived[n] = got
+    path = str(src.path)
+    surgery: list[Evidence] = []
+    for call in find_all(fwd, cst.Call):
+        name = dotted(call.func) or ""
+        if name in ("torch.split", "torch.tensor_split") or (isinstance(call.func, cst.Attribute)
+                                                              and call.func.attr.value in ("split", "split_with_sizes")):
+            reads: set[str] = set()
+            for a in call.args[1:] if name.startswith("torch.") else call.args:
+                for n in names_read(a.value):
+                    reads |= derived.get(n, {n})
+            hit = sorted(reads & ints)
+            if hit:
+                surgery.append(Evidence(path, src.line(call), f"`{src.code(call)[:70]}` cuts the sequence by "
+                                        f"`{hit[0]}`, a length passed in as a number: wrong on a local chunk"))
+    calls: list = []
+    from integrate.records import SubModuleCall
+
+    for call in find_all(fwd, cst.Call):
+        name = dotted(call.func) or ""
+        sub = name[5:] if name.startswith("self.") else None
+        if sub not in subs:
+            continue
+        node = tree.nodes.get(f"{root}.{sub}")
+        target = None
+        if node is not None and node.cls_node is not None:
+            n_src, n_cls = node.cls_node
+            target = find_method(n_cls, "forward")
+        sub_params = [p.name.value for p in params_of(target) if p.name.value != "self"] if target else []
+        inputs: dict[str, str] = {}
+        positional = [a for a in call.args if a.keyword is None]
+        bound = list(zip(sub_params, positional)) + [(a.keyword.value, a) for a in call.args if a.keyword is not None]
+        for pname, arg in bound:
+            reads: set[str] = set()
+            for n in names_read(arg.value):
+                reads |= derived.get(n, {n})
+            role = "stream" if stream in reads else "position" if reads & positions else "other"
+            inputs[pname] = role
+        calls.append(SubModuleCall(sub, inputs, Evidence(path, src.line(call), f"`self.{sub}(...)`")))
+    return tuple(surgery), tuple(calls)
 
 
 def _module_fact(n: Node, root: str) -> ModuleFact:
@@ -186,10 +254,11 @@ def _linear_roles(ws: Workspace, tree: Tree, block: Node, root: str, atts: list[
                 for rel in inner:
                     roles.setdefault(rel, LinearRole(rel, "modulation", f"`{child}` produces modulation"))
                 continue
-            for rel in inner[:-1]:
-                roles.setdefault(rel, LinearRole(rel, "ffn_in", f"{node.cls} `{child}`: projects up"))
-            roles.setdefault(inner[-1], LinearRole(inner[-1], "ffn_out", f"{node.cls} `{child}`: projects back down "
-                                                   "(last Linear registered)"))
+            down, why = _ffn_down(node, child, inner)
+            for rel in inner:
+                if rel != down:
+                    roles.setdefault(rel, LinearRole(rel, "ffn_in", f"{node.cls} `{child}`: projects up"))
+            roles.setdefault(down, LinearRole(down, "ffn_out", f"{node.cls} `{child}`: projects back down ({why})"))
         elif len(inner) == 1 and _is_modulation_name(child):
             roles.setdefault(inner[0], LinearRole(inner[0], "modulation", f"`{child}` produces modulation"))
     loose = [rel for rel, _ in linears if rel not in roles and "." not in rel]
@@ -199,6 +268,42 @@ def _linear_roles(ws: Workspace, tree: Tree, block: Node, root: str, atts: list[
     for rel, _ in linears:
         roles.setdefault(rel, LinearRole(rel, "unknown", "not reached by any rule"))
     return tuple(roles[rel] for rel, _ in linears if rel in roles)
+
+
+def _ffn_down(node: Node, child: str, inner: list[str]) -> tuple[str, str]:
+    """The FFN's down projection: the Linear whose input holds another Linear's output in forward."""
+    direct = {rel[len(child) + 1:]: rel for rel in inner if rel.count(".") == child.count(".") + 1}
+    if node.cls_node is not None and len(direct) >= 2:
+        src, cls = node.cls_node
+        fwd = find_method(cls, "forward")
+        if fwd is not None:
+            history: dict[str, list[tuple[int, set[str]]]] = {}
+
+            def fed(name: str, line: int) -> set[str]:
+                earlier = [got for ln, got in history.get(name, []) if ln < line]
+                return earlier[-1] if earlier else set()
+
+            for assign in sorted(find_all(fwd, cst.Assign), key=src.line):
+                line = src.line(assign)
+                got = {dotted(c.func)[5:] for c in find_all(assign.value, cst.Call)
+                       if (dotted(c.func) or "").startswith("self.") and (dotted(c.func) or "")[5:] in direct}
+                for n in names_read(assign.value):
+                    got |= fed(n, line)
+                for t in assign.targets:
+                    for n in target_names(t.target):
+                        history.setdefault(n, []).append((line, got))
+            for call in find_all(fwd, cst.Call):
+                name = (dotted(call.func) or "")[5:]
+                if not (dotted(call.func) or "").startswith("self.") or name not in direct:
+                    continue
+                line = src.line(call)
+                inside = {(dotted(c.func) or "")[5:] for a in call.args for c in find_all(a.value, cst.Call)}
+                for a in call.args:
+                    for n in names_read(a.value):
+                        inside |= fed(n, line)
+                if inside & (set(direct) - {name}):
+                    return direct[name], f"`self.{name}` takes the other projections' output (line {src.line(call)})"
+    return inner[-1], "last Linear registered"
 
 
 def _is_modulation_name(name: str) -> bool:
@@ -289,17 +394,21 @@ def _sequence_record(seq: SequenceFacts) -> SequenceFact:
                 param=bi.param, arg=bi.arg, role=bi.role, producer_kind=bi.producer.kind, producer=bi.producer.name,
                 producer_at=Evidence(seq.file, bi.producer.line, bi.producer.code[:80]) if bi.producer.line else None,
                 producer_outputs=bi.producer.outputs, in_loop=bi.in_loop, from_params=tuple(sorted(bi.params)),
-                local_length=tuple(bi.local_length))
+                local_length=tuple(bi.local_length), token_params=tuple(sorted(bi.token_params)))
             for bi in lf.inputs)
+        sides = tuple(SideModule(m, indexed, at) for m, indexed, at in lf.side_modules)
         lists.append(ListFlowFact(lf.attr, lf.loop_line, dict(lf.streams), inputs, lf.fresh, lf.after,
-                                  lf.mixed_after, tuple(lf.mixing)))
+                                  lf.mixed_after, tuple(lf.mixing), sides))
     gather = seq.gather
     return SequenceFact(
         file=seq.file, forward_line=seq.forward_line, forward_params=tuple(seq.forward_params), lists=tuple(lists),
-        root_blockers=tuple(seq.root_blockers), root_params=dict(seq.root_params),
+        root_blockers=tuple(seq.root_blockers), root_params=dict(seq.root_params), root_risks=tuple(seq.root_risks),
         gather=gather.name if gather else None,
         gather_at=Evidence(seq.file, gather.line, gather.code[:80]) if gather and gather.line else None,
-        gather_blocked=tuple(seq.gather_blocked), masks=tuple(seq.mask_inputs), unknowns=tuple(seq.unknowns))
+        gather_blocked=tuple(seq.gather_blocked), gather_blocked_unless_root=tuple(seq.gather_blocked_unless_root),
+        masks=tuple(MaskFact(n, "forward", layout, at) for n, layout, at in seq.mask_inputs),
+        batch_dropped=dict(seq.batch_dropped),
+        unknowns=tuple(seq.unknowns))
 
 
 def _position_modules(ws: Workspace, tree: Tree, seq: SequenceFacts | None) -> dict[str, dict[str, Any]]:
@@ -349,6 +458,61 @@ def _layout(node: Node | None) -> dict[str, Any]:
         info.update(split_dim=split, expected_dims=dims, confidence="medium",
                     why=f"`{src.code(shaped)[:70]}` ({src.path.name}:{src.line(shaped)})")
     return info
+
+
+# -- masks the pipeline hands to the transformer ----------------------------------------------
+
+
+def pipeline_masks(ws: Workspace, gate: GateReport) -> tuple[MaskFact, ...]:
+    """`kwargs["attention_mask"] = ...`, `{"attention_mask": ...}` and `*_mask=` keywords in the pipeline entry."""
+    p_file = gate.value("pipeline_file")
+    if not p_file:
+        return ()
+    src = ws.load(Path(p_file))
+    cls_name = (gate.value("pipeline_class") or "").split(".")[0]
+    entry = None
+    if cls_name in src.classes:
+        entry = find_method(src.classes[cls_name], gate.pipeline_entry)
+    entry = entry or src.functions.get(gate.pipeline_entry)
+    if entry is None:
+        return ()
+    path = str(src.path)
+    out: list[MaskFact] = []
+    values: dict[str, cst.BaseExpression] = {}
+    for assign in find_all(entry, cst.Assign):
+        for t in assign.targets:
+            if isinstance(t.target, cst.Name):
+                values[t.target.value] = assign.value
+            elif isinstance(t.target, cst.Subscript) and len(t.target.slice) == 1:
+                key = t.target.slice[0].slice
+                if isinstance(key, cst.Index) and isinstance(key.value, cst.SimpleString) and "mask" in (
+                        key.value.evaluated_value or ""):
+                    name = key.value.evaluated_value
+                    layout = mask_kind(assign.value) or _layout_of_name(assign.value, values)
+                    out.append(MaskFact(f"{src.code(t.target.value)}[{name!r}]", "pipeline", layout,
+                                        Evidence(path, src.line(assign), f"`{src.code(assign)[:80]}`")))
+    for d in find_all(entry, cst.Dict):
+        for el in d.elements:
+            if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString) and "mask" in (
+                    el.key.evaluated_value or ""):
+                out.append(MaskFact(el.key.evaluated_value, "pipeline", mask_kind(el.value),
+                                    Evidence(path, src.line(d), f"`{src.code(d)[:80]}`")))
+    for call in find_all(entry, cst.Call):
+        name = dotted(call.func) or ""
+        if name.startswith("self.transformer") or name == "transformer":
+            for a in call.args:
+                if a.keyword is not None and "mask" in a.keyword.value:
+                    layout = mask_kind(a.value) or _layout_of_name(a.value, values)
+                    out.append(MaskFact(a.keyword.value, "pipeline", layout,
+                                        Evidence(path, src.line(call), f"the transformer call passes "
+                                                 f"`{a.keyword.value}={src.code(a.value)[:50]}`")))
+    return tuple(out)
+
+
+def _layout_of_name(value: cst.BaseExpression, values: dict[str, cst.BaseExpression]):
+    if isinstance(value, cst.Name) and value.value in values:
+        return mask_kind(values[value.value])
+    return None
 
 
 # -- a `_cp_plan` declared in diffusers ------------------------------------------------------

@@ -79,8 +79,8 @@ def _eval(e: cst.BaseExpression, env: dict[str, Any], attrs: dict[str, Any]) -> 
         if isinstance(e.value, cst.Name) and e.value.value == "self":
             return attrs.get(e.attr.value, UNKNOWN)
         name = dotted(e)
-        if name and name.startswith("config."):  # self.config.x / config.x inside __init__
-            return env.get(name.split(".", 1)[1], UNKNOWN)
+        if name and name.startswith(("config.", "self.config.")):  # register_to_config: the __init__ argument
+            return env.get(name.rsplit(".", 1)[1], UNKNOWN)
         return UNKNOWN
     if isinstance(e, cst.BinaryOperation):
         op = _BINARY.get(type(e.operator))

@@ -162,5 +162,92 @@ def analyze(target: str | None, as_json: bool, markdown: bool, no_cache: bool, *
     return 0
 
 
+def build_plan(flags, probe: bool = True) -> dict:
+    """Gate, analysis, parallelism facts, meta-device cross-check and decisions: the plan as JSON data."""
+    import dataclasses
+
+    from integrate.analyzers import analyze
+    from integrate.analyzers.structure import parallel_facts
+    from integrate.decisions import make_plan
+    from integrate.gate import run_gate
+    from integrate.resolve import Workspace
+
+    ws = Workspace()
+    _progress("gate: locating classes and source files")
+    report = run_gate(flags, ws)
+    _progress("analyzing transformer and pipeline sources")
+    analysis = analyze(report, ws)
+    _progress("reading attention, block structure and sequence flow")
+    facts = parallel_facts(report, ws, analysis)
+    if probe:
+        from integrate.crosscheck import crosscheck
+
+        _progress("cross-checking on the meta device (builds the model without weights)")
+        t_file = report.value("transformer_file")
+        module = ws.load(Path(t_file)).dotted_name
+        check = crosscheck(facts, t_file, report.value("transformer_class"), module, report.value("model_path"))
+    else:
+        check = {"ok": None, "error": "skipped (--no-probe)", "disagreements": [], "checked": 0}
+    facts = dataclasses.replace(facts, crosscheck=check)
+    _progress("deciding CP / TP / TE-P / VAE-P and writing the plan")
+    return make_plan(analysis, facts)
+
+
+@main.command()
+@click.argument("target", required=False)
+@gate_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder to write PLAN.md and plan.json into (created if missing).")
+@click.option("--json", "as_json", is_flag=True, help="Also print plan.json (schema: docs/schema.md).")
+@click.option("--no-probe", is_flag=True, help="Skip the meta-device cross-check (no torch/diffusers import).")
+def plan(target: str | None, out_dir: Path, as_json: bool, no_probe: bool, **kwargs) -> int:
+    """Decide CP / TP / TE-P / VAE-P with evidence; write PLAN.md for review and plan.json for agents."""
+    from integrate.decisions import render_markdown
+
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"--out {out_dir} exists and is not a folder")
+    data = build_plan(_flags(kwargs, target), probe=not no_probe)
+    markdown = render_markdown(data)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in (("plan.json", json.dumps(data, indent=2) + "\n"), ("PLAN.md", markdown)):
+        tmp = out_dir / (name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(out_dir / name)
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        cp, tp = data["parallelism"]["cp"], data["parallelism"]["tp"]
+        click.echo(f"plan written to {out_dir}/PLAN.md and plan.json")
+        click.echo(f"  CP: {cp['approach']}, {cp['shape']}: " + ", ".join(cp["plan"]))
+        click.echo(f"  TP: {tp['strategy']}: " + ", ".join(f"{x['attr']} ({x['strategy']})" for x in tp["block_lists"]))
+        if data["unknowns"]:
+            click.echo(f"  {len(data['unknowns'])} open question(s): see PLAN.md")
+        click.echo(f"next: review PLAN.md, then `integrate approve {out_dir} --reviewer <name>`")
+    return 0
+
+
+@main.command()
+@click.argument("plan_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--reviewer", help="Who reviewed PLAN.md and approves it.")
+@click.option("--check", is_flag=True, help="Only report whether the plan is approved (exit 2 if not).")
+@click.option("--json", "as_json", is_flag=True, help="Print the approval record as JSON.")
+def approve(plan_dir: Path, reviewer: str | None, check: bool, as_json: bool) -> int:
+    """Record a reviewer's approval of plan.json (a later edit voids it); --check tests it."""
+    from integrate.approval import approval_status, require_approved
+    from integrate.approval import approve as record_approval
+
+    if check:
+        require_approved(plan_dir)
+        data = approval_status(plan_dir)
+    else:
+        if not reviewer:
+            raise InputError("--reviewer NAME is required to approve (or use --check)")
+        data = {**record_approval(plan_dir, reviewer), "approved": True}
+    _emit({"schema_version": "1.0", "approval": data}, as_json,
+          f"approved by {data.get('reviewer')} at {data.get('approved_at')} (plan.json sha256 "
+          f"{data.get('plan_sha256', '')[:12]}...)")
+    return 0
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -198,6 +198,15 @@ class LinearRole:
 
 
 @dataclass(frozen=True)
+class SubModuleCall:
+    """A call the block's forward makes to one of its attention / FFN sub-modules."""
+
+    path: str
+    inputs: dict[str, str]  # the sub-module's parameter -> "stream" | "position" | "other"
+    at: Evidence
+
+
+@dataclass(frozen=True)
 class BlockStructure:
     """What TP needs to know about one block list's element 0."""
 
@@ -211,6 +220,9 @@ class BlockStructure:
     kernels: tuple[Evidence, ...]  # fused / env-gated kernels in the block's sources
     evidence: tuple[Evidence, ...] = ()
     unknowns: tuple[str, ...] = ()
+    built: bool = True  # element 0 exists for this config (False: a branch not taken, e.g. an optional list)
+    surgery: tuple[Evidence, ...] = ()  # the block splits/slices its stream by a length from a non-tensor input
+    calls: tuple[SubModuleCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -225,6 +237,22 @@ class BlockInputFact:
     in_loop: bool
     from_params: tuple[str, ...]
     local_length: tuple[Evidence, ...]
+    token_params: tuple[str, ...] = ()  # forward parameters whose dim 1 (a per-token axis) feeds it
+
+
+@dataclass(frozen=True)
+class SideModule:
+    module: str
+    indexed: bool  # called as `self.<module>[i](...)`: one per block
+    at: Evidence
+
+
+@dataclass(frozen=True)
+class MaskFact:
+    name: str  # the variable, parameter or dict key
+    where: Literal["forward", "pipeline"]
+    layout: str | None  # "1-D key mask [B, 1, 1, S]", "2-D mask [B, 1, S, S]", None when not read
+    at: Evidence
 
 
 @dataclass(frozen=True)
@@ -237,6 +265,7 @@ class ListFlowFact:
     after: str | None
     mixed_after: bool
     mixing: tuple[Evidence, ...]
+    side_modules: tuple[SideModule, ...] = ()  # modules whose output the loop body joins into a stream
 
 
 @dataclass(frozen=True)
@@ -247,10 +276,13 @@ class SequenceFact:
     lists: tuple[ListFlowFact, ...]
     root_blockers: tuple[Evidence, ...]
     root_params: dict[str, str]  # loop variable -> forward parameter
+    root_risks: tuple[Evidence, ...]  # per-token inputs built from a local length under a root split
     gather: str | None
     gather_at: Evidence | None
-    gather_blocked: tuple[Evidence, ...]
-    masks: tuple[Evidence, ...]
+    gather_blocked: tuple[Evidence, ...]  # the sequence is cut by a global length before any output module
+    gather_blocked_unless_root: tuple[Evidence, ...]  # cut by lengths read before the loop: fine after a root split
+    masks: tuple[MaskFact, ...]
+    batch_dropped: dict[str, Evidence] = field(default_factory=dict)  # `if ids.ndim == 3: ids = ids[0]`
     unknowns: tuple[str, ...] = ()
 
 
@@ -291,6 +323,7 @@ class ParallelFacts:
     position_modules: dict[str, dict[str, Any]]  # module -> {"outputs", "split_dim", "expected_dims", "why"}
     diffusers_cp_plan: dict[str, Any] | None  # `_cp_plan` declared on the class, read statically
     diffusers_cp_plan_at: Evidence | None
+    pipeline_masks: tuple[MaskFact, ...]
     text_encoders: tuple[TextEncoderFacts, ...]
     vae: VaeFacts | None
     crosscheck: dict[str, Any]  # the meta-device build: {"ok", "error", "agree", "disagreements"}

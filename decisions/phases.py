@@ -1,0 +1,83 @@
+"""The phase 0-7 checklist, filled in with this model's names, decisions and test commands."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PSNR_CACHE, PSNR_PARALLEL, SSIM_MIN = 30, 35, 0.90
+
+
+def phases(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    m = plan["model"]
+    name = m["example_name"] or "<example_name>"
+    env = m["env_var"] or "<MODEL>_DIR"
+    tmp = f".tmp/{name}"
+    gen = f"python3 -m cache_dit.generate {name}"
+    run2 = f"torchrun --nproc_per_node=2 -m cache_dit.generate {name}"
+    metrics = "cache-dit-metrics psnr ssim -i1 {base} -i2 {other}"
+    cache, cp, tp = plan["cache"], plan["parallelism"]["cp"], plan["parallelism"]["tp"]
+    lists = ", ".join(f"`{b['attr']}` ({b['forward_pattern']})" for b in cache["block_lists"]) or "none found"
+
+    def check(other: str, psnr: int) -> str:
+        return metrics.format(base=f"{tmp}/base.png", other=f"{tmp}/{other}") + f"   # PSNR > {psnr}, SSIM > {SSIM_MIN}"
+
+    cp_steps = [f"CP shape: {cp.get('shape')} ({cp.get('approach')}); hook keys: "
+                + ", ".join(f"`{k}`" for k in cp.get("plan", {}))]
+    if cp.get("mask_reorder", {}).get("needed"):
+        cp_steps.append(f"Mask reorder ({cp['mask_reorder']['kind']}): wrap forward to permute the mask")
+    if cp.get("rope_drift_fix", {}).get("needed"):
+        cp_steps.append("RoPE drift fix: compute positions on the global length, slice per rank")
+    uaa = [s for s, v in cp.get("ulysses_anything", {}).items() if v.get("needed")]
+    if uaa:
+        cp_steps.append(f"Ulysses-anything needed for CP sizes {', '.join(uaa)}")
+    tp_steps = [f"`{x['attr']}`: {x['strategy']}; shard_div_attr {x['shard_div_attr'] or 'none'}"
+                for x in tp.get("block_lists", [])]
+    if tp.get("patch_kernels_first"):
+        tp_steps.insert(0, "Patch fused / env-gated kernels to PyTorch ops before parallelize_module")
+    tep_steps = [f"{t['component']} `{t['class']}`: {t['action']}" for t in plan["text_encoders"]] or [
+        "no text encoder in model_index.json"]
+    vae = plan["vae"]
+    vae_steps = [f"`{vae['class']}`: {vae['action']}"] if vae else ["no VAE in model_index.json"]
+    return [
+        {"id": 0, "title": "Prerequisites", "steps": [
+            f"Model files at `{m['model_path']}`; export {env}={m['model_path']}",
+            f"Sources read: `{m['pipeline_class']}` ({m['pipeline_file']}), `{m['transformer_class']}` "
+            f"({m['transformer_file']})",
+            f"Block lists: {lists}",
+            "Plan reviewed and approved: integrate approve <PLAN_DIR> --reviewer <name>",
+        ], "commands": []},
+        {"id": 1, "title": "Cache (BlockAdapter)", "steps": [
+            "Write the BlockAdapter" + (" and a PatchFunctor: " + "; ".join(cache["patch_functor_reasons"])
+                                        if cache["needs_patch_functor"] else " (no PatchFunctor needed)"),
+            f"has_separate_cfg={cache['has_separate_cfg']}",
+        ], "commands": [
+            f"{gen} --save-path {tmp}/base.png",
+            f"{gen} --cache --summary --save-path {tmp}/cache.png",
+            check("cache.png", PSNR_CACHE),
+        ]},
+        {"id": 2, "title": "CLI example", "steps": [
+            f"Register example `{name}` ({m['example_type_guess']}, confirm) with env var {env}",
+        ], "commands": [f"python3 -m cache_dit.generate list | grep {name}"]},
+        {"id": 3, "title": "Context parallelism", "steps": cp_steps, "commands": [
+            f"{run2} --parallel ulysses --save-path {tmp}/cp_ulysses2.png",
+            check("cp_ulysses2.png", PSNR_PARALLEL),
+        ] + ([f"{run2} --parallel ulysses --ulysses-anything --save-path {tmp}/cp_uaa2.png"] if uaa else [])},
+        {"id": 4, "title": "Tensor parallelism", "steps": tp_steps, "commands": [
+            f"{run2} --parallel tp --save-path {tmp}/tp2.png",
+            check("tp2.png", PSNR_PARALLEL),
+        ]},
+        {"id": 5, "title": "Text-encoder parallelism", "steps": tep_steps, "commands": [
+            f"{run2} --parallel tp --parallel-text --save-path {tmp}/tp2_tep2.png",
+            check("tp2_tep2.png", PSNR_PARALLEL),
+        ]},
+        {"id": 6, "title": "VAE parallelism", "steps": vae_steps, "commands": [
+            f"{run2} --parallel-vae --save-path {tmp}/vae2.png",
+            check("vae2.png", PSNR_PARALLEL),
+        ]},
+        {"id": 7, "title": "Final: CP + TP together, results table", "steps": [
+            "Record latency, PSNR, SSIM and memory for every configuration; look at one output of each",
+        ], "commands": [
+            f"{run2} --parallel ulysses_tp --save-path {tmp}/ulysses_tp2.png",
+            check("ulysses_tp2.png", PSNR_PARALLEL),
+        ]},
+    ]

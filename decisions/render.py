@@ -1,0 +1,42 @@
+"""PLAN.md from plan.json, with a jinja2 template (decisions/templates/PLAN.md.j2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    trim_blocks=False,
+)
+_ENV.filters["basename"] = lambda p: Path(str(p)).name if p else "?"
+
+
+def cp_code(plan: dict[str, Any]) -> str:
+    """The CP hook plan written the way a cache-dit planner spells it."""
+    lines = ["_cp_plan = {"]
+    for key, value in plan.items():
+        if "gather_dim" in value:
+            lines.append(f"    {key!r}: _ContextParallelOutput(gather_dim={value['gather_dim']}, "
+                         f"expected_dims={value['expected_dims']}),")
+            continue
+        lines.append(f"    {key!r}: {{")
+        for param, s in value.items():
+            k = int(param) if param.isdigit() else param
+            lines.append(f"        {k!r}: _ContextParallelInput(split_dim={s['split_dim']}, "
+                         f"expected_dims={s['expected_dims']}, split_output={s['split_output']}),")
+        lines.append("    },")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def render_markdown(plan: dict[str, Any]) -> str:
+    cp = plan["parallelism"]["cp"]
+    return _ENV.get_template("PLAN.md.j2").render(
+        plan=json.loads(json.dumps(plan)), m=plan["model"], cp=cp, tp=plan["parallelism"]["tp"],
+        cp_code=cp_code(cp.get("plan", {})))

@@ -1,0 +1,154 @@
+"""The tensor-parallelism chart, as code: a layer plan per block list.
+
+Styles use cache-dit's torch ParallelStyles: "colwise" (ColwiseParallel), "rowwise"
+(RowwiseParallel), "colwise(output=replicate)" and "rowwise(input=replicate)".
+
+1. Kernels that assume whole tensors (flash_attn, triton, custom ops) are patched first.
+2. A projection split into equal Q/K/V parts -> the replicate strategy for that attention (no
+   `shard_div_attr`); a projection split into Q/K/V *and* MLP parts -> rearrange its weight, then
+   shard it normally and divide every size attribute its split reads.
+3. GQA with KV heads that do not divide the TP size -> FFN-only (attention left whole).
+4. Otherwise the standard plan: attention inputs column-wise, outputs row-wise, FFN up column-wise,
+   down row-wise, modulation column-wise with a replicated output; divide the head count and every
+   attribute that sizes a reshape of a sharded projection (per-head sizes excepted).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from integrate.records import AttentionFact, BlockStructure, ParallelFacts
+
+TP_SIZES = (2, 4, 8)
+_PER_HEAD = ("head_dim", "dim_head", "head_size")
+_MULTIPLIERS = ("factor", "mult", "ratio")
+
+
+def decide_tp(facts: ParallelFacts) -> dict[str, Any]:
+    lists = [_plan_list(b) for b in facts.blocks]
+    kernels = [{"file": e.file, "line": e.line, "why": e.why} for b in facts.blocks for e in b.kernels]
+    strategy = sorted({x["strategy"] for x in lists})
+    return {
+        "block_lists": lists,
+        "strategy": strategy[0] if len(strategy) == 1 else "mixed" if strategy else "unknown",
+        "patch_kernels_first": kernels,
+        "confidence": min((x["confidence"] for x in lists), key=_rank, default="unknown"),
+    }
+
+
+def _rank(c: str) -> int:
+    return {"unknown": 0, "low": 1, "medium": 2, "high": 3}.get(c, 0)
+
+
+def _plan_list(b: BlockStructure) -> dict[str, Any]:
+    roles = {r.path: r for r in b.linears}
+    layer_plan: dict[str, str] = {}
+    shard: dict[str, list[str]] = {}
+    risks: list[str] = []
+    evidence: list[dict] = []
+    notes: list[str] = []
+    strategy = "standard"
+    confidence = "high" if b.attentions else "low"
+    gqa_blocked = [a for a in b.attentions if _kv_indivisible(a, 2)]
+    if gqa_blocked:
+        strategy = "ffn-only"
+    for a in b.attentions:
+        replicate = bool(a.fused) and a.fused_equal_split
+        rearranged = bool(a.fused) and not a.fused_equal_split
+        if a in gqa_blocked:
+            notes.append(f"`{a.path}` left whole: {a.kv_heads[0]}={a.kv_heads[1]} KV heads do not divide TP 2 "
+                         "(a replicate plan is correct but usually slower on long sequences: benchmark before using)")
+            continue
+        if replicate:
+            strategy = "replicate" if strategy == "standard" else strategy
+            for p in a.in_projs:
+                layer_plan[p] = "colwise(output=replicate)"
+            for p in a.out_projs:
+                layer_plan[p] = "rowwise(input=replicate)"
+            for p, how in a.fused.items():
+                evidence.append({"file": a.processor_at.file if a.processor_at else "", "line": 0,
+                                 "why": f"`{p}` is split into equal parts by {how}: shard it with a replicated "
+                                        "output so the processor sees whole Q/K/V; do not divide the head count"})
+            continue
+        if rearranged:
+            strategy = "fused-weight rearrangement"
+            for p, how in a.fused.items():
+                risks.append(f"`{p}` packs Q/K/V and MLP rows ({how}): reorder its rows so each rank gets its own "
+                             "slice of every part before sharding")
+        for p in a.in_projs:
+            layer_plan[p] = "colwise"
+        for p in a.out_projs:
+            layer_plan[p] = "rowwise"
+        attrs = _shard_div_attrs(a)
+        if attrs:
+            shard[a.path] = attrs
+        for norm, size in a.qk_norms.items():
+            head = a.head_dim[1] if a.head_dim else None
+            if size is not None and head is not None and size != head:
+                risks.append(f"`{a.path}.{norm}` normalises {size} features (all heads) while the projection is "
+                             f"sharded: replace it with a distributed RMSNorm (all-reduce the mean square)")
+        for size in TP_SIZES:
+            if a.heads and a.heads[1] is not None and a.heads[1] % size:
+                risks.append(f"`{a.path}`: {a.heads[0]}={a.heads[1]} is not divisible by TP {size}")
+            if a.kv_heads and a.kv_heads[1] is not None and a.kv_heads[1] % size and size != 2:
+                risks.append(f"`{a.path}`: {a.kv_heads[0]}={a.kv_heads[1]} KV heads are not divisible by TP {size}")
+        if a.heads is None or a.heads[1] is None:
+            confidence = "medium" if confidence == "high" else confidence
+            notes.append(f"`{a.path}`: head count not known statically")
+    for path, r in roles.items():
+        if path in layer_plan or r.role in ("attention_in", "attention_out"):
+            continue
+        if r.role == "ffn_in" or r.role == "block_in":
+            layer_plan[path] = "colwise"
+        elif r.role == "ffn_out" or r.role == "block_out":
+            layer_plan[path] = "rowwise"
+            if r.fused_out_down:
+                strategy = "fused-weight rearrangement"
+                risks.append(f"`{path}`: {r.why}; reorder its input rows so each rank's slice pairs its attention "
+                             "heads with its MLP slice before sharding")
+        elif r.role == "modulation":
+            layer_plan[path] = "colwise(output=replicate)"
+        else:
+            notes.append(f"`{path}`: role unknown, left whole")
+            confidence = "medium" if confidence == "high" else confidence
+        evidence.append({"file": "", "line": 0, "why": f"`{path}` {r.role}: {r.why}"})
+    for t in b.tables:
+        notes.append(f"`{t}` is a modulation table (nn.Parameter): kept whole on every rank")
+    if b.kernels:
+        risks.append("fused or env-gated kernels in the block sources: patch them to plain PyTorch ops before "
+                     "parallelize_module (see patch_kernels_first)")
+    if b.unknowns:
+        confidence = "low"
+    return {
+        "attr": b.attr,
+        "block_class": b.block_class,
+        "layer_plan": layer_plan,
+        "shard_div_attr": shard,
+        "strategy": strategy,
+        "confidence": confidence,
+        "risks": risks,
+        "notes": notes + list(b.unknowns),
+        "evidence": evidence,
+        "heads": {a.path: {"heads": a.heads, "kv_heads": a.kv_heads, "head_dim": a.head_dim} for a in b.attentions},
+    }
+
+
+def _kv_indivisible(a: AttentionFact, size: int) -> bool:
+    if not a.kv_heads or a.kv_heads[1] is None or not a.heads or a.heads[1] is None:
+        return False
+    return a.kv_heads[1] < a.heads[1] and a.kv_heads[1] % size != 0
+
+
+def _shard_div_attrs(a: AttentionFact) -> list[str]:
+    """The head count, KV heads, and every other attribute that sizes a reshape of a sharded projection."""
+    out: list[str] = []
+    if a.heads:
+        out.append(a.heads[0])
+    if a.kv_heads:
+        out.append(a.kv_heads[0])
+    for attr in a.reshape_attrs:
+        low = attr.lower()
+        if attr in out or any(w in low for w in _PER_HEAD) or any(w in low for w in _MULTIPLIERS):
+            continue
+        out.append(attr)
+    return out

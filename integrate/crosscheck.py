@@ -1,0 +1,80 @@
+"""Compare the static facts with the model built from config.json on the meta device.
+
+The probe (integrate.probe) builds the transformer without weights in a subprocess and reports its
+real module tree, list lengths, Linear shapes and integer attributes. Each static fact that the build
+can confirm is compared; a disagreement is reported, never hidden, and the static plan is not
+silently replaced by the build's numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from integrate.records import ParallelFacts
+
+
+def crosscheck(facts: ParallelFacts, transformer_file: str, transformer_class: str, dotted_module: str | None,
+               model_path: str | None, timeout: float = 180) -> dict[str, Any]:
+    from integrate.probe import probe_transformer
+
+    config = Path(model_path) / "transformer" / "config.json" if model_path else None
+    if config is not None and not config.is_file():
+        config = None
+    lists = [b.attr for b in facts.blocks]
+    if dotted_module:
+        result = probe_transformer(dotted_module, transformer_class, config, lists, timeout=timeout)
+    else:
+        result = probe_transformer("", transformer_class, config, lists, timeout=timeout, file=Path(transformer_file))
+    if not result.get("ok"):
+        return {"ok": False, "error": result.get("error", "probe failed"), "disagreements": [], "checked": 0}
+    return compare(facts, result)
+
+
+def compare(facts: ParallelFacts, probe: dict[str, Any]) -> dict[str, Any]:
+    out: list[str] = []
+    checked = 0
+    for b in facts.blocks:
+        built = probe.get("lists", {}).get(b.attr)
+        if built is None:
+            out.append(f"`{b.attr}`: the built model has no such module list")
+            continue
+        if b.length is not None:
+            checked += 1
+            if b.length != built.get("length"):
+                out.append(f"`{b.attr}`: static length {b.length}, built {built.get('length')}")
+        modules = probe.get("blocks", {}).get(b.attr, {})
+        for m in b.modules:
+            if m.kind != "linear":
+                continue
+            real = modules.get(m.path)
+            if real is None:
+                if not m.conditional:
+                    out.append(f"`{b.attr}.0.{m.path}`: read statically as a Linear, absent from the built block")
+                continue
+            checked += 1
+            shape = real.get("linear")
+            if shape is None:
+                out.append(f"`{b.attr}.0.{m.path}`: static Linear, built as {real.get('class')}")
+            elif m.shape and all(x is not None for x in m.shape) and list(m.shape) != list(shape):
+                out.append(f"`{b.attr}.0.{m.path}`: static shape {list(m.shape)}, built {shape}")
+        static_linears = {m.path for m in b.modules if m.kind == "linear"}
+        for path, real in modules.items():
+            if real.get("linear") is not None and path not in static_linears and not path.startswith(
+                    tuple(f"{a.path}.processor" for a in b.attentions)):
+                out.append(f"`{b.attr}.0.{path}`: a Linear in the built block that the static read missed")
+        ints = probe.get("int_attrs", {}).get(b.attr, {})
+        for a in b.attentions:
+            for pair in (a.heads, a.kv_heads, a.head_dim):
+                if not pair:
+                    continue
+                real = ints.get(a.path, {}).get(pair[0])
+                if real is None:
+                    continue
+                checked += 1
+                if pair[1] is None:
+                    out.append(f"`{b.attr}.0.{a.path}.{pair[0]}`: not computed statically, built {real}")
+                elif pair[1] != real:
+                    out.append(f"`{b.attr}.0.{a.path}.{pair[0]}`: static {pair[1]}, built {real}")
+    return {"ok": True, "error": None, "disagreements": out, "checked": checked,
+            "built_cp_plan": probe.get("cp_plan")}
