@@ -83,6 +83,7 @@ class SequenceFacts:
     gather_blocked_unless_root: list[Evidence]  # cuts by lengths read before the loop
     mask_inputs: list[tuple[str, str | None, Evidence]]  # (name, layout, where)
     batch_dropped: dict[str, Evidence] = field(default_factory=dict)  # param -> `if p.ndim == 3: p = p[0]`
+    annotations: dict[str, str] = field(default_factory=dict)  # forward param -> annotation text
     evidence: list[Evidence] = field(default_factory=list)
     unknowns: list[str] = field(default_factory=list)
 
@@ -164,6 +165,8 @@ def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree
     facts.root_risks = _dedupe(flow.root_risks)
     facts.mask_inputs = flow.masks()
     facts.batch_dropped = flow.batch_dropped()
+    facts.annotations = {p.name.value: src.code(p.annotation.annotation) for p in params_of(fwd)
+                         if p.annotation is not None}
     return facts
 
 

@@ -37,6 +37,7 @@ from ._syntax import find_all, names_read, params_of, target_names
 from .attention import AttentionFacts, attention_facts, int_value, is_attention
 from .encoders import text_encoder_facts, vae_facts
 from .modules import Node, Tree, module_tree
+from .ndim import ndim_of
 from .sequence import SequenceFacts, mask_kind, sequence_facts
 from .values import evaluate, jsonable
 
@@ -81,6 +82,7 @@ def parallel_facts(gate: GateReport, ws: Workspace, analysis: Analysis) -> Paral
     top = tuple(_module_fact(n, "") for p, n in tree.nodes.items() if p and "." not in p)
     cp_plan, cp_at = declared_cp_plan(ws, t_src, cls)
     index = read_model_index(model_path)
+    ndims = pipeline_arg_ndims(ws, gate)
     mp = Path(model_path) if model_path else None
     return ParallelFacts(
         config={k: v for k, v in config.items() if jsonable(v) is not None},
@@ -91,6 +93,8 @@ def parallel_facts(gate: GateReport, ws: Workspace, analysis: Analysis) -> Paral
         diffusers_cp_plan=cp_plan,
         diffusers_cp_plan_at=cp_at,
         pipeline_masks=pipeline_masks(ws, gate),
+        pipeline_arg_ndims={k: v[0] for k, v in ndims.items()},
+        pipeline_arg_ndims_at={k: v[1] for k, v in ndims.items()},
         text_encoders=text_encoder_facts(ws, mp, index),
         vae=vae_facts(ws, mp, index),
         crosscheck={"ok": None, "error": "not run"},
@@ -407,7 +411,7 @@ def _sequence_record(seq: SequenceFacts) -> SequenceFact:
         gather_at=Evidence(seq.file, gather.line, gather.code[:80]) if gather and gather.line else None,
         gather_blocked=tuple(seq.gather_blocked), gather_blocked_unless_root=tuple(seq.gather_blocked_unless_root),
         masks=tuple(MaskFact(n, "forward", layout, at) for n, layout, at in seq.mask_inputs),
-        batch_dropped=dict(seq.batch_dropped),
+        batch_dropped=dict(seq.batch_dropped), annotations=dict(seq.annotations),
         unknowns=tuple(seq.unknowns))
 
 
@@ -507,6 +511,32 @@ def pipeline_masks(ws: Workspace, gate: GateReport) -> tuple[MaskFact, ...]:
                                         Evidence(path, src.line(call), f"the transformer call passes "
                                                  f"`{a.keyword.value}={src.code(a.value)[:50]}`")))
     return tuple(out)
+
+
+def pipeline_arg_ndims(ws: Workspace, gate: GateReport) -> dict[str, tuple[int, Evidence]]:
+    """Dims of each tensor the pipeline passes to the transformer by keyword, where the code says."""
+    p_file = gate.value("pipeline_file")
+    if not p_file:
+        return {}
+    src = ws.load(Path(p_file))
+    cls_name = (gate.value("pipeline_class") or "").split(".")[0]
+    cls = src.classes.get(cls_name)
+    entry = find_method(cls, gate.pipeline_entry) if cls is not None else src.functions.get(gate.pipeline_entry)
+    if entry is None:
+        return {}
+    out: dict[str, tuple[int, Evidence]] = {}
+    for call in find_all(entry, cst.Call):
+        name = dotted(call.func) or ""
+        if not (name.startswith("self.transformer") or name == "transformer"):
+            continue
+        for a in call.args:
+            if a.keyword is None or a.keyword.value in out:
+                continue
+            n = ndim_of(ws, src, entry, a.value, cls, before=src.line(call))
+            if n is not None:
+                out[a.keyword.value] = (n, Evidence(str(src.path), src.line(call), f"the pipeline passes "
+                                                    f"`{a.keyword.value}={src.code(a.value)[:40]}` as a {n}-D tensor"))
+    return out
 
 
 def _layout_of_name(value: cst.BaseExpression, values: dict[str, cst.BaseExpression]):

@@ -63,12 +63,20 @@ def decide_cp(facts: ParallelFacts) -> dict[str, Any]:
                     for p in bi.from_params:
                         if p not in inputs:
                             dropped = seq.batch_dropped.get(p)
-                            inputs[p] = {"split_dim": 0 if dropped else 1, "expected_dims": 2 if dropped else 3,
+                            passed = facts.pipeline_arg_ndims.get(p)
+                            two_d = passed == 2 if passed is not None else dropped is not None
+                            inputs[p] = {"split_dim": 0 if two_d else 1, "expected_dims": 2 if two_d else 3,
                                          "split_output": False}
                             split_params.add(p)
-                            layout = (f"[S, n] after {dropped.why}" if dropped else
-                                      "[B, S, n] (no batch axis dropped in forward)")
-                            evidence.append({"file": seq.file, "line": dropped.line if dropped else seq.forward_line,
+                            if passed is not None:
+                                at = facts.pipeline_arg_ndims_at[p]
+                                where, layout = at, f"[{'S, n' if two_d else 'B, S, n'}]: {at.why}"
+                            else:
+                                where = dropped
+                                layout = (f"[S, n] after {dropped.why} (the pipeline's layout was not read)"
+                                          if dropped else "[B, S, n] (assumed; confirm in verify)")
+                            evidence.append({"file": where.file if where else seq.file,
+                                             "line": where.line if where else seq.forward_line,
                                              "why": f"`{p}` feeds the positions of `{bi.param}`: split it with the "
                                                     f"tokens, as {layout}"})
             plan[""] = inputs
@@ -120,7 +128,16 @@ def decide_cp(facts: ParallelFacts) -> dict[str, Any]:
                                  "why": f"`{bi.param}` is built by `self.{bi.producer}` on the full sequence: split "
                                         f"its output ({layout.get('why', 'layout not read')})"})
             elif bi.producer_kind == "param" and not root:
-                plan.setdefault(f"{lf.attr}.*", {})[bi.param] = dict(STREAM)
+                note = seq.annotations.get(bi.arg, "")
+                if "tuple" in note.lower():
+                    spec: Any = [{"split_dim": 0, "expected_dims": 2, "split_output": False} for _ in range(2)]
+                    why = f"a tuple ({note}) of [S, D] tables: split each element (layout assumed; confirm in verify)"
+                else:
+                    spec, why = dict(STREAM), "split at every block's input"
+                plan.setdefault(f"{lf.attr}.*", {})[bi.param] = spec
+                evidence.append({"file": seq.file, "line": seq.forward_line,
+                                 "why": f"`{bi.param}` arrives ready-made from the pipeline as `{bi.arg}` and is "
+                                        f"passed to every block: {why}"})
             else:
                 plan.setdefault(f"{lf.attr}.*", {})[bi.param] = dict(STREAM)
                 evidence.append({**(_ev(bi.producer_at) or {"file": seq.file, "line": lf.loop_line}),

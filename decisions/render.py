@@ -26,10 +26,12 @@ def cp_code(plan: dict[str, Any]) -> str:
                          f"expected_dims={value['expected_dims']}),")
             continue
         lines.append(f"    {key!r}: {{")
-        for param, s in value.items():
+        for param, spec in value.items():
             k = int(param) if param.isdigit() else param
-            lines.append(f"        {k!r}: _ContextParallelInput(split_dim={s['split_dim']}, "
-                         f"expected_dims={s['expected_dims']}, split_output={s['split_output']}),")
+            specs = spec if isinstance(spec, list) else [spec]
+            text = ", ".join(f"_ContextParallelInput(split_dim={s['split_dim']}, expected_dims={s['expected_dims']}, "
+                             f"split_output={s['split_output']})" for s in specs)
+            lines.append(f"        {k!r}: {'[' + text + ']' if isinstance(spec, list) else text},")
         lines.append("    },")
     lines.append("}")
     return "\n".join(lines)

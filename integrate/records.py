@@ -283,6 +283,7 @@ class SequenceFact:
     gather_blocked_unless_root: tuple[Evidence, ...]  # cut by lengths read before the loop: fine after a root split
     masks: tuple[MaskFact, ...]
     batch_dropped: dict[str, Evidence] = field(default_factory=dict)  # `if ids.ndim == 3: ids = ids[0]`
+    annotations: dict[str, str] = field(default_factory=dict)  # forward parameter -> its annotation
     unknowns: tuple[str, ...] = ()
 
 
@@ -324,6 +325,8 @@ class ParallelFacts:
     diffusers_cp_plan: dict[str, Any] | None  # `_cp_plan` declared on the class, read statically
     diffusers_cp_plan_at: Evidence | None
     pipeline_masks: tuple[MaskFact, ...]
+    pipeline_arg_ndims: dict[str, int]  # transformer keyword argument -> dims of what the pipeline passes
+    pipeline_arg_ndims_at: dict[str, Evidence]
     text_encoders: tuple[TextEncoderFacts, ...]
     vae: VaeFacts | None
     crosscheck: dict[str, Any]  # the meta-device build: {"ok", "error", "agree", "disagreements"}

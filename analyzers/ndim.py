@@ -1,0 +1,184 @@
+"""How many dimensions a tensor has, read from the code that builds it (pipeline helpers included).
+
+`ndim_of(ws, src, fn, expr)` follows names to their last assignment, `self.method(...)` calls to the
+method's return (tuple returns by position), and counts dims through reshape / view / expand,
+unsqueeze / squeeze / indexing, cat and a few constructors. Anything else is None: unknown.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from integrate.resolve import Resolved, Workspace
+from integrate.source import SourceFile, base_names, dotted, find_method
+
+from ._syntax import find_all, target_names
+
+MAX_DEPTH = 16
+_SAME = {"to", "float", "half", "contiguous", "clone", "detach", "type", "type_as", "long", "int", "bool", "cpu",
+         "cuda", "masked_fill", "flip", "roll"}
+_SHAPE_ARGS = {"reshape", "view", "expand", "repeat"}
+_CONSTRUCT = {"zeros", "ones", "randn", "rand", "empty", "full"}
+
+
+def ndim_of(ws: Workspace, src: SourceFile, fn: cst.FunctionDef, expr: cst.BaseExpression,
+            cls: cst.ClassDef | None = None, depth: int = 0, before: int | None = None) -> int | None:
+    if depth > MAX_DEPTH:
+        return None
+    again = lambda e, b=before: ndim_of(ws, src, fn, e, cls, depth + 1, b)  # noqa: E731
+    if isinstance(expr, cst.Name):
+        value, index, line = _last_assignment(src, fn, expr.value, before)
+        if value is None:
+            return None
+        guard = _guarded_ndim(src, fn, expr.value, line)
+        if guard is not None and isinstance(value, cst.Subscript):
+            dropped = sum(1 for el in value.slice if isinstance(el.slice, cst.Index)
+                          and dotted(el.slice.value) != "None" and not isinstance(el.slice.value, cst.Ellipsis))
+            return guard - dropped  # `if x.ndim == 3: x = x[0]`: 2-D whichever way the branch goes
+        if index is not None:
+            return _element(ws, src, fn, value, index, cls, depth, line)
+        return again(value, line)
+    if isinstance(expr, cst.Subscript):
+        base = again(expr.value)
+        if base is None:
+            return None
+        dropped = sum(1 for el in expr.slice if isinstance(el.slice, cst.Index)
+                      and dotted(el.slice.value) != "None" and not isinstance(el.slice.value, cst.Ellipsis))
+        added = sum(1 for el in expr.slice if isinstance(el.slice, cst.Index) and dotted(el.slice.value) == "None")
+        return base - dropped + added
+    if not isinstance(expr, cst.Call):
+        return None
+    func = expr.func
+    name = dotted(func) or ""
+    if isinstance(func, cst.Name) and ws is not None:  # a module-level helper: its (last) return
+        found = ws.resolve(src, func.value)
+        if isinstance(found, Resolved) and isinstance(found.node, cst.FunctionDef):
+            returns = [r for r in find_all(found.node, cst.Return) if r.value is not None]
+            if returns:
+                return ndim_of(ws, found.src, found.node, returns[-1].value, None, depth + 1,
+                               found.src.line(returns[-1]) + 1)
+        return None
+    if isinstance(func, cst.Attribute):
+        method = func.attr.value
+        plain = [a for a in expr.args if a.keyword is None]
+        if name.startswith("torch.") and name.count(".") == 1:
+            op = method
+            if op in ("cat", "concat") and expr.args:
+                seq = expr.args[0].value
+                if isinstance(seq, cst.List | cst.Tuple) and seq.elements:
+                    return again(seq.elements[0].value)
+                return None
+            if op == "stack" and expr.args:
+                seq = expr.args[0].value
+                first = None
+                if isinstance(seq, cst.List | cst.Tuple) and seq.elements:
+                    first = seq.elements[0].value
+                elif isinstance(seq, cst.Name):  # a list built by `seq.append(x)`
+                    for call in find_all(fn, cst.Call):
+                        if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "append"
+                                and dotted(call.func.value) == seq.value and call.args):
+                            first, before = call.args[0].value, src.line(call) + 1
+                            break
+                inner = ndim_of(ws, src, fn, first, cls, depth + 1, before) if first is not None else None
+                return inner + 1 if inner is not None else None
+            if op == "cartesian_prod":
+                return 2
+            if op in _CONSTRUCT and plain and not any(a.star for a in plain):
+                first = plain[0].value
+                if isinstance(first, cst.Tuple | cst.List):
+                    return len(first.elements)
+                return len(plain) - (1 if op == "full" else 0)
+            return None
+        if name.startswith("self.") and name.count(".") == 1 and cls is not None:
+            return _method_return(ws, src, cls, method, None, depth)
+        base = again(func.value)
+        if method in _SAME:
+            return base
+        if method in _SHAPE_ARGS and plain and not any(a.star for a in plain):
+            if method == "repeat" and base is not None and len(plain) < base:
+                return base
+            first = plain[0].value
+            if len(plain) == 1 and isinstance(first, cst.Tuple | cst.List):
+                return len(first.elements)
+            return len(plain)
+        if base is None:
+            return None
+        if method == "unsqueeze":
+            return base + 1
+        if method == "squeeze":
+            return base - 1 if plain else None
+        if method in ("flatten",):
+            return None
+    return None
+
+
+def _guarded_ndim(src: SourceFile, fn: cst.FunctionDef, name: str, line: int) -> int | None:
+    """N when the assignment at `line` sits under `if name.ndim == N` / `if len(name.shape) == N`."""
+    for stmt in find_all(fn, cst.If):
+        body = stmt.body.body
+        if not body or not (src.line(body[0]) <= line <= src.line(body[-1])):
+            continue
+        test = stmt.test
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(
+                test.comparisons[0].operator, cst.Equal) and isinstance(test.comparisons[0].comparator, cst.Integer):
+            left = src.code(test.left).replace(" ", "")
+            if left in (f"{name}.ndim", f"len({name}.shape)", f"{name}.dim()"):
+                return int(test.comparisons[0].comparator.value)
+    return None
+
+
+def _last_assignment(src: SourceFile, fn: cst.FunctionDef, name: str, before: int | None):
+    """(value, tuple index or None, line) of the last assignment to `name` in fn before `before`."""
+    best = None
+    for assign in find_all(fn, cst.Assign):
+        line = src.line(assign)
+        if before is not None and line >= before:
+            continue
+        for t in assign.targets:
+            names = target_names(t.target)
+            if name in names:
+                index = names.index(name) if isinstance(t.target, cst.Tuple | cst.List) else None
+                if best is None or line >= best[2]:
+                    best = (assign.value, index, line)
+    return best if best is not None else (None, None, None)
+
+
+def _element(ws, src, fn, value, index, cls, depth, line):
+    if isinstance(value, cst.Tuple) and index < len(value.elements):
+        return ndim_of(ws, src, fn, value.elements[index].value, cls, depth + 1, line)
+    if isinstance(value, cst.Call) and cls is not None:
+        name = dotted(value.func) or ""
+        if name.startswith("self.") and name.count(".") == 1:
+            return _method_return(ws, src, cls, name[5:], index, depth)
+    return None
+
+
+def _method_return(ws: Workspace, src: SourceFile, cls: cst.ClassDef, method: str, index: int | None, depth: int):
+    found = _find_method(ws, src, cls, method)
+    if found is None:
+        return None
+    m_src, m_cls, fn = found
+    returns = [r for r in find_all(fn, cst.Return) if r.value is not None]
+    if not returns:
+        return None
+    value = returns[-1].value
+    if index is not None:
+        if not isinstance(value, cst.Tuple) or index >= len(value.elements):
+            return None
+        value = value.elements[index].value
+    return ndim_of(ws, m_src, fn, value, m_cls, depth + 1, m_src.line(returns[-1]) + 1)
+
+
+def _find_method(ws: Workspace, src: SourceFile, cls: cst.ClassDef, name: str, depth: int = 0):
+    fn = find_method(cls, name)
+    if fn is not None:
+        return src, cls, fn
+    if depth > 4:
+        return None
+    for base in base_names(cls):
+        found = ws.resolve(src, base)
+        if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef):
+            got = _find_method(ws, found.src, found.node, name, depth + 1)
+            if got is not None:
+                return got
+    return None
