@@ -647,28 +647,31 @@ def _targets_value(small: cst.CSTNode) -> tuple[set[str], cst.BaseExpression | N
 
 
 def mask_kind(value: cst.BaseExpression) -> str | None:
-    """Layout of an attention mask from the expression that builds it."""
+    """Layout of an attention mask from the expression that builds it: an outer product is 2-D."""
+    for binop in find_all(value, cst.BinaryOperation):
+        if isinstance(binop.operator, cst.MatrixMultiply):
+            return "2-D mask [B, 1, S, S]"
+        if isinstance(binop.operator, cst.Multiply | cst.BitAnd) and all(
+                _expands(x) for x in (binop.left, binop.right)):
+            return "2-D mask [B, 1, S, S]"
+    for call in find_all(value, cst.Call):
+        if (dotted(call.func) or "").endswith(("bmm", "matmul", "outer", "einsum")):
+            return "2-D mask [B, 1, S, S]"
     for sub in find_all(value, cst.Subscript):
         nones = sum(1 for el in sub.slice if isinstance(el.slice, cst.Index) and dotted(el.slice.value) == "None")
         if nones >= 2:
             return "1-D key mask [B, 1, 1, S]"
-    for binop in find_all(value, cst.BinaryOperation):
-        if isinstance(binop.operator, cst.MatrixMultiply):
-            return "2-D mask [B, 1, S, S]"
-        if isinstance(binop.operator, cst.Multiply | cst.BitAnd):
-            sides = [binop.left, binop.right]
-            if all(isinstance(x, cst.Call | cst.Subscript) for x in sides):
-                text = [dotted(x.func) if isinstance(x, cst.Call) and isinstance(x.func, cst.Attribute) else "" for x in sides]
-                if all(t and t.endswith("unsqueeze") for t in text):
-                    return "2-D mask [B, 1, S, S]"
-    for call in find_all(value, cst.Call):
-        name = dotted(call.func) or ""
-        if name.endswith(("bmm", "matmul", "outer", "einsum")):
-            return "2-D mask [B, 1, S, S]"
     unsq = [c for c in find_all(value, cst.Call) if isinstance(c.func, cst.Attribute) and c.func.attr.value == "unsqueeze"]
     if unsq:
         return "1-D key mask [B, 1, 1, S]" if len(unsq) >= 2 else "1-D key mask [B, 1, S]"
     return None
+
+
+def _expands(x: cst.BaseExpression) -> bool:
+    """`m[:, None, :]` or `m.unsqueeze(1)`: a mask given a new axis (one side of an outer product)."""
+    if isinstance(x, cst.Subscript):
+        return any(isinstance(el.slice, cst.Index) and dotted(el.slice.value) == "None" for el in x.slice)
+    return isinstance(x, cst.Call) and isinstance(x.func, cst.Attribute) and x.func.attr.value == "unsqueeze"
 
 
 def _unwrap(value: cst.BaseExpression) -> cst.BaseExpression:

@@ -26,6 +26,7 @@ def plan_hash(plan_dir: Path) -> str:
 
 
 def load_plan(plan_dir: Path) -> dict:
+    plan_hash(plan_dir)  # a clear message when plan.json is missing
     try:
         data = json.loads((plan_dir / PLAN_FILE).read_text())
     except (OSError, ValueError) as exc:

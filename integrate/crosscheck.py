@@ -36,6 +36,11 @@ def compare(facts: ParallelFacts, probe: dict[str, Any]) -> dict[str, Any]:
     checked = 0
     for b in facts.blocks:
         built = probe.get("lists", {}).get(b.attr)
+        if not b.built:
+            checked += 1
+            if built is not None:
+                out.append(f"`{b.attr}`: read as not built for this config, but the built model has it")
+            continue
         if built is None:
             out.append(f"`{b.attr}`: the built model has no such module list")
             continue

@@ -1,0 +1,87 @@
+"""Small readers, each with examples that must hold and examples that must stay unknown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from integrate.analyzers.ndim import ndim_of
+from integrate.analyzers.sequence import mask_kind
+from integrate.analyzers.values import UNKNOWN, evaluate
+from integrate.resolve import Workspace
+from integrate.source import parse_source
+
+ENV = {"heads": 24, "dim_head": 128, "out_dim": None, "mlp_ratio": 4.0, "dim": 3072, "act": "gelu"}
+
+
+@pytest.mark.parametrize("expr,expected", [
+    ("dim_head * heads", 3072),
+    ("out_dim // dim_head if out_dim is not None else heads", 24),
+    ("int(dim * mlp_ratio)", 12288),
+    ("heads if act == 'gelu' else 0", 24),
+    ("not (out_dim is None)", False),
+    ("[heads, dim_head][1]", 128),
+    ("max(heads, 8) // 2", 12),
+])
+def test_evaluates_constant_arithmetic(expr, expected):
+    assert evaluate(cst.parse_expression(expr), ENV) == expected
+
+
+@pytest.mark.parametrize("expr", [
+    "unknown_name * 2",  # never guessed
+    "torch.zeros(3)",  # not arithmetic
+    "heads // 0",  # an error is unknown, not a crash
+    "self.x + 1",  # attribute not bound
+    "f(heads)",
+])
+def test_stays_unknown(expr):
+    assert evaluate(cst.parse_expression(expr), ENV) is UNKNOWN
+
+
+def _fn(code: str):
+    src = parse_source(Path("/tmp/snippet.py"), code)
+    return src, src.functions["f"]
+
+
+@pytest.mark.parametrize("body,expected", [
+    ("ids = torch.zeros(h, w, 3)\n    ids = ids.reshape(h * w, 3)\n    return ids", 2),
+    ("ids = torch.cartesian_prod(a, b)\n    ids = ids.unsqueeze(0).expand(n, -1, -1)\n    return ids", 3),
+    ("x = torch.cat([torch.ones(2, 3), y], dim=0)\n    return x", 2),
+    ("x = torch.zeros(1, 2, 3)\n    if x.ndim == 3:\n        x = x[0]\n    return x", 2),
+    ("x = torch.zeros(4, 5)[:, None, None, :]\n    return x", 4),
+    ("xs = []\n    xs.append(torch.zeros(2, 2))\n    return torch.stack(xs)", 3),
+])
+def test_ndim_follows_the_code(body, expected):
+    src, fn = _fn(f"import torch\ndef f(h, w, a, b, n, y):\n    {body}\n")
+    ret = fn.body.body[-1].body[0].value
+    assert ndim_of(Workspace(), src, fn, ret) == expected
+
+
+@pytest.mark.parametrize("body", [
+    "return y",  # a parameter: its dims are not in the code
+    "x = y.flatten(1)\n    return x",
+    "x = some_helper(y)\n    return x",
+])
+def test_ndim_unknown_when_the_code_does_not_say(body):
+    src, fn = _fn(f"import torch\ndef f(y):\n    {body}\n")
+    ret = fn.body.body[-1].body[0].value
+    assert ndim_of(Workspace(), src, fn, ret) is None
+
+
+@pytest.mark.parametrize("expr,kind", [
+    ("mask[:, None, None, :]", "1-D key mask [B, 1, 1, S]"),
+    ("mask.unsqueeze(1).unsqueeze(1)", "1-D key mask [B, 1, 1, S]"),
+    ("mask.unsqueeze(1)", "1-D key mask [B, 1, S]"),
+    ("mask.unsqueeze(1) * mask.unsqueeze(2)", "2-D mask [B, 1, S, S]"),
+    ("torch.bmm(m.unsqueeze(2), m.unsqueeze(1))", "2-D mask [B, 1, S, S]"),
+    ("m[:, :, None].float() @ m[:, None, :].float()", "2-D mask [B, 1, S, S]"),
+    ("mask[:, None, None, :] * mask[:, None, :, None]", "2-D mask [B, 1, S, S]"),
+])
+def test_mask_layout(expr, kind):
+    assert mask_kind(cst.parse_expression(expr)) == kind
+
+
+def test_mask_layout_unknown_for_a_plain_value():
+    assert mask_kind(cst.parse_expression("prompt_attention_mask.to(device)")) is None
