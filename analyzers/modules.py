@@ -54,6 +54,13 @@ class _Module:
     attrs: dict[str, Any]
 
 
+@dataclass
+class _ModuleList:
+    """A local list of modules (`blocks = []; blocks.append(Block(...))`)."""
+
+    items: list[_Module]
+
+
 class Tree:
     def __init__(self) -> None:
         self.nodes: dict[str, Node] = {}
@@ -192,7 +199,9 @@ class _Walker:
                 self.node.attrs[name] = evaluate(value, self.env, self.node.attrs)
                 self.node.attr_exprs[name] = self.src.code(value)
         elif isinstance(target, cst.Name):
-            if isinstance(value, cst.Call) and self._class_of(value) is not None:
+            if isinstance(value, cst.List) and not value.elements:
+                self.env[target.value] = _ModuleList([])  # `blocks = []`, filled by appends
+            elif isinstance(value, cst.Call) and self._class_of(value) is not None:
                 self.env[target.value] = _Module(value, self.src, dict(self.env), dict(self.node.attrs))
             else:
                 self.env[target.value] = evaluate(value, self.env, self.node.attrs)
@@ -201,6 +210,13 @@ class _Walker:
         """`self.net.append(Module(...))` / `self.add_module("name", Module(...))`."""
         name = dotted(call.func) or ""
         parts = name.split(".")
+        if len(parts) == 2 and parts[1] == "append" and isinstance(self.env.get(parts[0]), _ModuleList) and call.args:
+            arg = call.args[0].value
+            if isinstance(arg, cst.Call) and self._class_of(arg) is not None:
+                self.env[parts[0]].items.append(_Module(arg, self.src, dict(self.env), dict(self.node.attrs)))
+            elif isinstance(arg, cst.Name) and isinstance(self.env.get(arg.value), _Module):
+                self.env[parts[0]].items.append(self.env[arg.value])
+            return
         if len(parts) == 3 and parts[0] == "self" and parts[2] in ("append", "extend") and call.args:
             parent = self.tree.nodes.get(self._path(parts[1]))
             if parent is None or parent.kind != "container":
@@ -304,6 +320,15 @@ class _Walker:
         if short == "Sequential":
             for i, a in enumerate(call.args):
                 self._attach_value(f"{path}.{i}", a.value, conditional, call)
+            return
+        if isinstance(arg, cst.Name) and isinstance(self.env.get(arg.value), _ModuleList):
+            for i, held in enumerate(self.env[arg.value].items[:1]):  # element 0 describes the list
+                saved = self.src, self.env
+                self.src, self.env = held.src, held.env
+                try:
+                    self._attach_value(f"{path}.{i}", held.call, conditional, call)
+                finally:
+                    self.src, self.env = saved
             return
         if isinstance(arg, cst.List | cst.Tuple):
             for i, el in enumerate(arg.elements):

@@ -118,6 +118,17 @@ def decide_cp(facts: ParallelFacts) -> dict[str, Any]:
             covered = root and bool(set(bi.from_params) & split_params) and not bi.local_length
             if covered or (bi.producer_kind == "param" and bi.arg in split_params):
                 continue
+            if root and i == 0 and bi.producer_kind == "param":
+                note = seq.annotations.get(bi.arg, "")
+                spec = ([{"split_dim": 0, "expected_dims": 2, "split_output": False} for _ in range(2)]
+                        if "tuple" in note.lower() else dict(STREAM))
+                plan[""][bi.arg] = spec
+                split_params.add(bi.arg)
+                evidence.append({"file": seq.file, "line": seq.forward_line,
+                                 "why": f"`{bi.arg}` arrives ready-made from the caller: cut it with the tokens at the "
+                                        "root (its layout is assumed; confirm in verify)"})
+                unknowns.append(f"layout of the position input `{bi.arg}` (which dim is the sequence)")
+                continue
             if bi.producer_kind == "module" and not bi.in_loop:
                 layout = facts.position_modules.get(bi.producer or "", {})
                 n = layout.get("outputs") or 1

@@ -184,8 +184,9 @@ def build_plan(flags, probe: bool = True) -> dict:
 
         _progress("cross-checking on the meta device (builds the model without weights)")
         t_file = report.value("transformer_file")
-        module = ws.load(Path(t_file)).dotted_name
-        check = crosscheck(facts, t_file, report.value("transformer_class"), module, report.value("model_path"))
+        t_src = ws.load(Path(t_file))
+        check = crosscheck(facts, t_file, report.value("transformer_class"), t_src.dotted_name,
+                           report.value("model_path"), package_root=t_src.package_root)
     else:
         check = {"ok": None, "error": "skipped (--no-probe)", "disagreements": [], "checked": 0}
     facts = dataclasses.replace(facts, crosscheck=check)

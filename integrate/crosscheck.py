@@ -15,16 +15,20 @@ from integrate.records import ParallelFacts
 
 
 def crosscheck(facts: ParallelFacts, transformer_file: str, transformer_class: str, dotted_module: str | None,
-               model_path: str | None, timeout: float = 180) -> dict[str, Any]:
+               model_path: str | None, timeout: float = 180, package_root: Path | None = None) -> dict[str, Any]:
     from integrate.probe import probe_transformer
 
     config = Path(model_path) / "transformer" / "config.json" if model_path else None
     if config is not None and not config.is_file():
         config = None
     lists = [b.attr for b in facts.blocks]
+    result = None
     if dotted_module:
-        result = probe_transformer(dotted_module, transformer_class, config, lists, timeout=timeout)
-    else:
+        result = probe_transformer(dotted_module, transformer_class, config, lists, timeout=timeout,
+                                   search_path=package_root)
+        if not result.get("ok") and str(result.get("error", "")).startswith("importing"):
+            result = None  # not importable by name (a source checkout): load the file itself
+    if result is None:
         result = probe_transformer("", transformer_class, config, lists, timeout=timeout, file=Path(transformer_file))
     if not result.get("ok"):
         return {"ok": False, "error": result.get("error", "probe failed"), "disagreements": [], "checked": 0}

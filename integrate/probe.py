@@ -38,7 +38,7 @@ def _fail(error: str) -> dict:
     return {"ok": False, "error": _one_line(error)}
 
 
-def _worker_env() -> dict[str, str]:
+def _worker_env(search_path: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
     for key, value in _WORKER_ENV_DEFAULTS.items():
         env.setdefault(key, value)
@@ -47,7 +47,10 @@ def _worker_env() -> dict[str, str]:
     root = str(Path(__file__).resolve().parent.parent)
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in parts:
-        env["PYTHONPATH"] = os.pathsep.join([root, *parts])
+        parts = [root, *parts]
+    if search_path is not None and str(search_path) not in parts:
+        parts.append(str(search_path))  # where a source checkout's package can be imported from
+    env["PYTHONPATH"] = os.pathsep.join(parts)
     return env
 
 
@@ -59,6 +62,7 @@ def probe_transformer(
     timeout: float = DEFAULT_TIMEOUT,
     *,
     file: Path | None = None,
+    search_path: Path | None = None,
 ) -> dict:
     """Build ``module.cls`` from ``config_path`` on the meta device and describe it.
 
@@ -67,7 +71,8 @@ def probe_transformer(
     class is loaded from that file instead and ``module`` only names it. ``config_path`` is the
     transformer's ``config.json`` (keys starting with ``_`` dropped; ``None``: the class's defaults).
     ``list_attrs`` names the block lists to describe (dotted paths allowed; empty: every top-level
-    ``nn.ModuleList``).
+    ``nn.ModuleList``). ``search_path`` is added to the worker's import path (the folder holding a
+    source checkout's top-level package), so a model outside site-packages imports by its dotted name.
 
     Never raises for model problems. Failure: ``{"ok": False, "error": "<one line>"}``. Success::
 
@@ -101,7 +106,7 @@ def probe_transformer(
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=_worker_env(),
+            env=_worker_env(search_path),
         )
     except subprocess.TimeoutExpired:
         return _fail(f"probing {cls} timed out after {timeout:g}s")

@@ -54,6 +54,7 @@ def test_mutated_sources_never_crash(tmp_path_factory, source):
         return  # a syntax error is bad input, reported as such
     for cls in src.classes.values():
         facts = analyze_transformer(ws, src, cls)
+        _plan_pieces(ws, src, cls, facts)
         for bl in facts.block_lists:
             assert bl.is_blocks in (True, False, None)
             if bl.is_blocks is None:
@@ -62,3 +63,24 @@ def test_mutated_sources_never_crash(tmp_path_factory, source):
                 assert bl.confidence == "unknown"
     for fn in src.functions:
         analyze_pipeline(ws, src, None, fn)
+
+
+def _plan_pieces(ws, src, cls, facts):
+    """The parallelism readers and both charts run on whatever the analysis made of the class."""
+    from integrate.analyzers.modules import module_tree
+    from integrate.analyzers.sequence import sequence_facts
+    from integrate.analyzers.structure import _position_modules, _sequence_record, block_structure
+    from integrate.decisions.cp import decide_cp
+    from integrate.decisions.tp import decide_tp
+    from integrate.records import ParallelFacts
+
+    tree = module_tree(ws, src, cls, {})
+    blocks = tuple(block_structure(ws, tree, bl.attr, bl.block_class) for bl in facts.block_lists if bl.is_blocks)
+    seq = sequence_facts(ws, src, cls, tree, facts.block_lists)
+    pf = ParallelFacts(config={}, blocks=blocks, sequence=_sequence_record(seq) if seq else None, top_modules=(),
+                       position_modules=_position_modules(ws, tree, seq), diffusers_cp_plan=None,
+                       diffusers_cp_plan_at=None, pipeline_masks=(), pipeline_arg_ndims={}, pipeline_arg_ndims_at={},
+                       text_encoders=(), vae=None, crosscheck={})
+    cp = decide_cp(pf)
+    assert cp["approach"] in ("hook", "hybrid", "unknown")
+    decide_tp(pf)

@@ -44,3 +44,18 @@ def test_static_means_static(tmp_path):
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["transformer"]["block_lists"][0]["forward_pattern"] == "Pattern_0"
     assert not marker.exists(), "the analysed module was imported"
+
+
+def test_bfl_style_plan_is_honest_about_what_it_cannot_see(tmp_path):
+    out = tmp_path / "plan"
+    proc = run_cli("plan", str(BFL), "--model-path", str(tmp_path), "--transformer-class", "Flux",
+                   "--pipeline-class", "denoise", "--pipeline-file", str(BFL), "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    cp = data["parallelism"]["cp"]
+    assert cp["shape"] == "root split"
+    assert set(cp["plan"][""]) == {"img", "txt", "pe"}  # pe arrives ready-made: cut with the tokens
+    assert any("`pe`" in u for u in data["unknowns"])  # ... but its layout is not in the code
+    assert any("no attention module" in u for u in data["unknowns"])
+    check = data["facts"]["crosscheck"]  # imported from the source checkout; no config.json to build from
+    assert check["ok"] is False and "Flux" in check["error"] and "\n" not in check["error"]
