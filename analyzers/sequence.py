@@ -457,9 +457,18 @@ class _Flow:
         current = {hidden} if hidden else set()
         candidate: Producer | None = None
         blocked: list[Evidence] = []
-        for ln, names, value, _ in sorted(self.assigns, key=lambda a: a[0]):
+        returns = [(self.src.line(r), ["<return>"], r.value, r) for r in find_all(self.fwd.body, cst.Return)
+                   if r.value is not None]
+        for ln, names, value, _ in sorted(self.assigns + returns, key=lambda a: a[0]):
             if ln <= last.loop_end or self.in_loop(ln) or not (names_read(value) & current):
                 continue
+            if names == ["<return>"]:
+                inner = _unwrap(value)
+                if isinstance(inner, cst.Call) and (dotted(inner.func) or "").startswith("self."):
+                    p = self.classify(inner, ln, names, "<return>")
+                    if p.kind == "module":
+                        candidate = p
+                break
             p = self.classify(value, ln, names, names[0] if names else "")
             if p.kind == "module":
                 candidate = p

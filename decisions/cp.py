@@ -195,6 +195,9 @@ def decide_cp(facts: ParallelFacts) -> dict[str, Any]:
         confidence = "low"
     if root:
         risks += [f"{r.why} ({r.file.rsplit('/', 1)[-1]}:{r.line})" for r in seq.root_risks]
+    seen: set = set()
+    evidence = [e for e in evidence if not ((e["file"], e["line"], e["why"]) in seen
+                                            or seen.add((e["file"], e["line"], e["why"])))]
     out.update(approach=approach, shape=shape, plan=plan, confidence=confidence, evidence=evidence,
                risks=risks + extras.pop("risks"), unknowns=unknowns, **extras)
     out["diffusers_plan"] = _compare(facts, plan)

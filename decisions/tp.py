@@ -42,6 +42,8 @@ def _rank(c: str) -> int:
 
 def _plan_list(b: BlockStructure) -> dict[str, Any]:
     roles = {r.path: r for r in b.linears}
+    modules = {m.path: m for m in b.modules}
+    reasons: dict[str, dict] = {}
     layer_plan: dict[str, str] = {}
     shard: dict[str, list[str]] = {}
     risks: list[str] = []
@@ -66,7 +68,8 @@ def _plan_list(b: BlockStructure) -> dict[str, Any]:
             for p in a.out_projs:
                 layer_plan[p] = "rowwise(input=replicate)"
             for p, how in a.fused.items():
-                evidence.append({"file": a.processor_at.file if a.processor_at else "", "line": 0,
+                evidence.append({"file": a.processor_at.file if a.processor_at else a.kernel.file if a.kernel else "",
+                                 "line": a.processor_at.line if a.processor_at else 0,
                                  "why": f"`{p}` is split into equal parts by {how}: shard it with a replicated "
                                         "output so the processor sees whole Q/K/V; do not divide the head count"})
             continue
@@ -111,7 +114,13 @@ def _plan_list(b: BlockStructure) -> dict[str, Any]:
         else:
             notes.append(f"`{path}`: role unknown, left whole")
             confidence = "medium" if confidence == "high" else confidence
-        evidence.append({"file": "", "line": 0, "why": f"`{path}` {r.role}: {r.why}"})
+        where = modules.get(path)
+        evidence.append({"file": where.file if where else "", "line": where.line if where else 0,
+                         "why": f"`{path}` {r.role}: {r.why}"})
+    for path in layer_plan:
+        r, where = roles.get(path), modules.get(path)
+        reasons[path] = {"role": r.role if r else "processor-owned", "why": r.why if r else "",
+                         "file": where.file if where else "", "line": where.line if where else 0}
     for t in b.tables:
         notes.append(f"`{t}` is a modulation table (nn.Parameter): kept whole on every rank")
     if b.kernels:
@@ -123,6 +132,7 @@ def _plan_list(b: BlockStructure) -> dict[str, Any]:
         "attr": b.attr,
         "block_class": b.block_class,
         "layer_plan": layer_plan,
+        "reasons": reasons,
         "shard_div_attr": shard,
         "strategy": strategy,
         "confidence": confidence,

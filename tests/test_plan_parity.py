@@ -56,6 +56,7 @@ TP_MODELS = [m for m in CP_AGREE] + [
     ("ErnieImagePipeline", "ErnieImageTransformer2DModel"),
     ("Krea2Pipeline", "Krea2Transformer2DModel"),
     ("MochiPipeline", "MochiTransformer3DModel"),
+    ("Lumina2Pipeline", "Lumina2Transformer2DModel"),
 ]
 ALL = sorted({t for _, t in CP_AGREE + TP_MODELS} | {"SkyReelsV2Transformer3DModel"})
 

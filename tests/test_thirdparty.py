@@ -59,3 +59,30 @@ def test_bfl_style_plan_is_honest_about_what_it_cannot_see(tmp_path):
     assert any("no attention module" in u for u in data["unknowns"])
     check = data["facts"]["crosscheck"]  # imported from the source checkout; no config.json to build from
     assert check["ok"] is False and "Flux" in check["error"] and "\n" not in check["error"]
+
+
+FUSED = ROOT / "tests" / "fixtures" / "fused" / "model.py"
+
+
+def test_fused_qkv_is_replicated_and_indivisible_kv_heads_leave_attention_whole(tmp_path):
+    """Own fixture: fused QKV chunked in three (-> replicate, no shard_div_attr) and 3 KV heads (-> FFN-only)."""
+    (tmp_path / "transformer").mkdir()
+    (tmp_path / "transformer" / "config.json").write_text(json.dumps({"dim": 96, "heads": 6, "kv_heads": 3}))
+    proc = run_cli("plan", str(FUSED), "--model-path", str(tmp_path), "--transformer-class", "TinyDiT",
+                   "--pipeline-class", "denoise", "--pipeline-file", str(FUSED), "--out", str(tmp_path / "p"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    tp = {x["attr"]: x for x in data["parallelism"]["tp"]["block_lists"]}
+    joint, single = tp["blocks"], tp["single_blocks"]
+    assert joint["strategy"] == "replicate" and joint["shard_div_attr"] == {}
+    assert joint["layer_plan"]["attn.img_qkv"] == "colwise(output=replicate)"
+    assert joint["layer_plan"]["attn.txt_out"] == "rowwise(input=replicate)"
+    assert joint["layer_plan"]["img_ff.down"] == "rowwise"
+    assert single["strategy"] == "ffn-only"
+    assert not any(k.startswith("attn.") for k in single["layer_plan"])
+    assert single["heads"]["attn"]["kv_heads"] == ["kv_heads", 3]  # traced from config.json
+    cp = data["parallelism"]["cp"]
+    assert cp["shape"] == "root split" and "proj_out" in cp["plan"]
+    assert cp["ulysses_anything"]["2"]["needed"]  # 3 KV heads do not divide CP 2 either
+    check = data["facts"]["crosscheck"]  # built from the source checkout on the meta device
+    assert check["ok"] is True and check["disagreements"] == [] and check["checked"] > 10
