@@ -24,6 +24,8 @@ from ._syntax import body_of, find_all, names_read, params_of, target_names, wal
 from .binding import CallArgs, bind
 from .loops import Loop, find_list_uses
 from .modules import Tree
+from .patterns import stream_params
+from .values import evaluate, is_known
 
 POSITION_WORDS = ("rotary", "rope", "freqs", "pos_emb", "pos_embed", "position", "pe")
 _PASSTHROUGH = {"to", "type_as", "float", "half", "bfloat16", "contiguous", "clone", "detach"}
@@ -67,6 +69,9 @@ class ListFlow:
     mixed_after: bool = False  # its outputs are rebuilt / concatenated before the next list
     mixing: list[Evidence] = field(default_factory=list)
     side_modules: list[tuple[str, bool, Evidence]] = field(default_factory=list)  # (module, indexed, where)
+    fresh_streams: set[str] = field(default_factory=set)  # block params whose stream is not already split
+    offset: int | None = 0  # index of the first block this walk visits (a slice `lst[-k:]` starts at n - k)
+    last: int | None = None  # index of the last block it visits
 
 
 @dataclass
@@ -103,30 +108,33 @@ def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree
     uses = find_list_uses(src, cls, [bl.attr for bl in chained])
     loops: list[tuple[BlockList, Loop]] = []
     spans: dict[str, tuple[int, int]] = {}
+    all_loops: dict[str, list[Loop]] = {}
     for bl in chained:
         in_fwd = [lp for lp in uses[bl.attr].loops if lp.call is not None and lp.method == "forward"]
-        lp = next((lp for lp in in_fwd if lp.call_skip == 0), in_fwd[0] if in_fwd else None)
-        if lp is not None:
+        if not in_fwd:
+            continue
+        all_loops[bl.attr] = in_fwd
+        direct = [lp for lp in in_fwd if lp.call_skip == 0] or in_fwd[:1]
+        for lp in direct:  # every walk over the list (a list may be walked in slices)
             loops.append((bl, lp))
-            spans[bl.attr] = (min(x.line for x in in_fwd), 0)
+        spans[bl.attr] = (min(x.line for x in in_fwd), 0)
     loops.sort(key=lambda p: p[1].line)
     params = [p.name.value for p in params_of(fwd) if p.name.value != "self"]
     flow = _Flow(ws, src, cls, fwd, tree, params)
     flow.lists = facts_lists = []
-    for bl, _ in loops:
-        in_fwd = [lp for lp in uses[bl.attr].loops if lp.call is not None and lp.method == "forward"]
-        spans[bl.attr] = (spans[bl.attr][0], max(flow.end_line(x.node) for x in in_fwd))
-    flow.loop_spans = list(spans.values())
+    for attr, in_fwd in all_loops.items():
+        spans[attr] = (spans[attr][0], max(flow.end_line(x.node) for x in in_fwd))
+    flow.loop_spans = [(x.line, flow.end_line(x.node)) for v in all_loops.values() for x in v]
     facts = SequenceFacts(str(src.path), src.line(fwd), params, [], [], {}, [], None, [], [], [])
     prev: ListFlow | None = None
     for bl, lp in loops:
-        end = spans[bl.attr][1]
+        end = flow.end_line(lp.node)
         args = CallArgs.of(src, lp.call, skip=lp.call_skip)
         try:
             bound = bind(args, bl.forward.params) if bl.forward else {}
         except Exception:
             bound = {}
-        streams = dict(bl.call_site.stream_args)
+        streams = {p: bound[p] for p in stream_params(bound, lp.outputs)} or dict(bl.call_site.stream_args)
         inputs = []
         for param, arg in bound.items():
             if arg in ("None", "True", "False") or param in ("self",):
@@ -140,15 +148,15 @@ def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree
             if role == "other" and producer.kind == "module" and is_position(producer.name or ""):
                 bi.role = "position"
             inputs.append(bi)
-        fresh, after = True, None
+        fresh_params, after = set(streams), None
         if prev is not None:
-            fresh, after, mixing = flow.continues(prev, streams, lp)
-            if not fresh:
-                pass
-            else:
-                prev.mixed_after = True
-                prev.mixing = mixing
-        lf = ListFlow(bl.attr, lp.line, end, streams, inputs, fresh, after)
+            fresh_params, after, mixing = flow.continues(prev, streams, lp)
+            if fresh_params:
+                prev.mixed_after = prev.mixed_after or bool(mixing)
+                prev.mixing = prev.mixing or mixing
+        lf = ListFlow(bl.attr, lp.line, end, streams, inputs, bool(fresh_params), after)
+        lf.fresh_streams = set(fresh_params)
+        lf.offset, lf.last = flow.slice_span(lp, bl.attr)
         facts_lists.append(lf)
         split_before = {v for earlier in facts.lists for v in earlier.streams.values()}
         lf.side_modules = flow.side_modules(lp, set(streams.values()) | split_before)
@@ -416,12 +424,13 @@ class _Flow:
 
     # -- between lists --------------------------------------------------------------------
 
-    def continues(self, prev: ListFlow, streams: dict[str, str], loop: Loop) -> tuple[bool, str | None, list[Evidence]]:
-        """Whether this list's streams are the previous list's outputs, changed per token at most."""
-        outputs = set(prev.streams.values())
+    def continues(self, prev: ListFlow, streams: dict[str, str], loop: Loop) -> tuple[set[str], str | None, list]:
+        """Block params of this walk whose streams do not come (per token) from split streams of earlier walks."""
+        outputs = {v for lf in self.lists for v in lf.streams.values()}
         path = str(self.src.path)
-        mixing = []
-        for var in streams.values():
+        mixing: list[Evidence] = []
+        fresh: set[str] = set()
+        for param, var in streams.items():
             name, line = var, loop.line
             for _ in range(10):
                 defs = [d for d in self.defs_before(name, line) if d[0] > prev.loop_end and not self.in_loop(d[0])]
@@ -435,17 +444,47 @@ class _Flow:
                         break
                     name, line = cands[0], ln
                     continue
+                if isinstance(value, cst.Name):
+                    name, line = value.value, ln  # a plain alias
+                    continue
                 joined = _joined(value)
                 if joined and all(j in outputs for j in joined):
-                    name, line = joined[-1], ln  # cat of the previous list's (already split) outputs: stays local
+                    name, line = joined[-1], ln  # cat of already split streams: stays local
                     continue
                 mixing.append(Evidence(path, ln, f"`{self.src.code(value)[:70]}` rebuilds the sequence between "
                                        f"`{prev.attr}` and the next list"))
                 name = None
                 break
             if name is None or name not in outputs:
-                return True, None, mixing or [Evidence(path, loop.line, f"`{var}` is not an output of `{prev.attr}`")]
-        return False, prev.attr, []
+                fresh.add(param)
+        if fresh:
+            return fresh, None, mixing
+        return set(), prev.attr, []
+
+    def slice_span(self, loop: Loop, attr: str) -> tuple[int | None, int | None]:
+        """(first, last) block index a walk visits: `lst[-k:]` -> (n - k, n - 1); (0, n - 1) when not sliced."""
+        node = self.tree.nodes.get(attr)
+        length = node.length if node is not None else None
+        n = length if isinstance(length, int) and is_known(length) else None
+        if not loop.sliced:
+            return 0, (n - 1 if n else None)
+        if n is None:
+            return None, None
+        root = self.tree.nodes.get("")
+        attrs = dict(root.attrs) if root is not None else {}
+        attrs[attr] = [0] * n
+        env = {name: [0] * n for name in names_read(loop.node.iter)}
+        for sub in find_all(loop.node.iter, cst.Subscript):
+            sl = sub.slice[0].slice if len(sub.slice) == 1 else None
+            if isinstance(sl, cst.Slice):
+                bounds = []
+                for bound, default in ((sl.lower, 0), (sl.upper, n)):
+                    value = default if bound is None else evaluate(bound, env, attrs)
+                    if not (isinstance(value, int) and is_known(value)):
+                        return None, None
+                    bounds.append(value + n if value < 0 else value)
+                return bounds[0], bounds[1] - 1
+        return None, None
 
     # -- after the last list ------------------------------------------------------------
 
@@ -480,6 +519,9 @@ class _Flow:
                 current = set(names)
                 continue
             call = _unwrap(value)
+            if isinstance(call, cst.Name):
+                current |= set(names)  # `hidden_states = decoder_hidden_states`
+                continue
             method = call.func.attr.value if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) else ""
             if isinstance(call, cst.Call) and method in _PASSTHROUGH:
                 current |= set(names)

@@ -402,7 +402,7 @@ def _sequence_record(seq: SequenceFacts) -> SequenceFact:
             for bi in lf.inputs)
         sides = tuple(SideModule(m, indexed, at) for m, indexed, at in lf.side_modules)
         lists.append(ListFlowFact(lf.attr, lf.loop_line, dict(lf.streams), inputs, lf.fresh, lf.after,
-                                  lf.mixed_after, tuple(lf.mixing), sides))
+                                  lf.mixed_after, tuple(lf.mixing), sides, tuple(sorted(lf.fresh_streams)), lf.offset, lf.last))
     gather = seq.gather
     return SequenceFact(
         file=seq.file, forward_line=seq.forward_line, forward_params=tuple(seq.forward_params), lists=tuple(lists),

@@ -108,10 +108,16 @@ def decide_cp(facts: ParallelFacts) -> dict[str, Any]:
                                      "why": f"`{bi.param}` is built from `{p}`, whose dim 1 is read as a token axis "
                                             f"(per-token conditioning): split `{p}` at the root when it is 2-D"})
         if lf.fresh and not (root and i == 0):
-            plan[f"{lf.attr}.0"] = {p: dict(STREAM) for p in lf.streams}
+            start = lf.offset if lf.offset is not None else "{start}"
+            fresh = [p for p in lf.streams if p in lf.fresh_streams] or list(lf.streams)
+            plan.setdefault(f"{lf.attr}.{start}", {}).update({p: dict(STREAM) for p in fresh})
+            if lf.offset is None:
+                unknowns.append(f"the first block index of the walk over `{lf.attr}` (line {lf.loop_line}) is not "
+                                "known statically")
             if i > 0:
                 evidence.append({"file": seq.file, "line": lf.loop_line,
-                                 "why": f"`{lf.attr}` starts a new sequence: split again at its first block"})
+                                 "why": f"the walk over `{lf.attr}` at line {lf.loop_line} gets "
+                                        f"{', '.join(f'`{p}`' for p in fresh)} not yet split: split at block {start}"})
         for bi in lf.inputs:
             if bi.role != "position":
                 continue
@@ -164,8 +170,8 @@ def decide_cp(facts: ParallelFacts) -> dict[str, Any]:
         nxt = lists[i + 1]
         if lf.attr in per_module:
             continue
-        if lf.mixed_after or nxt.fresh:
-            key = _last_block(lf.attr, blocks.get(lf.attr), facts)
+        if lf.mixed_after:
+            key = f"{lf.attr}.{lf.last}" if lf.last is not None else _last_block(lf.attr, blocks.get(lf.attr), facts)
             plan[key] = dict(GATHER)
             for m in lf.mixing or ():
                 evidence.append({**_ev(m), "why": f"gather `{lf.attr}` at its last block: {m.why}"})
@@ -181,7 +187,8 @@ def decide_cp(facts: ParallelFacts) -> dict[str, Any]:
                          "why": f"`self.{seq.gather}` is the last module applied to the sequence before it is "
                                 "reshaped: gather its output"})
     else:
-        key = _last_block(last.attr, blocks.get(last.attr), facts)
+        key = f"{last.attr}.{last.last}" if last.last is not None else _last_block(last.attr, blocks.get(last.attr),
+                                                                                      facts)
         plan[key] = dict(GATHER)
         for b in blocked:
             evidence.append({**_ev(b), "why": f"gather at the last block: {b.why}"})

@@ -266,6 +266,9 @@ class ListFlowFact:
     mixed_after: bool
     mixing: tuple[Evidence, ...]
     side_modules: tuple[SideModule, ...] = ()  # modules whose output the loop body joins into a stream
+    fresh_streams: tuple[str, ...] = ()  # block parameters whose stream is not split yet (to split here)
+    offset: int | None = 0  # first block index this walk visits (a walk over `lst[-k:]` starts at n - k)
+    last: int | None = None  # last block index it visits (None: not known statically)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,9 @@ def test_motif_video_decisions_rest_on_its_source(motif_plan):
     assert cp["shape"] == "first-block split"
     assert "transformer_blocks.0" in cp["plan"] and "proj_out" in cp["plan"]
     assert cp["plan"]["rope"]["0"]["split_output"] is True
+    # the decoder walks the last num_decoder_layers=4 of 40 single blocks with a copy of the embedded input taken
+    # before any split: that stream is split again at block 36; its encoder input is already split
+    assert set(cp["plan"]["single_transformer_blocks.36"]) == {"hidden_states"}
     assert cp["mask_reorder"]["needed"] and cp["mask_reorder"]["kind"] == "1-D"
     for e in cp["evidence"]:
         if e["line"]:
