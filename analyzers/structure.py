@@ -373,11 +373,20 @@ def _kernels(ws: Workspace, srcs: list[SourceFile]) -> tuple[Evidence, ...]:
         if src.path in seen:
             continue
         seen.add(src.path)
-        for name, imp in src.imports.items():
-            module = imp.module or ""
-            if module.lstrip(".").split(".")[0] in _KERNEL_MODULES:
-                out.append(Evidence(str(src.path), getattr(imp, "line", 0) or 0,
-                                    f"imports `{name}` from `{module}`: a fused kernel unsafe under DTensor"))
+        top_level = {id(stmt) for stmt in src.module.body}
+        for stmt in find_all(src.module, cst.SimpleStatementLine, skip_functions=False):
+            for small in stmt.body:
+                if isinstance(small, cst.Import):
+                    modules = [dotted(a.name) or "" for a in small.names]
+                elif isinstance(small, cst.ImportFrom) and small.module is not None:
+                    modules = [dotted(small.module) or ""]
+                else:
+                    continue
+                hits = [m for m in modules if m.split(".")[0] in _KERNEL_MODULES]
+                if hits:
+                    guarded = "" if id(stmt) in top_level else " (a guarded import: used only when enabled)"
+                    out.append(Evidence(str(src.path), src.line(stmt), f"imports `{hits[0]}`: kernels that assume "
+                                        f"whole tensors, unsafe under DTensor{guarded}"))
         for call in find_all(src.module, cst.Call, skip_functions=False):
             name = dotted(call.func) or ""
             if name in ("os.getenv", "os.environ.get"):

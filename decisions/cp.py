@@ -167,7 +167,6 @@ def decide_cp(facts: ParallelFacts) -> dict[str, Any]:
             plan.setdefault(key, {"0": {"split_dim": 1, "expected_dims": 3, "split_output": True}})
             evidence.append({**_ev(side.at), "why": f"{side.at.why}: split `{key}`'s output to the local sequence"})
     for i, lf in enumerate(lists[:-1]):
-        nxt = lists[i + 1]
         if lf.attr in per_module:
             continue
         if lf.mixed_after:

@@ -250,5 +250,109 @@ def approve(plan_dir: Path, reviewer: str | None, check: bool, as_json: bool) ->
     return 0
 
 
+def _analysis_for_plan(plan: dict):
+    """Re-read the model the plan was made for; refuse when its source no longer matches the plan."""
+    from integrate.analyzers import analyze
+    from integrate.gate import GateFlags, run_gate
+    from integrate.resolve import Workspace
+
+    m = plan["model"]
+    flags = GateFlags(model_path=m["model_path"], pipeline_class=m["pipeline_class"],
+                      transformer_class=m["transformer_class"], pipeline_file=m["pipeline_file"],
+                      transformer_file=m["transformer_file"])
+    ws = Workspace()
+    report = run_gate(flags, ws)
+    analysis = analyze(report, ws)
+    now = [(b.attr, b.forward_pattern) for b in analysis.transformer.block_lists if b.is_blocks]
+    planned = [(b["attr"], b["forward_pattern"]) for b in plan["cache"]["block_lists"]]
+    if now != planned:
+        raise InputError(f"the model's source changed since the plan was made (block lists {planned} -> {now}): "
+                         "run `integrate plan` again and have it approved")
+    src = ws.load(Path(m["transformer_file"]))
+    return analysis, ws, src, src.classes[m["transformer_class"]]
+
+
+@main.command()
+@click.argument("plan_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the plugin package and the GPU test script (plugin mode: required).")
+@click.option("--mode", type=click.Choice(["plugin", "checkout"]), default="plugin", show_default=True,
+              help="plugin: an importable package that registers into cache-dit; checkout: edit a cache-dit tree.")
+@click.option("--cache-dit-src", type=click.Path(file_okay=False, path_type=Path),
+              help="checkout mode: a cache-dit source tree (repository root, src/, or the package folder).")
+@click.option("--dry-run", is_flag=True, help="checkout mode: print the unified diff, change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Report what was written as JSON.")
+def generate(plan_dir: Path, out_dir: Path | None, mode: str, cache_dit_src: Path | None, dry_run: bool,
+             as_json: bool) -> int:
+    """Write the cache-dit code an approved plan calls for (refuses an unapproved or edited plan)."""
+    from integrate.approval import approval_status, require_approved
+
+    plan = require_approved(plan_dir)
+    approval = approval_status(plan_dir)
+    if mode == "plugin" and out_dir is None:
+        raise InputError("--out DIR is required in plugin mode")
+    if mode == "checkout" and cache_dit_src is None:
+        raise InputError("--cache-dit-src PATH is required in checkout mode")
+    if dry_run and mode != "checkout":
+        raise InputError("--dry-run applies to --mode checkout")
+    if not plan["model"].get("example_name"):
+        raise InputError("the plan names no example (pipeline class unknown): cannot name the generated code")
+    from integrate.templates import build
+
+    _progress("re-reading the model sources the plan was made from")
+    analysis, ws, src, cls = _analysis_for_plan(plan)
+    name = plan["model"]["example_name"]
+    if mode == "plugin":
+        import_name = f"integrate_{name}"
+        gen = build(plan, approval, analysis, ws, src, cls, f"{import_name}.patch_functor", import_name)
+        files = {f"{import_name}/{p.module}.py": p.text for p in gen.pieces} | gen.extra
+        written = _write_tree(out_dir, files)
+        data = {"mode": "plugin", "plugin": {"import_name": import_name, "path": str(out_dir.resolve()),
+                                             "launcher": f"python -m {import_name} {name}"},
+                "files": written}
+    else:
+        from integrate.checkout import apply_checkout
+        from integrate.templates import checkout_layout
+
+        gen = build(plan, approval, analysis, ws, src, cls, f"cache_dit.caching.patch_functors.functor_{name}",
+                    "cache_dit.generate")
+        artifacts, registrations = checkout_layout(gen, plan)
+        result = apply_checkout(cache_dit_src, artifacts, registrations, dry_run=dry_run)
+        written = []
+        if out_dir is not None and not dry_run:
+            written = _write_tree(out_dir, {"test_matrix.sh": gen.extra["test_matrix.sh"]})
+        data = {"mode": "checkout", "checkout": result, "files": written}
+        if dry_run and not as_json:
+            click.echo(result["diff"], nl=False)
+            return 0
+    data.update(schema_version="1.0", registered=gen.registered, notes=gen.notes, manual=gen.manual)
+    lines = [f"{data['mode']}: {len(data['files']) or len(data.get('checkout', {}).get('changed', []))} file(s)"]
+    lines += [f"  registered {k}: {v}" for k, v in gen.registered.items()]
+    lines += [f"  note: {n}" for n in gen.notes] + [f"  MANUAL: {x}" for x in gen.manual]
+    _emit(data, as_json, "\n".join(lines))
+    return 1 if gen.manual else 0
+
+
+def _write_tree(root: Path, files: dict[str, str]) -> list[str]:
+    """Write every file or none: stage them beside the target, then move them into place."""
+    import shutil
+    import tempfile
+
+    root.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".integrate-", dir=root))
+    try:
+        for rel, text in files.items():
+            path = stage / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        for rel in files:
+            target = root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            (stage / rel).replace(target)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return [str((root / rel).resolve()) for rel in files]
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,310 @@
+"""The PatchFunctor's patched `forward`, produced from the model's own source by a libcst rewrite.
+
+What cache-dit needs changed in a transformer's forward, and how it is changed here:
+
+* a block list walked in slices (`blocks[:n - k]`, then `blocks[-k:]`): each distinct slice becomes
+  a list of its own (the first keeps the original name), and every walk iterates its list whole;
+* pitfall A (the block call does not reach the block unchanged through cache-dit's wrapper): the
+  call passes the streams positionally, in the wrapper's order, and everything else by keyword;
+* pitfall B (statements in the loop body that do not depend on the loop): hoisted above the loop.
+
+Everything else in `forward` is the model's own code, byte for byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from integrate.analyzers._syntax import find_all, names_read, params_of
+from integrate.records import BlockList
+from integrate.source import SourceFile, dotted, find_method
+
+
+@dataclass
+class Split:
+    """One walk over a slice of a block list, turned into a list of its own."""
+
+    attr: str  # the original list attribute
+    new_attr: str  # the list this walk iterates after the patch
+    slice_code: str  # the model's slice expression, with `self` spelled `transformer`
+    guards: list[str]  # enclosing `if` conditions in forward, with `self` spelled `transformer`
+    var: str = ""  # the local name the PatchFunctor gives this part
+
+
+@dataclass
+class ForwardPatch:
+    code: str  # the patched forward, as a module-level function named `patched_forward`
+    splits: list[Split] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)  # what was changed, for comments and the report
+    imports: list[tuple[str, str | None]] = field(default_factory=list)  # (module, name) the function needs
+    unhandled: list[str] = field(default_factory=list)
+
+
+class _SelfToTransformer(cst.CSTTransformer):
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
+        return updated.with_changes(value="transformer") if updated.value == "self" else updated
+
+
+def _as_transformer(src: SourceFile, node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node.visit(_SelfToTransformer()))
+
+
+def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[BlockList, ...]) -> ForwardPatch:
+    fwd = find_method(cls, "forward")
+    if fwd is None:
+        return ForwardPatch("", unhandled=[f"{cls.name.value} defines no forward"])
+    attrs = {bl.attr for bl in block_lists if bl.is_blocks}
+    aliases = _aliases(fwd, attrs)
+    slices: dict[str, list[cst.Subscript]] = {}
+    for loop in find_all(fwd, cst.For):
+        sub = loop.iter
+        if isinstance(sub, cst.Call) and dotted(sub.func) == "enumerate" and sub.args:
+            sub = sub.args[0].value
+        if isinstance(sub, cst.Subscript):
+            attr = _list_attr(sub.value, aliases)
+            if attr in attrs and not any(_same(sub, s) for s in slices.get(attr, [])):
+                slices.setdefault(attr, []).append(sub)
+    splits: list[Split] = []
+    replace: dict[str, str] = {}  # slice code -> `self.<new attr>`
+    for attr, subs in slices.items():
+        for i, sub in enumerate(subs):
+            new_attr = attr if i == 0 else f"{attr}_{i + 1}"
+            code = src.code(sub)
+            replace[code] = f"self.{new_attr}"
+            guards = [_as_transformer(src, g) for g in _guards(fwd, sub)]
+            rendered = cst.Module(body=[]).code_for_node(_rebase(sub, aliases, attr).visit(_SelfToTransformer()))
+            splits.append(Split(attr, new_attr, rendered, guards))
+    changes = [f"`{s.slice_code}` is walked as `{s.new_attr}`" for s in splits]
+    rewritten = fwd.visit(_Rewrite(src, replace, block_lists, aliases, changes))
+    rewritten = rewritten.visit(_DropUnusedAliases(aliases, rewritten))
+    rewritten = rewritten.with_changes(params=rewritten.params.visit(_ModernAnnotations()),
+                                       returns=rewritten.returns.visit(_ModernAnnotations())
+                                       if rewritten.returns is not None else None)
+    rewritten = rewritten.with_changes(name=cst.Name("patched_forward"))
+    code = cst.Module(body=[]).code_for_node(rewritten)
+    return ForwardPatch(code=code, splits=splits, changes=changes, imports=_imports(ws, src, rewritten))
+
+
+def _aliases(fwd: cst.FunctionDef, attrs: set[str]) -> dict[str, str]:
+    """`blocks = self.single_transformer_blocks` -> {"blocks": "single_transformer_blocks"}."""
+    out = {}
+    for assign in find_all(fwd, cst.Assign):
+        target = assign.targets[0].target if len(assign.targets) == 1 else None
+        value = dotted(assign.value) or ""
+        if isinstance(target, cst.Name) and value.startswith("self.") and value[5:] in attrs:
+            out[target.value] = value[5:]
+    return out
+
+
+def _list_attr(expr: cst.BaseExpression, aliases: dict[str, str]) -> str | None:
+    name = dotted(expr) or ""
+    if name.startswith("self."):
+        return name[5:]
+    return aliases.get(name)
+
+
+def _rebase(sub: cst.Subscript, aliases: dict[str, str], attr: str) -> cst.Subscript:
+    """Spell the list `blocks` (the PatchFunctor's local name for it) so the slice reads short."""
+
+    class R(cst.CSTTransformer):
+        def leave_Name(self, original: cst.Name, updated: cst.Name):
+            return cst.Name("blocks") if aliases.get(updated.value) == attr else updated
+
+        def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute):
+            return cst.Name("blocks") if dotted(original) == f"self.{attr}" else updated
+
+    return sub.visit(R())
+
+
+def _same(a: cst.CSTNode, b: cst.CSTNode) -> bool:
+    return a.deep_equals(b)
+
+
+def _guards(fwd: cst.FunctionDef, target: cst.CSTNode) -> list[cst.BaseExpression]:
+    """Conditions of the `if` statements enclosing `target` inside forward."""
+    out: list[cst.BaseExpression] = []
+
+    def walk(node: cst.CSTNode, stack: list[cst.BaseExpression]) -> bool:
+        if node is target:
+            out.extend(stack)
+            return True
+        from integrate.analyzers._syntax import children
+
+        for child in children(node):
+            inner = stack + [node.test] if isinstance(node, cst.If) and child is node.body else stack
+            if walk(child, inner):
+                return True
+        return False
+
+    walk(fwd.body, [])
+    return out
+
+
+class _Rewrite(cst.CSTTransformer):
+    def __init__(self, src: SourceFile, replace: dict[str, str], block_lists, aliases, changes: list[str]):
+        self.src, self.replace, self.aliases, self.changes = src, replace, aliases, changes
+        self.pitfall_a = {bl.attr: bl for bl in block_lists if bl.is_blocks and bl.call_site is not None
+                          and bl.call_site.keyword_positional_mismatch}
+        self.hoist = {bl.attr: [op for op in bl.call_site.loop_extra_ops if op.kind == "hoistable"
+                                and op.active_by_default]
+                      for bl in block_lists if bl.is_blocks and bl.call_site is not None}
+
+    def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript):
+        code = self.src.code(original)
+        if code in self.replace:
+            return cst.parse_expression(self.replace[code])
+        return updated
+
+    def leave_For(self, original: cst.For, updated: cst.For):
+        iterable = original.iter
+        if isinstance(iterable, cst.Call) and dotted(iterable.func) == "enumerate" and iterable.args:
+            iterable = iterable.args[0].value
+        if isinstance(iterable, cst.Subscript):
+            iterable = iterable.value
+        attr = _list_attr(iterable, self.aliases)
+        if attr is None:
+            return updated
+        if attr in self.pitfall_a:
+            updated = updated.visit(_Positional(self.pitfall_a[attr], original.target))
+            self.changes.append(f"the `{attr}` block call passes its streams positionally (pitfall A)")
+        hoisted = []
+        codes = {op.code.strip() for op in self.hoist.get(attr, [])}
+        if codes:
+            body = []
+            for stmt in updated.body.body:
+                text = cst.Module(body=[]).code_for_node(stmt).strip()
+                (hoisted if text in codes else body).append(stmt)
+            if hoisted:
+                updated = updated.with_changes(body=updated.body.with_changes(body=body))
+                self.changes.append(f"{len(hoisted)} loop-invariant statement(s) hoisted out of the `{attr}` loop "
+                                    "(pitfall B)")
+                return cst.FlattenSentinel([*hoisted, updated])
+        return updated
+
+
+class _ModernAnnotations(cst.CSTTransformer):
+    """`Optional[X]` -> `X | None`, `Union[A, B]` -> `A | B`, `Dict` -> `dict` (annotations only)."""
+
+    BUILTIN = {"Dict": "dict", "List": "list", "Tuple": "tuple", "Set": "set", "Type": "type"}
+
+    def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript):
+        head = dotted(updated.value) or ""
+        head = head.rsplit(".", 1)[-1]
+        items = [el.slice.value for el in updated.slice if isinstance(el.slice, cst.Index)]
+        if head == "Optional" and len(items) == 1:
+            return cst.BinaryOperation(items[0], cst.BitOr(), cst.Name("None"))
+        if head == "Union" and len(items) >= 2:
+            out = items[0]
+            for item in items[1:]:
+                out = cst.BinaryOperation(out, cst.BitOr(), item)
+            return out
+        if head in self.BUILTIN:
+            return updated.with_changes(value=cst.Name(self.BUILTIN[head]))
+        return updated
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name):
+        return cst.Name(self.BUILTIN[updated.value]) if updated.value in self.BUILTIN else updated
+
+
+class _DropUnusedAliases(cst.CSTTransformer):
+    """`blocks = self.single_transformer_blocks` is dead once every walk names its own list: drop it."""
+
+    def __init__(self, aliases: dict[str, str], fn: cst.FunctionDef):
+        attrs = {id(a.attr) for a in find_all(fn.body, cst.Attribute)}
+        reads: dict[str, int] = {}
+        for n in find_all(fn.body, cst.Name):
+            if id(n) not in attrs:
+                reads[n.value] = reads.get(n.value, 0) + 1
+        self.dead = {a for a in aliases if reads.get(a, 0) <= 1}
+
+    def leave_SimpleStatementLine(self, original, updated):
+        small = updated.body[0] if len(updated.body) == 1 else None
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
+                and small.targets[0].target.value in self.dead:
+            return cst.RemoveFromParent()
+        return updated
+
+
+class _Positional(cst.CSTTransformer):
+    """`block(hidden_states=h, encoder_hidden_states=e, temb=t)` -> `block(h, e, temb=t)` (wrapper order)."""
+
+    def __init__(self, bl: BlockList, target: cst.BaseExpression):
+        self.block_var = target.value if isinstance(target, cst.Name) else None
+        params = [p.name for p in bl.forward.params] if bl.forward else []
+        roles = bl.roles
+        self.order = [roles[r] for r in ("hidden_states", "encoder_hidden_states") if r in roles]
+        self.params = params
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call):
+        if not (isinstance(original.func, cst.Name) and original.func.value == self.block_var):
+            return updated
+        positional = [a for a in updated.args if a.keyword is None and not a.star]
+        by_name: dict[str, cst.Arg] = {}
+        for i, a in enumerate(positional):
+            if i < len(self.params):
+                by_name[self.params[i]] = a
+        for a in updated.args:
+            if a.keyword is not None:
+                by_name[a.keyword.value] = a
+        if not all(p in by_name for p in self.order):
+            return updated
+        args = [cst.Arg(value=by_name[p].value) for p in self.order]
+        args += [cst.Arg(value=a.value, keyword=cst.Name(p), equal=cst.AssignEqual())
+                 for p, a in by_name.items() if p not in self.order]
+        args += [a for a in updated.args if a.star]
+        return updated.with_changes(args=args)
+
+
+def _imports(ws, src: SourceFile, fwd: cst.FunctionDef) -> list[tuple[str, str | None]]:
+    """(module, name) for every module-level name the forward reads (name None: `import module`)."""
+    own = {p.name.value for p in params_of(fwd)}
+    used = names_read(fwd) - own - {"self"}
+    module = src.dotted_name
+    out: set[tuple[str, str | None]] = set()
+    for name in sorted(used):
+        imp = src.imports.get(name)
+        if imp is not None and imp.name is None:
+            out.add((imp.module, None) if imp.module == name else (f"{imp.module} as {name}", None))
+        elif imp is not None:
+            qual = ws.qualname(src, cst.Name(name)) or ""
+            owner, _, attr = qual.rpartition(".")
+            if owner and attr == name:
+                out.add((owner, name))
+            elif module:
+                out.add((module, name))
+        elif (name in src.classes or name in src.functions or name in src.assigns) and module:
+            out.add((module, name))
+    return sorted(out)
+
+
+def import_block(pairs, local: tuple[str, ...] = ()) -> str:
+    """Import statements grouped the way isort (and ruff's I001) expects: stdlib, then third party;
+    plain imports before from-imports; modules and names sorted; one statement per module."""
+    import sys
+
+    groups: dict[int, dict[str, set[str] | None]] = {0: {}, 1: {}, 2: {}}
+    for module, name in pairs:
+        top = module.split(".")[0].split(" ")[0]
+        bucket = groups[0 if top in sys.stdlib_module_names else 2 if top in local else 1]
+        if name is None:
+            bucket.setdefault(f"import {module}", None)
+        else:
+            bucket.setdefault(f"from {module} import", set()).add(name)
+    blocks = []
+    for section in (0, 1, 2):
+        bucket = groups[section]
+        plain = sorted(k for k, v in bucket.items() if v is None)
+        froms = sorted((k for k, v in bucket.items() if v is not None), key=lambda k: k.split(" ")[1])
+        lines = plain + [_from_line(k, sorted(bucket[k])) for k in froms]
+        if lines:
+            blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _from_line(head: str, names: list[str], width: int = 88) -> str:
+    line = f"{head} {', '.join(names)}"
+    if len(line) <= width:
+        return line
+    return head + " (\n" + "".join(f"    {n},\n" for n in names) + ")"
