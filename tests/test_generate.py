@@ -1,0 +1,187 @@
+"""`integrate generate`: approved plan -> code that cache-dit's own registries resolve.
+
+Plugins are imported in a subprocess (tests/_plugin_worker.py) that asks cache-dit's registries and
+runs the generated planners on the model built on the meta device.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLE, ROOT, make_model_dir, run_cli
+from planner_oracle import cache_dit_plans
+
+WORKER = ROOT / "tests" / "_plugin_worker.py"
+
+
+def _worker(job: dict) -> dict:
+    proc = subprocess.run([sys.executable, str(WORKER)], input=json.dumps(job), capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def _plan_approve_generate(model: Path, base: Path, *extra: str) -> tuple[Path, dict, subprocess.CompletedProcess]:
+    plan_dir = base / "plan"
+    proc = run_cli("plan", str(model), "--out", str(plan_dir), "--no-probe")
+    assert proc.returncode == 0, proc.stderr
+    assert run_cli("approve", str(plan_dir), "--reviewer", "Grace Hopper").returncode == 0
+    gen = run_cli("generate", str(plan_dir), "--out", str(base / "out"), "--json", *extra)
+    return plan_dir, json.loads((plan_dir / "plan.json").read_text()), gen
+
+
+def _ruff(path: Path) -> subprocess.CompletedProcess:
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    return subprocess.run([ruff, "check", "--isolated", str(path)], capture_output=True, text=True, check=False)
+
+
+@pytest.fixture(scope="module")
+def motif(tmp_path_factory):
+    base = tmp_path_factory.mktemp("motif")
+    plan_dir, plan, gen = _plan_approve_generate(EXAMPLE, base)
+    assert gen.returncode == 0, gen.stderr
+    return base / "out", plan, json.loads(gen.stdout)
+
+
+def test_plugin_files_and_report(motif):
+    out, plan, report = motif
+    assert report["plugin"]["import_name"] == "integrate_motif_video"
+    assert Path(report["plugin"]["path"]) == out.resolve()
+    names = {Path(f).name for f in report["files"]}
+    assert {"__init__.py", "adapter.py", "patch_functor.py", "cp_planner.py", "tp_planner.py", "example.py",
+            "__main__.py", "test_matrix.sh", "te_text_encoder.py"} <= names
+    assert report["manual"] == []
+    assert report["registered"]["cp_planner"] == "MotifVideoTransformer3DModel"
+
+
+def test_generated_code_passes_ruff_with_its_default_rules(motif):
+    out, _, _ = motif
+    proc = _ruff(out)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_motif_video_plugin_registers_and_resolves_through_cache_dit(motif):
+    out, plan, report = motif
+    cfg = json.loads((EXAMPLE / "transformer" / "config.json").read_text())
+    got = _worker({"path": str(out), "import_name": "integrate_motif_video", "whole_package": True,
+                   "transformer_class": "MotifVideoTransformer3DModel", "example": "motif_video",
+                   "text_encoder": "T5Gemma2Encoder",
+                   "config": {k: v for k, v in cfg.items() if not k.startswith("_")}})
+    assert got["cp_planner"] == "MotifVideoContextParallelismPlanner"
+    assert got["tp_planner"] == "MotifVideoTensorParallelismPlanner"
+    assert got["te_planner"] == "T5Gemma2EncoderTensorParallelismPlanner"
+    assert got["examples"] == ["motif_video"]
+    # the PatchFunctor splits the decoder walk off `single_transformer_blocks` (40 = 36 + 4 decoder layers)
+    assert got["adapter_blocks"] == [cfg["num_layers"], 36, 4]
+    assert got["adapter_patterns"] == ["Pattern_0"] * 3 and got["has_separate_cfg"] is True
+    assert got["cp"] == plan["parallelism"]["cp"]["plan"]
+    assert "single_transformer_blocks_2.0" in got["cp_patched"]  # keys follow the blocks the functor moved
+    for x in plan["parallelism"]["tp"]["block_lists"]:
+        assert got["tp"][x["attr"]]["layer_plan"] == x["layer_plan"]
+        assert got["tp"][x["attr"]]["shard_div_attr"] == x["shard_div_attr"]
+    assert got["tp"]["single_transformer_blocks_2"]["count"] == 4  # the moved blocks are parallelised too
+
+
+def test_patched_forward_is_the_models_own_with_only_the_walks_changed(motif):
+    out, _, _ = motif
+    text = (out / "integrate_motif_video" / "patch_functor.py").read_text()
+    assert "for block in self.single_transformer_blocks:" in text
+    assert "for block in self.single_transformer_blocks_2:" in text
+    assert "single_transformer_blocks[" not in text.split("def patched_forward")[1]
+    assert "self.norm_out(hidden_states, temb)" in text  # untouched model code
+
+
+@pytest.mark.parametrize("pipeline,transformer", [
+    ("NucleusMoEImagePipeline", "NucleusMoEImageTransformer2DModel"),
+])
+def test_other_unsupported_models_register_too(tmp_path, pipeline, transformer):
+    model = make_model_dir(tmp_path / "m", pipeline, transformer)
+    _, plan, gen = _plan_approve_generate(model, tmp_path)
+    assert gen.returncode == 0, gen.stderr
+    report = json.loads(gen.stdout)
+    assert _ruff(tmp_path / "out").returncode == 0
+    got = _worker({"path": str(tmp_path / "out"), "import_name": report["plugin"]["import_name"],
+                   "whole_package": True, "transformer_class": transformer,
+                   "example": plan["model"]["example_name"]})
+    assert got["cp_planner"].endswith("ContextParallelismPlanner") and got["cp"] == plan["parallelism"]["cp"]["plan"]
+    assert got["examples"] == [plan["model"]["example_name"]]
+
+
+def test_a_model_the_templates_cannot_fully_handle_says_so_with_exit_1(tmp_path):
+    """Latte walks two lists zipped together: no PatchFunctor is written; the reasons are listed as manual."""
+    model = make_model_dir(tmp_path / "m", "LattePipeline", "LatteTransformer3DModel")
+    _, _, gen = _plan_approve_generate(model, tmp_path)
+    assert gen.returncode == 1
+    report = json.loads(gen.stdout)
+    assert any("walked together" in x for x in report["manual"])
+    assert not (tmp_path / "out" / "integrate_latte" / "patch_functor.py").exists()
+
+
+@pytest.mark.parametrize("pipeline,transformer", [
+    ("FluxPipeline", "FluxTransformer2DModel"),
+    ("WanPipeline", "WanTransformer3DModel"),
+    ("HunyuanVideoPipeline", "HunyuanVideoTransformer3DModel"),
+])
+def test_supported_models_get_the_same_decisions_as_cache_dit(tmp_path, pipeline, transformer):
+    """The generated planners, run on the meta-device model, plan what cache-dit's hand-written ones plan."""
+    model = make_model_dir(tmp_path / "m", pipeline, transformer)
+    _, plan, gen = _plan_approve_generate(model, tmp_path)
+    report = json.loads(gen.stdout)
+    got = _worker({"path": str(tmp_path / "out"), "import_name": report["plugin"]["import_name"],
+                   "whole_package": False, "transformer_class": transformer})
+    theirs = cache_dit_plans(transformer)
+    assert got["cp"].keys() == theirs["cp"].keys()
+    for attr, expected in theirs["tp"].items():
+        mine = got["tp"][attr]["layer_plan"]
+        assert {k: v for k, v in mine.items() if k in expected["layer_plan"]} == expected["layer_plan"]
+        assert got["tp"][attr]["shard_div_attr"] == expected["shard_div_attr"]
+
+
+def test_generate_refuses_an_unapproved_or_edited_plan(tmp_path):
+    plan_dir = tmp_path / "plan"
+    assert run_cli("plan", str(EXAMPLE), "--out", str(plan_dir), "--no-probe").returncode == 0
+    proc = run_cli("generate", str(plan_dir), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2 and "not approved" in proc.stderr
+    assert run_cli("approve", str(plan_dir), "--reviewer", "x").returncode == 0
+    data = json.loads((plan_dir / "plan.json").read_text())
+    data["cache"]["has_separate_cfg"] = False
+    (plan_dir / "plan.json").write_text(json.dumps(data))
+    proc = run_cli("generate", str(plan_dir), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2 and "changed after it was approved" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_checkout_mode_writes_into_a_cache_dit_tree_idempotently(motif, tmp_path):
+    import cache_dit
+
+    tree = tmp_path / "src" / "cache_dit"
+    shutil.copytree(Path(cache_dit.__file__).parent, tree, ignore=shutil.ignore_patterns("__pycache__"))
+    plan_dir = tmp_path / "plan"
+    assert run_cli("plan", str(EXAMPLE), "--out", str(plan_dir), "--no-probe").returncode == 0
+    assert run_cli("approve", str(plan_dir), "--reviewer", "x").returncode == 0
+    before = {p: p.read_bytes() for p in tree.rglob("*.py")}
+    dry = run_cli("generate", str(plan_dir), "--mode", "checkout", "--cache-dit-src", str(tmp_path), "--dry-run")
+    assert dry.returncode == 0 and "+++ b/caching/block_adapters/adapter_motif_video.py" in dry.stdout
+    assert {p: p.read_bytes() for p in tree.rglob("*.py")} == before
+    first = run_cli("generate", str(plan_dir), "--mode", "checkout", "--cache-dit-src", str(tmp_path), "--json")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["checkout"]["changed"]
+    second = run_cli("generate", str(plan_dir), "--mode", "checkout", "--cache-dit-src", str(tmp_path), "--json")
+    report = json.loads(second.stdout)["checkout"]
+    assert report["changed"] == [] and report["diff"] == ""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import cache_dit.caching.block_adapters as b;"
+         "from cache_dit.caching.block_adapters.block_registers import BlockAdapterRegister as R;"
+         "from cache_dit.distributed.transformers.planners import _activate_cp_planners as a; a();"
+         "from cache_dit.distributed.transformers.register import ContextParallelismPlannerRegister as C;"
+         "print('MotifVideo' in R.supported_pipelines()[1],"
+         " C.get_planner('MotifVideoTransformer3DModel').__name__)"],
+        capture_output=True, text=True, env={**__import__("os").environ, "PYTHONPATH": str(tmp_path / "src")},
+        check=False, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    assert probe.stdout.split()[-2:] == ["True", "MotifVideoContextParallelismPlanner"]
