@@ -207,12 +207,18 @@ def build(plan: dict, approval: dict, analysis: Analysis, ws, src: SourceFile, c
     # -- CLI example, launcher, test matrix ------------------------------------------------
     task = m["example_type_guess"]
     pipeline_cls = m["pipeline_class"].split(".")[0]
-    example_imports = [("argparse", None), ("os", None), ("diffusers", pipeline_cls)] + [
-        ("cache_dit._utils.registers", n) for n in
-        ("Example", "ExampleInitConfig", "ExampleInputData", "ExampleRegister", "ExampleType")]
-    gen.pieces.append(Piece("example", "example", f"{name}_example", _render(
-        "example.py.j2", imports=import_block(example_imports), task_type=task, pipeline_cls=pipeline_cls, example_func=f"{name}_example", **common)))
-    gen.registered["example"] = name
+    p_src = ws.load(Path(m["pipeline_file"])) if m.get("pipeline_file") else None
+    if p_src is not None and pipeline_cls in p_src.classes and p_src.dotted_name:
+        example_imports = [("argparse", None), ("os", None), (p_src.dotted_name, pipeline_cls)] + [
+            ("cache_dit._utils.registers", n) for n in
+            ("Example", "ExampleInitConfig", "ExampleInputData", "ExampleRegister", "ExampleType")]
+        gen.pieces.append(Piece("example", "example", f"{name}_example", _render(
+            "example.py.j2", imports=import_block(example_imports), task_type=task, pipeline_cls=pipeline_cls,
+            example_func=f"{name}_example", **common)))
+        gen.registered["example"] = name
+    else:
+        gen.notes.append(f"no CLI example: `{pipeline_cls}` is not a pipeline class cache-dit's generate CLI can "
+                         "load (drive the model with cache_dit.enable_cache directly)")
     uaa = any(v.get("needed") for v in cp.get("ulysses_anything", {}).values())
     gen.extra["test_matrix.sh"] = _render(
         "test_matrix.sh.j2", import_name=import_name, uaa=uaa, tep=bool(plan["text_encoders"]),
@@ -248,6 +254,8 @@ def _handled(reasons: list[str], patch: ForwardPatch) -> list[str]:
         elif "pitfall A" in r and any("pitfall A" in c for c in patch.changes):
             out.append(r)
         elif "pitfall B" in r and any("pitfall B" in c for c in patch.changes):
+            out.append(r)
+        elif "pitfall C" in r and any(b.attr == attr for b in patch.blocks):
             out.append(r)
     return out
 

@@ -14,6 +14,7 @@ Everything else in `forward` is the model's own code, byte for byte.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import libcst as cst
 
@@ -34,12 +35,23 @@ class Split:
 
 
 @dataclass
+class BlockPatch:
+    """Pitfall C: a block forward that writes into an input, rewritten to work out of place."""
+
+    attr: str  # the block list
+    func: str  # name of the patched function
+    code: str
+
+
+@dataclass
 class ForwardPatch:
     code: str  # the patched forward, as a module-level function named `patched_forward`
     splits: list[Split] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)  # what was changed, for comments and the report
     imports: list[tuple[str, str | None]] = field(default_factory=list)  # (module, name) the function needs
     unhandled: list[str] = field(default_factory=list)
+    forward_changed: bool = False  # the transformer's forward needs replacing (else only blocks are patched)
+    blocks: list[BlockPatch] = field(default_factory=list)
 
 
 class _SelfToTransformer(cst.CSTTransformer):
@@ -83,8 +95,41 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
                                        returns=rewritten.returns.visit(_ModernAnnotations())
                                        if rewritten.returns is not None else None)
     rewritten = rewritten.with_changes(name=cst.Name("patched_forward"))
-    code = cst.Module(body=[]).code_for_node(rewritten)
-    return ForwardPatch(code=code, splits=splits, changes=changes, imports=_imports(ws, src, rewritten))
+    forward_changed = bool(changes)
+    code = cst.Module(body=[]).code_for_node(rewritten) if forward_changed else ""
+    imports = _imports(ws, src, rewritten) if forward_changed else []
+    blocks: list[BlockPatch] = []
+    for bl in block_lists:
+        if not (bl.is_blocks and bl.call_site is not None and bl.call_site.in_place_input_mutation and bl.forward):
+            continue
+        b_src = ws.load(Path(bl.forward.file))
+        b_cls = b_src.classes.get(bl.forward.cls)
+        b_fwd = find_method(b_cls, "forward") if b_cls is not None else None
+        if b_fwd is None:
+            continue
+        streams = set(bl.roles.values())
+        fixed = b_fwd.visit(_OutOfPlace(streams)).with_changes(name=cst.Name(f"patched_{bl.attr}_forward"))
+        blocks.append(BlockPatch(bl.attr, f"patched_{bl.attr}_forward", cst.Module(body=[]).code_for_node(fixed)))
+        imports += _imports(ws, b_src, fixed)
+        changes.append(f"`{bl.block_class}.forward` adds residuals out of place instead of writing into its "
+                       "inputs (pitfall C)")
+    return ForwardPatch(code=code, splits=splits, changes=changes, imports=sorted(set(imports)),
+                        forward_changed=forward_changed, blocks=blocks)
+
+
+class _OutOfPlace(cst.CSTTransformer):
+    """`x += y` on a stream input -> `x = x + y`: a new tensor, so cache-dit's saved input stays intact."""
+
+    def __init__(self, streams: set[str]):
+        self.streams = streams
+
+    def leave_AugAssign(self, original: cst.AugAssign, updated: cst.AugAssign):
+        if isinstance(updated.target, cst.Name) and updated.target.value in self.streams:
+            op = getattr(cst, type(updated.operator).__name__.replace("Assign", ""), None)
+            if op is not None:
+                return cst.Assign(targets=[cst.AssignTarget(updated.target)],
+                                  value=cst.BinaryOperation(updated.target, op(), updated.value))
+        return updated
 
 
 def _aliases(fwd: cst.FunctionDef, attrs: set[str]) -> dict[str, str]:
@@ -251,7 +296,8 @@ class _Positional(cst.CSTTransformer):
         if not all(p in by_name for p in self.order):
             return updated
         args = [cst.Arg(value=by_name[p].value) for p in self.order]
-        args += [cst.Arg(value=a.value, keyword=cst.Name(p), equal=cst.AssignEqual())
+        tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+        args += [cst.Arg(value=a.value, keyword=cst.Name(p), equal=tight)
                  for p, a in by_name.items() if p not in self.order]
         args += [a for a in updated.args if a.star]
         return updated.with_changes(args=args)

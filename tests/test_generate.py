@@ -185,3 +185,38 @@ def test_checkout_mode_writes_into_a_cache_dit_tree_idempotently(motif, tmp_path
         check=False, timeout=300)
     assert probe.returncode == 0, probe.stderr[-2000:]
     assert probe.stdout.split()[-2:] == ["True", "MotifVideoContextParallelismPlanner"]
+
+
+def test_patch_functor_rewrites_pitfalls_a_and_c_and_keeps_the_numbers(tmp_path, monkeypatch):
+    """Third-party fixture: keyword block call (A) and `x += ...` on a block input (C). The patched model gives
+    the same output as the original, and no longer writes into the tensor a block received."""
+    import importlib
+
+    import torch
+
+    bfl = ROOT / "tests" / "fixtures" / "bfl" / "model.py"
+    plan_dir = tmp_path / "plan"
+    proc = run_cli("plan", str(bfl), "--model-path", str(tmp_path), "--transformer-class", "Flux", "--pipeline-class",
+                   "denoise", "--pipeline-file", str(bfl), "--out", str(plan_dir), "--no-probe")
+    assert proc.returncode == 0, proc.stderr
+    assert run_cli("approve", str(plan_dir), "--reviewer", "x").returncode == 0
+    gen = run_cli("generate", str(plan_dir), "--out", str(tmp_path / "out"), "--json")
+    text = (tmp_path / "out" / "integrate_denoise" / "patch_functor.py").read_text()
+    assert "block(img, txt, vec=vec, pe=pe)" in text and "x = x + self.mlp(x)" in text
+    assert _ruff(tmp_path / "out").returncode == 0
+    assert not any("pitfall" in m for m in json.loads(gen.stdout)["manual"])
+
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "fixtures"))
+    monkeypatch.syspath_prepend(str(tmp_path / "out"))
+    model_mod = importlib.import_module("bfl.model")
+    functor_mod = importlib.import_module("integrate_denoise.patch_functor")
+    torch.manual_seed(0)
+    model = model_mod.Flux(2, 2)
+    img, txt, vec, pe = torch.randn(1, 4, 8), torch.randn(1, 3, 8), torch.randn(1, 8), torch.randn(1, 7, 8)
+    expected = model(img.clone(), txt.clone(), vec, pe)
+    functor_mod.DenoisePatchFunctor()._apply(model)
+    x = torch.randn(1, 7, 8)
+    before = x.clone()
+    model.single_blocks[0](x, vec=vec, pe=pe)
+    assert torch.equal(x, before)  # out of place now
+    assert torch.allclose(model(img.clone(), txt.clone(), vec, pe), expected)
