@@ -30,8 +30,13 @@ def example_name(pipeline_class: str | None) -> str | None:
         return None
     base = pipeline_class.split(".")[0]
     base = base[: -len("Pipeline")] if base.endswith("Pipeline") and base != "Pipeline" else base
-    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", base).lower()
-    return snake or None
+    words: list[str] = []
+    for word in re.findall(r"[A-Z]+[0-9]*(?![a-z])|[A-Z][a-z0-9]*|[a-z0-9]+", base):
+        if len(word) == 1 and word.isupper() and words:
+            words[-1] += word  # "MoE": one word, not "mo_e"
+        else:
+            words.append(word)
+    return "_".join(w.lower() for w in words) or None
 
 
 def make_plan(analysis: Analysis, facts: ParallelFacts) -> dict[str, Any]:

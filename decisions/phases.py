@@ -12,8 +12,11 @@ def phases(plan: dict[str, Any]) -> list[dict[str, Any]]:
     name = m["example_name"] or "<example_name>"
     env = m["env_var"] or "<MODEL>_DIR"
     tmp = f".tmp/{name}"
-    gen = f"python3 -m cache_dit.generate {name}"
-    run2 = f"torchrun --nproc_per_node=2 -m cache_dit.generate {name}"
+    # The plugin's launcher runs cache-dit's generate CLI with the generated registrations loaded;
+    # in a cache-dit checkout the same commands work with `cache_dit.generate` instead.
+    launcher = f"integrate_{name}"
+    gen = f"python3 -m {launcher} {name}"
+    run2 = f"torchrun --nproc_per_node=2 -m {launcher} {name}"
     metrics = "cache-dit-metrics psnr ssim -i1 {base} -i2 {other}"
     cache, cp, tp = plan["cache"], plan["parallelism"]["cp"], plan["parallelism"]["tp"]
     lists = ", ".join(f"`{b['attr']}` ({b['forward_pattern']})" for b in cache["block_lists"]) or "none found"
@@ -45,6 +48,8 @@ def phases(plan: dict[str, Any]) -> list[dict[str, Any]]:
             f"({m['transformer_file']})",
             f"Block lists: {lists}",
             "Plan reviewed and approved: integrate approve <PLAN_DIR> --reviewer <name>",
+            f"Code generated: integrate generate <PLAN_DIR> --out <OUT> (plugin `{launcher}`; in a cache-dit "
+            "checkout, --mode checkout and `cache_dit.generate` in the commands below)",
         ], "commands": []},
         {"id": 1, "title": "Cache (BlockAdapter)", "steps": [
             "Write the BlockAdapter" + (" and a PatchFunctor: " + "; ".join(cache["patch_functor_reasons"])
@@ -57,7 +62,7 @@ def phases(plan: dict[str, Any]) -> list[dict[str, Any]]:
         ]},
         {"id": 2, "title": "CLI example", "steps": [
             f"Register example `{name}` ({m['example_type_guess']}, confirm) with env var {env}",
-        ], "commands": [f"python3 -m cache_dit.generate list | grep {name}"]},
+        ], "commands": [f"python3 -m {launcher} list | grep {name}"]},
         {"id": 3, "title": "Context parallelism", "steps": cp_steps, "commands": [
             f"{run2} --parallel ulysses --save-path {tmp}/cp_ulysses2.png",
             check("cp_ulysses2.png", PSNR_PARALLEL),

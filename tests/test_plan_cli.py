@@ -36,7 +36,7 @@ def test_plan_writes_markdown_and_json_with_the_documented_keys(motif_plan):
     for heading in ("## 1. Cache", "## 2. Context parallelism", "## 3. Tensor parallelism", "## 4. Text encoders",
                     "## 5. VAE", "## 7. Checklist"):
         assert heading in md
-    assert "torchrun --nproc_per_node=2 -m cache_dit.generate motif_video --parallel ulysses" in md
+    assert "torchrun --nproc_per_node=2 -m integrate_motif_video motif_video --parallel ulysses" in md
     assert "MOTIF_VIDEO_DIR" in md
 
 
