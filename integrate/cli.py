@@ -333,6 +333,33 @@ def generate(plan_dir: Path, out_dir: Path | None, mode: str, cache_dit_src: Pat
     return 1 if gen.manual else 0
 
 
+@main.command()
+@click.argument("baseline", type=click.Path(path_type=Path))
+@click.argument("candidate", type=click.Path(path_type=Path))
+@click.option("--side-by-side", "side", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write baseline | candidate | difference (default: <candidate>.compare.png).")
+@click.option("--min-psnr", type=float, help="Exit 1 when the (minimum) PSNR is at or below this.")
+@click.option("--min-ssim", type=float, help="Exit 1 when the (minimum) SSIM is at or below this.")
+@click.option("--json", "as_json", is_flag=True, help="Print the scores as JSON.")
+def metrics(baseline: Path, candidate: Path, side: Path | None, min_psnr: float | None, min_ssim: float | None,
+            as_json: bool) -> int:
+    """PSNR and SSIM of CANDIDATE against BASELINE (images, GIFs or folders of frames; per frame, minimum)."""
+    from integrate.verify.metrics import compare, side_by_side
+
+    scores = compare(baseline, candidate)
+    default = candidate.with_name(candidate.name + ".compare.png") if candidate.is_file() else candidate / "compare.png"
+    scores["side_by_side"] = str(side_by_side(baseline, candidate, scores["worst_frame"], side or default))
+    psnr = float("inf") if scores["psnr"] is None else scores["psnr"]
+    failed = (min_psnr is not None and psnr <= min_psnr) or (min_ssim is not None and scores["ssim"] <= min_ssim)
+    text = (f"PSNR {'inf (identical)' if scores['psnr'] is None else f'{psnr:.2f} dB'}, SSIM {scores['ssim']:.4f}"
+            + (f" (minimum over {scores['frames']} frames, worst frame {scores['worst_frame']})"
+               if scores["frames"] > 1 else "")
+            + ("  GARBLED: PSNR looks fine but the structure is gone (SSIM < 0.5)" if scores["garbled"] else "")
+            + f"\nside by side: {scores['side_by_side']}")
+    _emit({"schema_version": "1.0", "metrics": scores}, as_json, text)
+    return 1 if failed or scores["garbled"] else 0
+
+
 def _write_tree(root: Path, files: dict[str, str]) -> list[str]:
     """Write every file or none: stage them beside the target, then move them into place."""
     import shutil
