@@ -257,8 +257,9 @@ def _extras(facts: ParallelFacts, seq: SequenceFact | None, plan: dict, joint: b
                        "(layout not read statically: dump it on the first step)"))
             if needed else ("no mask reaches a joint attention" if masks else "no attention mask found")}
     if needed:
-        hybrid.append({"method": "forward", "why": "wrap forward to permute the mask into all-to-all order before "
-                       "delegating to the original (the mask only; nothing else changes)"})
+        mask["mechanism"] = ("a pre-hook on every block that takes the mask, installed after cache-dit's split "
+                             "hooks: it permutes the mask into all-to-all order from each rank's local lengths "
+                             "(no change to forward)")
         risks.append("silent corruption if the mask is not reordered: a garbled top-left corner, PSNR stuck ~28-30")
     # rope drift
     drift = []

@@ -179,7 +179,7 @@ def test_named_decisions_with_evidence(plan):
     """The plan says why: mask reorder, sub-module hooks, output splits, fused weights — each with a line."""
     hv = plan("HunyuanVideoPipeline", "HunyuanVideoTransformer3DModel")["parallelism"]["cp"]
     assert hv["mask_reorder"]["needed"] and hv["mask_reorder"]["kind"] == "1-D"
-    assert hv["hybrid_patch"]["needed"] and hv["hybrid_patch"]["method"] == "forward"
+    assert "pre-hook" in hv["mask_reorder"]["mechanism"] and not hv["hybrid_patch"]["needed"]  # hooks, no patch
     helios = plan("HeliosPipeline", "HeliosTransformer3DModel")["parallelism"]["cp"]
     assert helios["shape"] == "sub-module hooks"
     assert any("original_context_length" in e["why"] for e in helios["evidence"])
