@@ -1,0 +1,62 @@
+"""Tiny configs keep the structure the proofs check and are small, sized on the meta device."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import json
+
+import pytest
+from conftest import EXAMPLE
+
+from integrate.verify.tiny import HEAD_DIM, MAX_PARAMS, derive
+
+MODELS = ["FluxTransformer2DModel", "Flux2Transformer2DModel", "WanTransformer3DModel", "QwenImageTransformer2DModel",
+          "HunyuanVideoTransformer3DModel", "Lumina2Transformer2DModel", "ZImageTransformer2DModel",
+          "HeliosTransformer3DModel", "BriaFiboTransformer2DModel", "NucleusMoEImageTransformer2DModel",
+          "CogVideoXTransformer3DModel", "LTX2VideoTransformer3DModel", "ChromaTransformer2DModel"]
+
+
+def _defaults(cls) -> dict:
+    return {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
+            if k != "self" and v.default is not inspect.Parameter.empty}
+
+
+def _check(cls, original: dict):
+    tiny = derive(cls, original)
+    assert tiny.error is None, tiny.error
+    assert tiny.parameters < MAX_PARAMS
+    cfg = tiny.config
+    layers = [k for k in original if k in tiny.changes and ("layers" in k or k.startswith("depth"))]
+    for k in layers:
+        assert cfg[k] >= 2
+    for a, b in itertools.combinations(layers, 2):  # order of the list lengths survives
+        assert (original[a] < original[b]) == (cfg[a] < cfg[b])
+    heads = {k: v for k, v in cfg.items() if k.endswith("heads") and isinstance(v, int)}
+    assert all(v % 2 == 0 for v in heads.values()), heads
+    kv = [k for k in heads if "kv" in k]
+    for k in kv:  # grouped-query ratio kept
+        q = next(h for h in heads if h not in kv)
+        assert original[q] // original[k] == cfg[q] // cfg[k]
+    for k, v in tiny.changes.items():
+        if isinstance(v[0], (list, tuple)):  # RoPE axes: even, summing to the head dim
+            assert sum(v[1]) == HEAD_DIM and all(x % 2 == 0 for x in v[1])
+    return tiny
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_tiny_configs_of_diffusers_models(name):
+    import diffusers
+
+    cls = getattr(diffusers, name)
+    _check(cls, _defaults(cls))
+
+
+def test_motif_video_from_its_config_json():
+    import diffusers
+
+    config = json.loads((EXAMPLE / "transformer" / "config.json").read_text())
+    tiny = _check(diffusers.MotifVideoTransformer3DModel, config)
+    # the decoder tail stays shorter than the single-stream list it is cut from, leaving >= 2 encoder blocks
+    assert tiny.config["num_single_layers"] - tiny.config["num_decoder_layers"] >= 2
+    assert tiny.parameters < 1_000_000

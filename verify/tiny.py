@@ -1,0 +1,117 @@
+"""A tiny config of a transformer, derived from its real one, for proofs on a CPU.
+
+Structure is what the proofs check, so the tiny model keeps it: every block list keeps at least two
+blocks and the order of the list lengths (a decoder tail stays shorter than the list it is cut
+from), the GQA ratio is kept with every head count even (so CP 2 and TP 2 divide it), RoPE axis
+splits keep summing to the head dim (each axis even), and the wide dims shrink together. The result
+is sized on the meta device before anything is allocated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+HEAD_DIM = 16
+WIDE = 32  # text / pooled / feature dims
+MAX_PARAMS = 20_000_000
+_HEAD_DIM_KEYS = ("attention_head_dim", "head_dim", "dim_head")
+_HIDDEN_KEYS = ("hidden_size", "inner_dim", "dim", "model_dim")
+_KEEP = ("channels", "patch", "sample_size", "max_seq", "axes_lens", "seq_len", "theta", "num_frames")
+
+
+@dataclass
+class Tiny:
+    config: dict[str, Any]
+    changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # key -> (before, after)
+    parameters: int | None = None
+    error: str | None = None
+
+
+def _is_layers(key: str) -> bool:
+    return key == "num_layers" or key.endswith("_layers") or key.startswith("depth") or key == "num_blocks"
+
+
+def tiny_config(config: dict[str, Any]) -> Tiny:
+    """Shrink `config` (keys starting with "_" dropped) keeping the structure the proofs need."""
+    cfg = {k: v for k, v in config.items() if not k.startswith("_")}
+    out = dict(cfg)
+    changes: dict[str, tuple[Any, Any]] = {}
+
+    def put(key: str, value: Any) -> None:
+        if cfg.get(key) != value:
+            changes[key] = (cfg.get(key), value)
+        out[key] = value
+
+    # layer counts: 2, 3, 4, ... by rank of the original counts, so their order survives
+    layers = {k: v for k, v in cfg.items() if _is_layers(k) and isinstance(v, int) and not isinstance(v, bool)}
+    ranks = {v: i for i, v in enumerate(sorted({v for v in layers.values() if v > 0}))}
+    for k, v in layers.items():
+        if v > 0:
+            put(k, min(v, 2 + ranks[v]))
+    # heads: keep the query / KV ratio, every count even
+    heads = {k: v for k, v in cfg.items() if k.endswith("heads") and isinstance(v, int) and v > 0}
+    kv = {k: v for k, v in heads.items() if "kv" in k or "key_value" in k}
+    q = {k: v for k, v in heads.items() if k not in kv}
+    ratio = max((max(q.values()) // v for v in kv.values() if v and max(q.values()) % v == 0), default=1) if q else 1
+    for k in kv:
+        put(k, 2)
+    for k in q:
+        put(k, 2 * ratio)
+    # head dim (named, or hidden size / heads) and the RoPE axes that must sum to it
+    old_head = next((cfg[k] for k in _HEAD_DIM_KEYS if isinstance(cfg.get(k), int)), None)
+    hidden_key = next((k for k in _HIDDEN_KEYS if isinstance(cfg.get(k), int) and cfg[k] >= 64), None)
+    if old_head is None and hidden_key and q and cfg[hidden_key] % max(q.values()) == 0:
+        old_head = cfg[hidden_key] // max(q.values())
+    for k, v in cfg.items():
+        if "head_dim" in k and isinstance(v, int) and not isinstance(v, bool):
+            put(k, HEAD_DIM)
+    for k, v in cfg.items():
+        if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v) and old_head and sum(v) == old_head:
+            put(k, _split_even(list(v), HEAD_DIM))
+    tiny_heads = max([out[k] for k in q] or [2])
+    for k in _HIDDEN_KEYS:
+        if isinstance(cfg.get(k), int) and cfg[k] >= 64:
+            put(k, tiny_heads * HEAD_DIM)
+    # wide dims
+    for k, v in cfg.items():
+        if k in changes or any(w in k for w in _KEEP) or not isinstance(v, int) or isinstance(v, bool):
+            continue
+        if k.endswith("_dim") and v >= 64:
+            put(k, 4 * tiny_heads * HEAD_DIM if "ffn" in k or "mlp" in k else WIDE)
+        elif k == "multiple_of" and v > 16:
+            put(k, 16)
+    return Tiny(out, changes)
+
+
+def _split_even(parts: list[int], total: int) -> list[int]:
+    """Scale `parts` to sum to `total`, each part even and at least 2."""
+    scaled = [max(2, round(p * total / sum(parts) / 2) * 2) for p in parts]
+    i = 0
+    while sum(scaled) != total and i < 100:
+        j = scaled.index(max(scaled)) if sum(scaled) > total else scaled.index(min(scaled))
+        scaled[j] += -2 if sum(scaled) > total else 2
+        i += 1
+    return scaled
+
+
+def size_on_meta(cls, config: dict[str, Any]) -> int:
+    """Parameter count of `cls` built from `config` on the meta device (nothing allocated)."""
+    import torch
+
+    with torch.device("meta"):
+        model = cls.from_config(config) if hasattr(cls, "from_config") else cls(**config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def derive(cls, config: dict[str, Any], max_params: int = MAX_PARAMS) -> Tiny:
+    """The tiny config, checked by building it on the meta device; `error` says what failed."""
+    tiny = tiny_config(config)
+    try:
+        tiny.parameters = size_on_meta(cls, tiny.config)
+    except Exception as exc:  # the model's own constructor rejected the shrunk config
+        tiny.error = f"building {cls.__name__} from the tiny config failed: {type(exc).__name__}: {exc}".splitlines()[0]
+        return tiny
+    if tiny.parameters > max_params:
+        tiny.error = f"the tiny config still has {tiny.parameters:,} parameters (budget {max_params:,})"
+    return tiny
