@@ -165,6 +165,7 @@ def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> Non
             calls.add(id(stmt))
     varying = {loop.index_var, loop.block_var, *loop.outputs} - {None}
     counters = {n for s in find_all(loop.node.body, cst.AugAssign) for n in target_names(s.target)}
+    derived: set[str] = set()
     after_call = False
     for stmt in body_of(loop.node):
         if id(stmt) in calls or (loop.call_stmt is not None and stmt is loop.call_stmt):
@@ -177,7 +178,7 @@ def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> Non
         first_line = code.splitlines()[0] + (" ..." if "\n" in code else "")
         guard = _optional_guard(stmt, optional_inputs)
         active = guard is None
-        if (loop.index_var and loop.index_var in reads) or (reads & counters):
+        if (loop.index_var and loop.index_var in reads) or (reads & counters) or (reads & derived):
             kind, why = "index_dependent", "uses the loop index; the wrapper runs the body once, with index 0"
         elif after_call and writes & set(loop.outputs):
             kind, why = "residual_injection", "changes a block output between blocks; skipped once the list is wrapped"
@@ -187,6 +188,10 @@ def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> Non
             kind, why = "other", "runs once per block on loop-carried values; the wrapper runs it once"
         if guard is not None:
             why += f"; only runs when `{guard}` is given (default None)"
+        if kind == "index_dependent":
+            derived |= writes  # `start = 3 * i` makes `x[:, start:]` index-dependent too
+        if kind != "hoistable":
+            varying |= writes
         loop.extra_ops.append(ExtraOp(src.line(stmt), first_line, kind, active, why))
 
 

@@ -103,6 +103,8 @@ def build(plan: dict, approval: dict, analysis: Analysis, ws, src: SourceFile, c
     if any(b["pattern"] is None for b in blocks):
         gen.manual.append("a block list has no ForwardPattern in the plan: the adapter cannot be written for it")
         blocks = [b for b in blocks if b["pattern"] is not None]
+    if not blocks:
+        gen.manual.append("no block list with a ForwardPattern: no BlockAdapter written")
     prefix = m["pipeline_class"].split(".")[0]
     prefix = prefix[: -len("Pipeline")] if prefix.endswith("Pipeline") else prefix
     check = all(b.get("check_forward_pattern") for b in plan["cache"]["block_lists"])
@@ -118,10 +120,11 @@ def build(plan: dict, approval: dict, analysis: Analysis, ws, src: SourceFile, c
                        ("cache_dit.caching.forward_pattern", "ForwardPattern")]
     if functor:
         adapter_imports.append((functor["module"], functor["cls"]))
-    gen.pieces.append(Piece("adapter", "adapter", adapter["func"], _render(
-        "adapter.py.j2", adapter=adapter, functor=functor, imports=import_block(adapter_imports, (import_name,)),
-        **common)))
-    gen.registered["adapter"] = prefix
+    if blocks:
+        gen.pieces.append(Piece("adapter", "adapter", adapter["func"], _render(
+            "adapter.py.j2", adapter=adapter, functor=functor, imports=import_block(adapter_imports, (import_name,)),
+            **common)))
+        gen.registered["adapter"] = prefix
 
     # -- context parallelism ---------------------------------------------------------------
     cp = plan["parallelism"]["cp"]

@@ -91,6 +91,7 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
     changes = [f"`{s.slice_code}` is walked as `{s.new_attr}`" for s in splits]
     rewritten = fwd.visit(_Rewrite(src, replace, block_lists, aliases, changes))
     rewritten = rewritten.visit(_DropUnusedAliases(aliases, rewritten))
+    rewritten = rewritten.visit(_MarkUnusedUnpacked(rewritten))
     rewritten = rewritten.with_changes(params=rewritten.params.visit(_ModernAnnotations()),
                                        returns=rewritten.returns.visit(_ModernAnnotations())
                                        if rewritten.returns is not None else None)
@@ -251,6 +252,27 @@ class _ModernAnnotations(cst.CSTTransformer):
 
     def leave_Name(self, original: cst.Name, updated: cst.Name):
         return cst.Name(self.BUILTIN[updated.value]) if updated.value in self.BUILTIN else updated
+
+
+class _MarkUnusedUnpacked(cst.CSTTransformer):
+    """`B, C, H, W = x.shape` with C never read -> `B, _C, H, W = ...` (lint-clean; behaviour unchanged)."""
+
+    def __init__(self, fn: cst.FunctionDef):
+        stored = {id(n) for a in find_all(fn.body, cst.Assign) for t in a.targets
+                  for n in find_all(t.target, cst.Name)}
+        attrs = {id(a.attr) for a in find_all(fn.body, cst.Attribute)}
+        self.read = {n.value for n in find_all(fn.body, cst.Name) if id(n) not in stored | attrs}
+
+    def leave_Assign(self, original: cst.Assign, updated: cst.Assign):
+        targets = []
+        for t in updated.targets:
+            if isinstance(t.target, cst.Tuple):
+                elements = [el.with_changes(value=cst.Name("_" + el.value.value))
+                            if isinstance(el.value, cst.Name) and el.value.value not in self.read
+                            and not el.value.value.startswith("_") else el for el in t.target.elements]
+                t = t.with_changes(target=t.target.with_changes(elements=elements))
+            targets.append(t)
+        return updated.with_changes(targets=targets)
 
 
 class _DropUnusedAliases(cst.CSTTransformer):

@@ -72,3 +72,12 @@ def test_flux_uncond_call_off_by_default(analysis):
     p = analysis("FluxPipeline", "FluxTransformer2DModel")["pipeline"]
     assert p["has_separate_cfg"] is False
     assert any("false with the defaults" in e["why"] for e in p["evidence"])
+
+
+def test_statements_fed_by_index_dependent_ones_are_index_dependent_too(analysis):
+    """Chroma: `start_idx = 3 * index_block` then `temb = pooled_temb[:, start_idx : start_idx + 3]`: both vary
+    with the block, so neither may be hoisted out of the loop."""
+    data = analysis("ChromaPipeline", "ChromaTransformer2DModel")
+    ops = block_list(data, "single_transformer_blocks")["call_site"]["loop_extra_ops"]
+    temb = next(op for op in ops if op["code"].startswith("temb = pooled_temb"))
+    assert temb["kind"] == "index_dependent"
