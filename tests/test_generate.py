@@ -220,3 +220,30 @@ def test_patch_functor_rewrites_pitfalls_a_and_c_and_keeps_the_numbers(tmp_path,
     model.single_blocks[0](x, vec=vec, pe=pe)
     assert torch.equal(x, before)  # out of place now
     assert torch.allclose(model(img.clone(), txt.clone(), vec, pe), expected)
+
+
+@pytest.mark.parametrize("pipeline,transformer", [
+    ("ChromaPipeline", "ChromaTransformer2DModel"),  # index-dependent loop body kept in the loop
+    ("ErnieImagePipeline", "ErnieImageTransformer2DModel"),  # model code with unused unpacked names
+    ("CosmosTextToWorldPipeline", "CosmosTransformer3DModel"),  # no ForwardPattern: no adapter written
+    ("ZImagePipeline", "ZImageTransformer2DModel"),
+    ("Flux2Pipeline", "Flux2Transformer2DModel"),
+])
+def test_generated_code_is_ruff_clean_across_models(tmp_path, pipeline, transformer):
+    from integrate.cli import _analysis_for_plan, build_plan
+    from integrate.gate import GateFlags
+    from integrate.templates import build
+
+    model = make_model_dir(tmp_path / "m", pipeline, transformer)
+    plan = build_plan(GateFlags(model_path=str(model)), probe=False)
+    analysis, ws, src, cls = _analysis_for_plan(plan)
+    name = f"integrate_{plan['model']['example_name']}"
+    gen = build(plan, {"reviewer": "t", "approved_at": "now", "plan_sha256": "0" * 64}, analysis, ws, src, cls,
+                f"{name}.patch_functor", name)
+    for rel, text in ({f"{name}/{p.module}.py": p.text for p in gen.pieces} | gen.extra).items():
+        (tmp_path / "out" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "out" / rel).write_text(text)
+    proc = _ruff(tmp_path / "out")
+    assert proc.returncode == 0, proc.stdout
+    if transformer == "CosmosTransformer3DModel":
+        assert not any(p.role == "adapter" for p in gen.pieces) and gen.manual
