@@ -16,7 +16,7 @@ from typing import Any
 import libcst as cst
 
 from integrate.records import Evidence
-from integrate.resolve import External, Resolved, Workspace
+from integrate.resolve import Resolved, Workspace
 from integrate.source import SourceFile, base_names, dotted, find_method
 
 from ._syntax import find_all, params_of, target_names
@@ -236,8 +236,6 @@ def _read_processor(ws: Workspace, facts: AttentionFacts, tree: Tree, node: Node
                         moved = facts.in_projs[before:]
                         del facts.in_projs[before:]
                         facts.out_projs.extend(moved)
-            elif isinstance(found, External):
-                pass
     if depth == 0:
         for p in params:
             used = any(isinstance(n, cst.Name) and n.value == p for c in calls for a in c.args for n in [a.value])

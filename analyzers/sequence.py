@@ -387,9 +387,7 @@ class _Flow:
             elif p.kind in ("method", "function"):
                 return False, None, [Evidence(path, ln, f"`{var}` is built by `{p.name}(...)`: not a per-token op "
                                               "a root split can pass through")]
-            elif isinstance(_unwrap(value), cst.Name):
-                pass
-            else:
+            elif not isinstance(_unwrap(value), cst.Name):  # a plain alias passes the tokens through
                 call = _unwrap(value)
                 if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
                         and call.func.attr.value in _PASSTHROUGH):

@@ -30,7 +30,7 @@ from integrate.records import (
     ParallelFacts,
     SequenceFact,
 )
-from integrate.resolve import Resolved, Workspace
+from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method
 
 from ._syntax import find_all, names_read, params_of, target_names
@@ -611,4 +611,4 @@ def _hook(value: cst.BaseExpression) -> dict[str, Any] | None:
 
 
 __all__ = ["parallel_facts", "block_structure", "declared_cp_plan", "load_config", "read_model_index",
-           "Resolved", "params_of"]
+           "pipeline_arg_ndims", "pipeline_masks"]

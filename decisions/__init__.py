@@ -18,6 +18,7 @@ from .cp import decide_cp
 from .encoders import decide_tep, decide_vaep
 from .phases import phases
 from .render import render_markdown
+from .tp import decide_tp
 
 PLAN_SCHEMA_VERSION = "1.0"
 
@@ -40,8 +41,6 @@ def example_name(pipeline_class: str | None) -> str | None:
 
 
 def make_plan(analysis: Analysis, facts: ParallelFacts) -> dict[str, Any]:
-    from .tp import decide_tp
-
     gate = analysis.gate
     name = example_name(gate.value("pipeline_class"))
     t = analysis.transformer

@@ -179,7 +179,7 @@ def decide_cp(facts: ParallelFacts) -> dict[str, Any]:
     last = lists[-1] if lists else seq.lists[-1]
     blocked = list(seq.gather_blocked) + ([] if root else list(seq.gather_blocked_unless_root))
     if last.attr in per_module:
-        pass
+        pass  # every block already gathers around its sub-modules
     elif seq.gather and not blocked:
         plan[seq.gather] = dict(GATHER)
         evidence.append({**(_ev(seq.gather_at) or {"file": seq.file, "line": 0}),
