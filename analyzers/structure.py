@@ -476,17 +476,20 @@ def _layout(node: Node | None) -> dict[str, Any]:
 # -- masks the pipeline hands to the transformer ----------------------------------------------
 
 
-def pipeline_masks(ws: Workspace, gate: GateReport) -> tuple[MaskFact, ...]:
-    """`kwargs["attention_mask"] = ...`, `{"attention_mask": ...}` and `*_mask=` keywords in the pipeline entry."""
+def _pipeline_entry(ws: Workspace, gate: GateReport):
+    """(source, pipeline class or None, entry function or None) of the gate's pipeline."""
     p_file = gate.value("pipeline_file")
     if not p_file:
-        return ()
+        return None, None, None
     src = ws.load(Path(p_file))
-    cls_name = (gate.value("pipeline_class") or "").split(".")[0]
-    entry = None
-    if cls_name in src.classes:
-        entry = find_method(src.classes[cls_name], gate.pipeline_entry)
-    entry = entry or src.functions.get(gate.pipeline_entry)
+    cls = src.classes.get((gate.value("pipeline_class") or "").split(".")[0])
+    entry = find_method(cls, gate.pipeline_entry) if cls is not None else None
+    return src, cls, entry or src.functions.get(gate.pipeline_entry)
+
+
+def pipeline_masks(ws: Workspace, gate: GateReport) -> tuple[MaskFact, ...]:
+    """`kwargs["attention_mask"] = ...`, `{"attention_mask": ...}` and `*_mask=` keywords in the pipeline entry."""
+    src, _, entry = _pipeline_entry(ws, gate)
     if entry is None:
         return ()
     path = str(src.path)
@@ -524,13 +527,7 @@ def pipeline_masks(ws: Workspace, gate: GateReport) -> tuple[MaskFact, ...]:
 
 def pipeline_arg_ndims(ws: Workspace, gate: GateReport) -> dict[str, tuple[int, Evidence]]:
     """Dims of each tensor the pipeline passes to the transformer by keyword, where the code says."""
-    p_file = gate.value("pipeline_file")
-    if not p_file:
-        return {}
-    src = ws.load(Path(p_file))
-    cls_name = (gate.value("pipeline_class") or "").split(".")[0]
-    cls = src.classes.get(cls_name)
-    entry = find_method(cls, gate.pipeline_entry) if cls is not None else src.functions.get(gate.pipeline_entry)
+    src, cls, entry = _pipeline_entry(ws, gate)
     if entry is None:
         return {}
     out: dict[str, tuple[int, Evidence]] = {}

@@ -209,11 +209,7 @@ def plan(target: str | None, out_dir: Path, as_json: bool, no_probe: bool, **kwa
         raise InputError(f"--out {out_dir} exists and is not a folder")
     data = build_plan(_flags(kwargs, target), probe=not no_probe)
     markdown = render_markdown(data)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in (("plan.json", json.dumps(data, indent=2) + "\n"), ("PLAN.md", markdown)):
-        tmp = out_dir / (name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(out_dir / name)
+    _write_tree(out_dir, {"plan.json": json.dumps(data, indent=2) + "\n", "PLAN.md": markdown})
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:
