@@ -525,6 +525,17 @@ def pipeline_masks(ws: Workspace, gate: GateReport) -> tuple[MaskFact, ...]:
     return tuple(out)
 
 
+def pipeline_call_keywords(ws: Workspace, gate: GateReport) -> list[str]:
+    """Keywords the pipeline's entry passes to the transformer, in the order first seen."""
+    _, _, entry = _pipeline_entry(ws, gate)
+    out: list[str] = []
+    for call in find_all(entry, cst.Call) if entry is not None else ():
+        name = dotted(call.func) or ""
+        if name.startswith("self.transformer") or name == "transformer":
+            out += [a.keyword.value for a in call.args if a.keyword is not None and a.keyword.value not in out]
+    return out
+
+
 def pipeline_arg_ndims(ws: Workspace, gate: GateReport) -> dict[str, tuple[int, Evidence]]:
     """Dims of each tensor the pipeline passes to the transformer by keyword, where the code says."""
     src, cls, entry = _pipeline_entry(ws, gate)
@@ -608,4 +619,4 @@ def _hook(value: cst.BaseExpression) -> dict[str, Any] | None:
 
 
 __all__ = ["parallel_facts", "block_structure", "declared_cp_plan", "load_config", "read_model_index",
-           "pipeline_arg_ndims", "pipeline_masks"]
+           "pipeline_arg_ndims", "pipeline_call_keywords", "pipeline_masks"]

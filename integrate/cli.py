@@ -356,6 +356,94 @@ def metrics(baseline: Path, candidate: Path, side: Path | None, min_psnr: float 
     return 1 if failed or scores["garbled"] else 0
 
 
+@main.command()
+@click.argument("plan_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--generated", "generated", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="The folder `integrate generate --out` wrote the plugin into.")
+@click.option("--proof", "proofs", multiple=True, type=click.Choice(["cache", "cp", "tp"]),
+              help="Run only these CPU proofs (repeatable; default: all three).")
+@click.option("--trust-code", is_flag=True, help="Allow running model code that is not part of an installed package.")
+@click.option("--gpu", is_flag=True, help="Run the GPU matrix through cache-dit's generate CLI instead of the CPU proofs.")
+@click.option("--print", "print_only", is_flag=True, help="With --gpu: print the matrix's commands, run nothing.")
+@click.option("--out", "gpu_out", default=".tmp/verify-gpu", show_default=True,
+              help="With --gpu: where the matrix writes its outputs.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema: docs/schema.md).")
+def verify(plan_dir: Path, generated: Path, proofs: tuple[str, ...], trust_code: bool, gpu: bool, print_only: bool,
+           gpu_out: str, as_json: bool) -> int:
+    """Prove the generated integration on a CPU with a tiny random-weight model: cache on/off, CP and TP over
+    2 gloo processes against the 1-process run; name the first divergent module when one fails."""
+    from integrate.verify.run import PROOFS, Verifier, exit_code
+
+    if print_only and not gpu:
+        raise InputError("--print goes with --gpu (it prints the GPU matrix)")
+    v = Verifier(plan_dir, generated, trust_code=trust_code, proofs=proofs or PROOFS, progress=_progress)
+    if gpu:
+        return _verify_gpu(v, gpu_out, print_only, as_json)
+    report = v.run()
+    _emit(report, as_json, _verify_text(report))
+    return exit_code(report)
+
+
+def _verify_gpu(v, out: str, print_only: bool, as_json: bool) -> int:
+    from integrate.verify import gpu
+
+    m = v.plan["model"]
+    rows = gpu.matrix(v.plan, out)
+    commands = [r.command(v.import_name, m["example_name"]) for r in rows]
+    setup = [f"export PYTHONPATH={v.generated.resolve()}${{PYTHONPATH:+:$PYTHONPATH}}",
+             f"export {m['env_var']}={m['model_path']}", f"mkdir -p {out}"]
+    data = {"schema": "integrate.verify.gpu", "schema_version": "1.0", "setup": setup, "commands": commands}
+    if print_only:
+        _emit(data, as_json, "\n".join(setup + commands))
+        return 0
+    count = gpu.gpu_count()
+    if count < 1:
+        data.update(status="skipped", why="no CUDA GPU on this machine: nothing was run, no figures reported")
+        _emit(data, as_json, data["why"] + "\n(print the commands with --gpu --print and run them where GPUs are)")
+        return 1
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(v.generated.resolve()), os.environ.get("PYTHONPATH", "")]),
+               **{m["env_var"]: m["model_path"]})
+    Path(out).mkdir(parents=True, exist_ok=True)
+    runnable = [r for r in rows if r.gpus <= count]
+    results = gpu.run_matrix(runnable, v.import_name, m["example_name"], env, _progress)
+    results += [{"name": r.name, "command": r.command(v.import_name, m["example_name"]), "status": "skipped",
+                 "why": f"needs {r.gpus} GPUs, {count} present", "latency_s": None, "peak_memory_gib": None}
+                for r in rows if r.gpus > count]
+    data.update(results=results, table=gpu.results_table(results))
+    _emit(data, as_json, data["table"])
+    return 1 if any(r["status"] in ("fail", "error") for r in results) else 0
+
+
+def _verify_text(report: dict) -> str:
+    from integrate.verify.compare import format_table
+
+    fx = report["fixture"]
+    lines = [f"fixture: {fx['status']} ({fx['path']})"]
+    lines += [f"  cannot derive {e}" for e in fx.get("errors", [])]
+    for name in ("state_dict", "cache", "cp", "tp"):
+        r = report[name]
+        head = f"{name}: {r['status'].upper()}"
+        if r.get("why"):
+            head += f" - {r['why']}"
+        lines.append(head)
+        for vname, vr in (r.get("variants") or {}).items():
+            fig = f" max-abs {vr['max_abs']:.3g}, cosine {vr['cosine']:.6f}" if "max_abs" in vr else ""
+            lines.append(f"  {vname}: {vr['status']}{fig}" + (f" - {vr['why']}" if vr.get("why") else ""))
+        if name == "cache" and "caching_on" in r:
+            on = r["caching_on"]
+            lines.append(f"  caching off: {'bit-identical' if r['caching_off']['bitwise'] else 'differs'}; caching on: "
+                         f"steps {on['cached_steps']} cached, max relative drift {on.get('max_rel_l2')}")
+            lines += [f"  list {p['list']} {p['pattern']}: {p['status']} ({p['why']})" for p in r.get("patterns", [])]
+        first = r.get("first_divergence")
+        if first:
+            where = first.get("module") or "unknown module"
+            lines.append(f"  first divergence: {where}" + (f" (raised {first['error']['type']})" if first.get("error") else ""))
+            if first.get("table"):
+                lines.append(format_table(first["table"]))
+    lines.append(f"{report.get('seconds', 0)} s")
+    return "\n".join(lines)
+
+
 def _write_tree(root: Path, files: dict[str, str]) -> list[str]:
     """Write every file or none: stage them beside the target, then move them into place."""
     import shutil
@@ -375,6 +463,30 @@ def _write_tree(root: Path, files: dict[str, str]) -> list[str]:
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return [str((root / rel).resolve()) for rel in files]
+
+
+@main.command()
+@click.option("--path", "paths", multiple=True, metavar="DIR",
+              help="Also survey every ModelMixin class under DIR (and its pipeline_*.py files). Repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print the survey as JSON (schema: docs/schema.md).")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Worker processes (default: every CPU core).")
+@click.option("--no-cache", is_flag=True, help="Ignore and do not write the result cache.")
+@click.option("--verify", is_flag=True, help="Also verify each row on the model (not available yet).")
+def survey(paths: tuple[str, ...], as_json: bool, jobs: int | None, no_cache: bool, verify: bool) -> int:
+    """One row per transformer class in the installed diffusers: pipelines, cache-dit support, block
+    lists and ForwardPatterns, CFG style, PatchFunctor, CP and TP (static analysis, never imports)."""
+    from integrate.survey import run_survey, survey_text
+
+    if verify:
+        # HOOK(--verify): the verify stage plugs in here (one verification per row); until then the flag
+        # is refused rather than faked.
+        raise InputError("survey --verify is not available yet (the verify stage has not landed); "
+                         "run the survey without it")
+    data = run_survey(list(paths), jobs=jobs, use_cache=not no_cache,
+                      progress=lambda line: click.echo(line, err=True))
+    _emit(data, as_json, survey_text(data) if not as_json else "")
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

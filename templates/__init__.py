@@ -19,7 +19,7 @@ import libcst as cst
 
 from integrate import __version__
 from integrate.records import Analysis
-from integrate.source import SourceFile, find_method
+from integrate.source import SourceFile, dotted, find_method
 
 from .forward_patch import ForwardPatch, import_block, patch_forward
 
@@ -140,11 +140,14 @@ def build(plan: dict, approval: dict, analysis: Analysis, ws, src: SourceFile, c
                       ("cache_dit.distributed.transformers.register", "ContextParallelismPlanner"),
                       ("cache_dit.distributed.transformers.register", "ContextParallelismPlannerRegister")]
         if mask:
-            cp_imports += [("torch", None), ("torch.distributed as dist", None)]
+            cp_imports += [("inspect", None), ("torch", None), ("torch.distributed as dist", None)]
+        moved = _patched_keys(plan, patch)
+        if moved:
+            cp_imports.append((functor_module, "walk_starts"))
         gen.pieces.append(Piece("cp_planner", "cp_planner", cp_cls, _render(
             "cp_planner.py.j2", cp=cp, plan=cp["plan"], mask=mask, evidence=evidence,
-            patched_keys=_patched_keys(plan, patch), parts=_parts(patch),
-            imports=import_block(cp_imports),
+            patched_keys=moved, parts=_parts(patch),
+            imports=import_block(cp_imports, (import_name,)),
             cp_prefix=m["transformer_class"], cp_cls=cp_cls, **common)))
         gen.registered["cp_planner"] = m["transformer_class"]
         if cp.get("rope_drift_fix", {}).get("needed"):
@@ -225,6 +228,7 @@ def build(plan: dict, approval: dict, analysis: Analysis, ws, src: SourceFile, c
     uaa = any(v.get("needed") for v in cp.get("ulysses_anything", {}).values())
     gen.extra["test_matrix.sh"] = _render(
         "test_matrix.sh.j2", import_name=import_name, uaa=uaa, tep=bool(plan["text_encoders"]),
+        ring=not plan["parallelism"]["cp"].get("mask_reorder", {}).get("needed"),
         vaep=bool(vae and vae["supported"]), ext="mp4" if task in ("T2V", "I2V") else "png", **common)
     contents = [f"{p.role}: `{p.symbol}` ({p.module}.py)" for p in gen.pieces]
     modules = sorted(["_activate"] + [p.module for p in gen.pieces])
@@ -272,8 +276,8 @@ def _parts(patch: ForwardPatch | None) -> dict[str, list[str]]:
     return out
 
 
-def _patched_keys(plan: dict, patch: ForwardPatch | None) -> dict[str, str]:
-    """CP keys naming a block the PatchFunctor moves: `blocks.36` -> `blocks_2.0`."""
+def _patched_keys(plan: dict, patch: ForwardPatch | None) -> dict[str, tuple[str, int]]:
+    """CP keys naming a block the PatchFunctor moves: `blocks.36` -> (`blocks_2`, 0)."""
     if not patch or not patch.splits:
         return {}
     walks: dict[str, list[tuple[int, int]]] = {}
@@ -293,7 +297,7 @@ def _patched_keys(plan: dict, patch: ForwardPatch | None) -> dict[str, str]:
         index = int(rest)
         for (first, last), new in zip(sorted(walks.get(attr, [])), names[attr]):
             if first <= index <= last and new != attr:
-                out[key] = f"{new}.{index - first}"
+                out[key] = (new, index - first)
     return out
 
 
@@ -308,14 +312,60 @@ def _mask_context(plan: dict) -> dict | None:
     mask_param = next(i["param"] for i in first["inputs"] if i["role"] == "mask")
     roles = next((b["roles"] for b in plan["cache"]["block_lists"] if b["attr"] == first["attr"]), {})
     lists_attrs = sorted({lf["attr"] for lf in lists})
+    text, image = roles.get("encoder_hidden_states", "encoder_hidden_states"), roles.get("hidden_states", "hidden_states")
+    image_first = _image_first(plan, first["attr"])
     return {
         "param": mask_param,
-        "first": roles.get("encoder_hidden_states", "encoder_hidden_states"),
-        "second": roles.get("hidden_states", "hidden_states"),
+        "first": image if image_first else text,
+        "second": text if image_first else image,
+        "order_why": ("the attention processor concatenates image before text" if image_first else
+                      "the attention processor concatenates text before image" if image_first is False else
+                      "the processor's concatenation order was not read: text first assumed"),
         "lists": lists_attrs,
         "kind": cp["mask_reorder"]["kind"] or "1-D",
         "why": cp["mask_reorder"]["why"],
     }
+
+
+def _image_first(plan: dict, attr: str) -> bool | None:
+    """Whether the attention processor of `attr`'s blocks joins the image stream before the text stream:
+    the first `torch.cat([...])` of two names in its __call__ where one name is a text-side projection."""
+    from integrate.resolve import Workspace
+
+    att = next((a for a in plan["facts"].get("attention", []) if a.get("block_list") == attr and a.get("processor_at")),
+               None)
+    if att is None:
+        return None
+    src = Workspace().load(Path(att["processor_at"]["file"]))
+    cls = src.classes.get(att["processor"] or "")
+    fn = find_method(cls, "__call__") if cls is not None else None
+    if fn is None:
+        return None
+    text_words = ("encoder", "added", "context", "txt", "text")
+    for call in _calls(fn):
+        if dotted(call.func) not in ("torch.cat", "torch.concat") or not call.args:
+            continue
+        seq = call.args[0].value
+        if not isinstance(seq, (cst.List, cst.Tuple)) or len(seq.elements) != 2:
+            continue
+        names = [dotted(e.value) or "" for e in seq.elements]
+        if not any("query" in n or "key" in n for n in names):
+            continue
+        first_text, second_text = (any(w in n for w in text_words) for n in names)
+        if first_text != second_text:
+            return second_text
+    return None
+
+
+def _calls(node: cst.CSTNode) -> list[cst.Call]:
+    found: list[cst.Call] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Call(self, n: cst.Call) -> None:
+            found.append(n)
+
+    node.visit(V())
+    return found
 
 
 def _joined_inputs(plan: dict) -> dict[str, dict[str, str]]:

@@ -1,0 +1,371 @@
+"""One process of a proof (run by verify/run.py; never imported by it).
+
+stdin: a job (JSON). `derive` builds the tiny model on the meta device and synthesises its inputs;
+`run` builds it with seeded random weights and runs one proof: `baseline` (the plain model), `cache`,
+or `parallel` (one rank of CP or TP over gloo; RANK / WORLD_SIZE / MASTER_* in the environment).
+Outputs go to files under job["out"]; stdout carries one JSON object. An exception inside the model or
+the integration is caught and reported with the module that raised it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import sys
+import traceback
+from pathlib import Path
+
+sys.stdout, _REAL = sys.stderr, sys.stdout  # library chatter goes to stderr, the JSON to stdout
+os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
+os.environ.setdefault("CACHE_DIT_LOG_LEVEL", "error")
+
+
+def _load_class(module: str, name: str, search_path: str | None = None):
+    if search_path:
+        sys.path.insert(0, search_path)
+    return getattr(importlib.import_module(module), name)
+
+
+# ---- derive --------------------------------------------------------------------------------------------
+
+
+def derive(job: dict) -> dict:
+    import dataclasses
+    import inspect
+
+    import torch
+
+    from integrate.verify.inputs import synthesize
+    from integrate.verify.tiny import derive as tiny_derive
+
+    cls = _load_class(job["transformer_module"], job["transformer_class"], job.get("search_path"))
+    config = job["config"] or {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
+                               if k != "self" and v.default is not inspect.Parameter.empty}
+    tiny = tiny_derive(cls, config)
+    out = {"changes": {k: list(v) for k, v in tiny.changes.items()}, "config": tiny.config,
+           "parameters": tiny.parameters, "error": tiny.error}
+    if tiny.error:
+        out["slots"] = []
+        return out
+    with torch.device("meta"):
+        model = cls.from_config(tiny.config)
+    syn = synthesize(model, dict(model.config), {k: v for k, v in job.get("passed", {}).items()})
+    out.update(slots=[dataclasses.asdict(s) for s in syn.slots], image_tokens=syn.image_tokens,
+               text_tokens=syn.text_tokens)
+    return out
+
+
+# ---- run -----------------------------------------------------------------------------------------------
+
+
+def _randomize(model, seed: int) -> None:
+    """Seeded weights with no zeros (zero-initialised output layers would make every output agree)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(max(1, p[0].numel())))
+            elif name.endswith("bias"):
+                p.copy_(0.02 * torch.randn(p.shape, generator=g))
+            else:  # norm scales and learned vectors
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+
+
+def _plain(t):
+    import torch
+
+    wait = getattr(t, "trigger_wait", None)
+    if wait is not None:
+        t = wait()
+    if hasattr(t, "full_tensor"):
+        t = t.full_tensor()
+    return torch.Tensor(t).detach().to(torch.float32).cpu() if type(t) is not torch.Tensor else \
+        t.detach().to(torch.float32).cpu()
+
+
+def _tensors(value) -> list:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    if hasattr(value, "sample") and isinstance(value.sample, torch.Tensor):
+        return [value.sample]
+    return []
+
+
+class Recorder:
+    """Forward hooks on the original modules, under their original paths: the first output of each
+    module in the recorded call, the order modules finished in, and the module an exception left."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self.names, self.stack, self.order = names, [], []
+        self.acts: dict[str, object] = {}
+        self.active = False
+        self.handles = []
+
+    def attach(self, model) -> None:
+        for module in model.modules():
+            path = self.names.get(id(module))
+            if path is None or path == "":
+                continue
+            self.handles.append(module.register_forward_pre_hook(self._pre(path)))
+            self.handles.append(module.register_forward_hook(self._post(path)))
+
+    def _pre(self, path):
+        def hook(module, args):
+            self.stack.append(path)
+        return hook
+
+    def _post(self, path):
+        def hook(module, args, output):
+            if self.stack and self.stack[-1] == path:
+                self.stack.pop()
+            if self.active and path not in self.acts:
+                ts = _tensors(output)
+                if ts:
+                    self.order.append(path)
+                    self.acts[path] = [_plain(t).numpy() for t in ts]
+        return hook
+
+
+def _signature(model) -> dict:
+    return {k: [list(v.shape), str(v.dtype)] for k, v in model.state_dict().items()}
+
+
+def _pattern_hooks(adapter) -> tuple[list, list]:
+    """Hooks on the first block of every list the adapter wraps: what goes in and what comes out."""
+    seen: list[dict] = []
+    handles = []
+    blocks = adapter.blocks if isinstance(adapter.blocks, list) else [adapter.blocks]
+    patterns = adapter.forward_pattern if isinstance(adapter.forward_pattern, list) else [adapter.forward_pattern]
+    for i, (blist, pattern) in enumerate(zip(blocks, patterns)):
+        if not len(blist):
+            continue
+        rec = {"list": i, "pattern": pattern.name, "in": None, "out": None}
+        seen.append(rec)
+
+        def pre(module, args, kwargs, rec=rec):
+            if rec["in"] is None:
+                h = args[0] if args else kwargs.get("hidden_states")
+                e = args[1] if len(args) > 1 else kwargs.get("encoder_hidden_states")
+                rec["in"] = [list(h.shape) if h is not None else None,
+                             list(e.shape) if hasattr(e, "shape") else None]
+
+        def post(module, args, kwargs, output, rec=rec):
+            if rec["out"] is None:
+                outs = output if isinstance(output, (tuple, list)) else (output,)
+                rec["out"] = [list(o.shape) if hasattr(o, "shape") else None for o in outs]
+
+        handles.append(blist[0].register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(blist[0].register_forward_hook(post, with_kwargs=True))
+    return seen, handles
+
+
+def _cpu_mesh() -> None:
+    """cache-dit builds the TP mesh on `torch.accelerator`'s device, None on a CPU-only machine."""
+    import torch
+    from cache_dit.distributed.transformers.register import TensorParallelismPlanner
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if torch.accelerator.current_accelerator() is not None:
+        return
+    original = TensorParallelismPlanner.mesh
+
+    def mesh(self, parallelism_config, **kwargs):
+        if parallelism_config.hybrid_enabled():
+            return original(self, parallelism_config, **kwargs)
+        return init_device_mesh(device_type="cpu", mesh_shape=[parallelism_config.tp_size])
+
+    TensorParallelismPlanner.mesh = mesh
+
+
+def _cache_config(threshold: float, steps: int, warmup: int):
+    from cache_dit import DBCacheConfig
+
+    return DBCacheConfig(Fn_compute_blocks=1, Bn_compute_blocks=0, residual_diff_threshold=threshold,
+                         max_warmup_steps=warmup, warmup_interval=1, max_cached_steps=-1,
+                         max_continuous_cached_steps=-1, num_inference_steps=steps)
+
+
+def _stats(model) -> dict:
+    import cache_dit
+
+    cached, diffs = [], []
+    for s in cache_dit.summary(model, details=False, logging=False) or []:
+        cached += list(s.cached_steps or []) + list(s.cfg_cached_steps or [])
+        diffs += [float(v) for v in (s.residual_diffs or {}).values()]
+        diffs += [float(v) for v in (s.cfg_residual_diffs or {}).values()]
+    return {"cached_steps": sorted(set(cached)), "residual_diffs": diffs,
+            "finite": all(math.isfinite(d) for d in diffs)}
+
+
+def run(job: dict) -> dict:
+    import numpy as np
+    import torch
+
+    from integrate.verify.fixture import load
+
+    torch.set_num_threads(1)
+    fx = load(Path(job["fixture"]))
+    cls = _load_class(fx.TRANSFORMER_MODULE, fx.TRANSFORMER_CLASS, job.get("search_path"))
+    out_dir = Path(job["out"])
+    rank = int(os.environ.get("RANK", "0"))
+    report: dict = {"rank": rank, "variants": {}}
+    if job.get("plugin"):
+        sys.path.insert(0, job["plugin"]["path"])
+    kind = job["kind"]
+    if kind == "parallel":
+        import torch.distributed as dist
+
+        from datetime import timedelta
+
+        dist.init_process_group("gloo", timeout=timedelta(seconds=job.get("timeout", 120)))
+    arrays: dict[str, np.ndarray] = {}
+    for variant in job["variants"]:
+        key = variant["name"]
+        rec = report["variants"][key] = {}
+        torch.manual_seed(fx.SEED)
+        model = cls.from_config(fx.CONFIG).eval()
+        _randomize(model, fx.SEED)
+        names = {id(m): n for n, m in model.named_modules()}
+        recorder = Recorder(names)
+        calls = 1
+        stage = "import the plugin"
+        try:
+            if kind == "baseline":
+                rec["state_dict"] = _signature(model)
+            if job.get("plugin"):
+                importlib.import_module(job["plugin"]["import_name"])
+                rec["state_dict_import"] = _signature(model)
+            stage = "set up the integration"
+            if kind == "cache":
+                calls = _setup_cache(model, rec, fx, recorder, arrays, key)
+            elif kind == "parallel":
+                _setup_parallel(model, variant, fx)
+            recorder.attach(model)
+            stage = "run the model"
+            outs = []
+            with torch.no_grad():
+                for step in range(fx.STEPS):
+                    for c in range(calls):
+                        recorder.active = step == 0 and c == 0
+                        result = model(**fx.inputs(step))
+                        recorder.active = False
+                        outs.append(_plain(_tensors(result)[0]).numpy())
+            arrays[f"{key}/out"] = np.stack(outs)
+            rec["calls_per_step"] = calls
+            if kind == "cache":
+                stage = "run with caching on"
+                arrays[f"{key}/cached"], rec["stats"] = _cached(model, fx, calls, job["threshold"])
+        except Exception as exc:  # located, reported, never a crash of verify
+            rec["error"] = {"stage": stage, "module": recorder.stack[-1] if recorder.stack else None,
+                            "type": type(exc).__name__, "message": str(exc).splitlines()[0][:300] if str(exc) else "",
+                            "trace": traceback.format_exc().splitlines()[-6:]}
+        rec["order"] = recorder.order
+        for path, ts in recorder.acts.items():
+            for i, t in enumerate(ts):
+                arrays[f"{key}/act/{path}#{i}"] = t
+        for h in recorder.handles:
+            h.remove()
+        if "error" in rec and kind == "parallel":
+            break  # the other rank may be waiting in a collective: no later variant can line up
+    np.savez(out_dir / f"rank{rank}.npz", **arrays)
+    (out_dir / f"rank{rank}.json").write_text(json.dumps(report))
+    if kind == "parallel":
+        if any("error" in r for r in report["variants"].values()):
+            os._exit(0)  # files written; do not wait on a peer that may be stuck
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
+    return report
+
+
+def _setup_cache(model, rec: dict, fx, recorder, arrays, key) -> int:
+    """The adapter (and its PatchFunctor) applied, block contracts observed on a plain forward, then
+    caching enabled with a threshold of 0 (nothing cached). Returns the calls per step (2 with CFG)."""
+    import cache_dit
+    import numpy as np
+    import torch
+    from cache_dit.caching.block_adapters.block_registers import BlockAdapterRegister
+
+    adapter = BlockAdapterRegister.get_adapter(model)
+    if adapter is None:
+        raise LookupError(f"no BlockAdapter is registered for {type(model).__name__}")
+    rec["state_dict_patched"] = _signature(model)
+    rec["has_separate_cfg"] = bool(adapter.has_separate_cfg)
+    seen, handles = _pattern_hooks(adapter)
+    outs = []
+    with torch.no_grad():
+        for step in range(fx.STEPS):
+            outs.append(_plain(_tensors(model(**fx.inputs(step)))[0]).numpy())
+    for h in handles:
+        h.remove()
+    arrays[f"{key}/patched"] = np.stack(outs)
+    rec["patterns"] = seen
+    rec["block_counts"] = [len(b) for b in (adapter.blocks if isinstance(adapter.blocks, list) else [adapter.blocks])]
+    calls = 2 if adapter.has_separate_cfg else 1
+    cache_dit.enable_cache(model, cache_config=_cache_config(0.0, fx.STEPS, fx.STEPS))
+    return calls
+
+
+def _cached(model, fx, calls: int, threshold: float):
+    """Caching on: the permissive threshold after one warm-up step; the outputs and cache-dit's stats."""
+    import cache_dit
+    import numpy as np
+    import torch
+
+    cache_dit.refresh_context(model, cache_config=_cache_config(threshold, fx.STEPS, 1))
+    outs = []
+    with torch.no_grad():
+        for step in range(fx.STEPS):
+            for _ in range(calls):
+                outs.append(_plain(_tensors(model(**fx.inputs(step)))[0]).numpy())
+    return np.stack(outs), _stats(model)
+
+
+def _setup_parallel(model, variant: dict, fx) -> None:
+    import cache_dit
+    from cache_dit import ParallelismConfig
+
+    cfg = {}
+    if variant.get("ulysses"):
+        cfg["ulysses_size"] = variant["ulysses"]
+    if variant.get("ring"):
+        cfg["ring_size"] = variant["ring"]
+    if variant.get("tp"):
+        cfg["tp_size"] = variant["tp"]
+        _cpu_mesh()
+    if variant.get("anything"):
+        cfg["ulysses_anything"] = True
+    pc = ParallelismConfig(**cfg)
+    if variant.get("cache"):
+        # through the adapter: cache-dit's transformer-only path cannot add parallelism after caching
+        from cache_dit.caching.block_adapters.block_registers import BlockAdapterRegister
+
+        adapter = BlockAdapterRegister.get_adapter(model)
+        cache_dit.enable_cache(adapter, cache_config=_cache_config(0.0, fx.STEPS, fx.STEPS), parallelism_config=pc)
+    else:
+        cache_dit.enable_cache(model, parallelism_config=pc)
+
+
+def main() -> None:
+    job = json.loads(sys.stdin.read())
+    if job.get("src"):
+        sys.path.insert(0, job["src"])
+    mode = job["mode"]
+    result = derive(job) if mode == "derive" else run(job)
+    _REAL.write(json.dumps(result))
+    _REAL.flush()
+
+
+if __name__ == "__main__":
+    main()

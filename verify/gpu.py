@@ -1,0 +1,114 @@
+"""The GPU matrix: the skill's configurations run through cache-dit's generate CLI with the plugin loaded.
+
+Each row is one command. `integrate verify --gpu --print` prints them; `--gpu` runs them (when CUDA
+GPUs are present), reads cache-dit's own latency and peak-memory lines, scores each output against
+the baseline with PSNR and SSIM (verify/metrics.py) and fills the results table. Without a GPU it says
+so and reports no figures.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+# thresholds of the skill's results table: cache vs baseline, parallel vs baseline
+CACHE_MIN_PSNR, PARALLEL_MIN_PSNR, MIN_SSIM = 30.0, 35.0, 0.90
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    gpus: int
+    args: tuple[str, ...]
+    output: str
+
+    def command(self, import_name: str, example: str) -> str:
+        launch = (f"python -m {import_name} {example}" if self.gpus == 1 else
+                  f"torchrun --nproc_per_node={self.gpus} -m {import_name} {example}")
+        return " ".join([launch, *map(shlex.quote, self.args), "--track-memory", "--save-path", self.output])
+
+
+def matrix(plan: dict, out: str) -> list[Row]:
+    """Baseline, cache, Ulysses 2, ring 2, TP 2, TP + TE-P, TP + VAE-P, Ulysses + TP: the rows the plan
+    allows (TE-P only with a text-encoder plan, ring not when a mask must be reordered)."""
+    video = "V" in (plan["model"].get("example_type_guess") or "")
+    ext = "mp4" if video else "png"
+    cp = plan["parallelism"]["cp"]
+    uaa = ["--ulysses-anything"] if (cp.get("ulysses_anything") or {}).get("2", {}).get("needed") else []
+    rows = [Row("baseline", 1, (), f"{out}/base.{ext}"), Row("cache", 1, ("--cache", "--summary"), f"{out}/cache.{ext}")]
+    if cp.get("plan"):
+        rows.append(Row("ulysses2", 2, ("--parallel", "ulysses", *uaa), f"{out}/ulysses2.{ext}"))
+        if not (cp.get("mask_reorder") or {}).get("needed"):
+            rows.append(Row("ring2", 2, ("--parallel", "ring"), f"{out}/ring2.{ext}"))
+    if plan["parallelism"]["tp"].get("block_lists"):
+        rows.append(Row("tp2", 2, ("--parallel", "tp"), f"{out}/tp2.{ext}"))
+        if plan.get("text_encoders"):
+            rows.append(Row("tp2+te-p", 2, ("--parallel", "tp", "--parallel-text"), f"{out}/tp2_tep.{ext}"))
+        if plan.get("vae"):
+            rows.append(Row("tp2+vae-p", 2, ("--parallel", "tp", "--parallel-vae"), f"{out}/tp2_vaep.{ext}"))
+        if cp.get("plan"):
+            # cache-dit derives the degrees from the process count: 2 x 2 needs 4 processes
+            rows.append(Row("ulysses2+tp2", 4, ("--parallel", "ulysses_tp", *uaa), f"{out}/ulysses_tp.{ext}"))
+    return rows
+
+
+def gpu_count() -> int:
+    """CUDA devices visible, asked in a subprocess so this one never initialises CUDA."""
+    try:
+        done = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                              capture_output=True, text=True, timeout=120)
+        return int(done.stdout.strip() or 0)
+    except (subprocess.SubprocessError, ValueError, OSError):
+        return 0
+
+
+_TIME = re.compile(r"Inference Time:\s*([0-9.]+)s")
+_MEMORY = re.compile(r"Memory Usage:\s*([0-9.]+)GiB")
+
+
+def run_matrix(rows: list[Row], import_name: str, example: str, env: dict, progress) -> list[dict]:
+    from integrate.verify.metrics import compare
+
+    results = []
+    base = None
+    for row in rows:
+        progress(f"gpu: {row.name}")
+        done = subprocess.run(row.command(import_name, example), shell=True, capture_output=True, text=True, env=env)
+        text = done.stdout + done.stderr
+        t, m = _TIME.search(text), _MEMORY.search(text)
+        res = {"name": row.name, "command": row.command(import_name, example), "exit": done.returncode,
+               "latency_s": float(t.group(1)) if t else None, "peak_memory_gib": float(m.group(1)) if m else None}
+        if done.returncode != 0:
+            res["status"] = "error"
+            res["why"] = (text.strip().splitlines() or ["no output"])[-1][:300]
+        elif row.name == "baseline":
+            base, res["status"] = row.output, "pass"
+        elif base is not None and Path(row.output).exists():
+            scores = compare(Path(base), Path(row.output))
+            res.update(psnr=scores["psnr"], ssim=scores["ssim"], garbled=scores["garbled"])
+            need = CACHE_MIN_PSNR if row.name == "cache" else PARALLEL_MIN_PSNR
+            psnr = float("inf") if scores["psnr"] is None else scores["psnr"]
+            res["status"] = "pass" if psnr > need and scores["ssim"] > MIN_SSIM and not scores["garbled"] else "fail"
+        else:
+            res["status"] = "error"
+            res["why"] = "no baseline or no output to compare"
+        results.append(res)
+    return results
+
+
+def results_table(results: list[dict]) -> str:
+    """The skill's results table: configuration, latency, peak memory, PSNR, SSIM, verdict."""
+    lines = ["| config | latency (s) | peak memory (GiB) | PSNR (dB) | SSIM | status |", "|---|---|---|---|---|---|"]
+
+    def fmt(v, spec):
+        return "n/a" if v is None else format(v, spec)
+
+    for r in results:
+        psnr = "inf" if r.get("psnr") is None and "ssim" in r else fmt(r.get("psnr"), ".2f")
+        lines.append(f"| {r['name']} | {fmt(r['latency_s'], '.2f')} | {fmt(r['peak_memory_gib'], '.2f')} | {psnr} | "
+                     f"{fmt(r.get('ssim'), '.4f')} | {r['status']} |")
+    return "\n".join(lines)

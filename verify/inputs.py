@@ -1,0 +1,295 @@
+"""Forward inputs for a tiny model, synthesised from its forward signature, its config and its modules.
+
+Each tensor argument is sized by the module that first consumes it: the forward's source (read with
+libcst) names the call `self.<module>(..., arg, ...)`; the module, built on the meta device, says what
+it takes (a Linear its in_features, a ConvNd its channels and kernel, a norm its width); a module made
+of others is followed into its own forward with the argument it received. The number of dims comes
+from what the pipeline passes, where the plan traced it. Image and text tokens get different lengths
+(16 or 32 vs 6) so that a swapped pair of streams cannot hide behind equal shapes.
+
+What cannot be sized this way is reported, never guessed: the fixture file is written with a
+`raise` in its place for a person to fill in.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import libcst as cst
+
+from integrate.analyzers._syntax import find_all
+from integrate.source import dotted, find_method, parse_source, read_text
+
+TEXT_TOKENS = 6
+TEXT_PADDING = 2  # masked-out text tokens at the end of the prompt
+BATCH = 1
+_TEXT_WORDS = ("encoder", "text", "txt", "context", "prompt", "caption", "cond")
+_SKIP = ("attention_kwargs", "joint_attention_kwargs", "cross_attention_kwargs", "controlnet", "cache", "lora")
+_NOT_ALIAS = ("shape", "size", "dtype", "device", "ndim", "dim")
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One forward argument: the Python expression that builds it (with `step` and `_randn` in scope)."""
+
+    name: str
+    expr: str | None  # None: leave the argument at its default
+    why: str
+    error: str | None = None  # set when no rule sized it: the fixture gets a `raise` here
+
+
+@dataclass
+class Synthesis:
+    slots: list[Slot] = field(default_factory=list)
+    image_tokens: int | None = None
+    text_tokens: int = TEXT_TOKENS
+
+    @property
+    def errors(self) -> list[str]:
+        return [f"`{s.name}`: {s.error}" for s in self.slots if s.error]
+
+
+# ---- which module consumes an argument (static) ------------------------------------------------------
+
+
+def _names(node: cst.CSTNode) -> set[str]:
+    out = set()
+    for n in find_all(node, cst.Name):
+        out.add(n.value)
+    for a in find_all(node, cst.Attribute):  # `x.shape` is not x
+        if a.attr.value in _NOT_ALIAS and isinstance(a.value, cst.Name):
+            out.discard(a.value.value)
+    return out
+
+
+def _class_node(cls) -> tuple[Any, cst.ClassDef] | None:
+    try:
+        path = Path(inspect.getsourcefile(cls) or "")
+    except TypeError:
+        return None
+    if not path.is_file():
+        return None
+    src = parse_source(path, read_text(path))
+    node = src.classes.get(cls.__name__)
+    return (src, node) if node is not None else None
+
+
+def consumers(module, param: str):
+    """(sub-module path, position or keyword it receives `param` at, source line) of each
+    `self.<sub>(...)` call in `type(module).forward` whose arguments are derived from `param`, in order."""
+    for klass in type(module).__mro__:
+        found = _class_node(klass) if "forward" in vars(klass) else None
+        if found is None:
+            continue
+        src, node = found
+        fn = find_method(node, "forward")
+        if fn is None:
+            return
+        tracked = {param}
+        for n in find_all(fn.body, (cst.Assign, cst.Call)):
+            if isinstance(n, cst.Assign):
+                call = n.value if isinstance(n.value, cst.Call) else None
+                is_module_call = call is not None and (dotted(call.func) or "").startswith("self.")
+                if not is_module_call and _names(n.value) & tracked:
+                    for t in n.targets:
+                        tracked |= {x.value for x in find_all(t.target, cst.Name)}
+                continue
+            name = dotted(n.func) or ""
+            if not name.startswith("self.") or name.count(".") < 1:
+                continue
+            path = name[len("self."):]
+            try:
+                sub = module.get_submodule(path)
+            except AttributeError:
+                continue
+            if sub is module:
+                continue
+            position = 0
+            for a in n.args:
+                if a.star:
+                    break
+                if _names(a.value) & tracked:
+                    yield path, (a.keyword.value if a.keyword else position), src.line(n)
+                    break
+                if a.keyword is None:
+                    position += 1
+        return
+
+
+def _callee_param(sub, at: int | str) -> str | None:
+    if isinstance(at, str):
+        return at
+    params = [p for p in inspect.signature(sub.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return params[at].name if at < len(params) else None
+
+
+def intake(module, param: str, depth: int = 0) -> tuple[str, dict[str, Any], str] | None:
+    """What the first consumer of `param` takes: (kind, facts, path) with kind linear / conv / norm /
+    embedding, found by following composite modules into their forward."""
+    from torch import nn
+
+    if depth > 4:
+        return None
+    for path, at, _line in consumers(module, param):  # a consumer without weights (RoPE) says nothing
+        sub = module.get_submodule(path)
+        leaf = _leaf_intake(sub)
+        if leaf is not None:
+            return leaf[0], leaf[1], path
+        if isinstance(sub, nn.Sequential) and len(sub):
+            leaf = _leaf_intake(sub[0])
+            if leaf:
+                return leaf[0], leaf[1], f"{path}.0"
+        inner = _callee_param(sub, at)
+        found = intake(sub, inner, depth + 1) if inner else None
+        if found is not None:
+            return found[0], found[1], f"{path}.{found[2]}"
+    return None
+
+
+def _leaf_intake(m) -> tuple[str, dict[str, Any]] | None:
+    from torch import nn
+
+    if isinstance(m, nn.Linear):
+        return "linear", {"width": m.in_features}
+    if isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+        return "conv", {"width": m.in_channels, "kernel": list(m.kernel_size), "stride": list(m.stride)}
+    if isinstance(m, nn.Embedding):
+        return "embedding", {"vocab": m.num_embeddings}
+    if isinstance(m, (nn.LayerNorm, nn.GroupNorm)) or type(m).__name__.endswith(("RMSNorm", "LayerNorm")):
+        weight = getattr(m, "weight", None)
+        shape = getattr(m, "normalized_shape", None)
+        width = shape[-1] if shape else (weight.shape[-1] if weight is not None else None)
+        return ("norm", {"width": int(width)}) if width else None
+    return None
+
+
+# ---- the synthesis ------------------------------------------------------------------------------------
+
+
+def _shape(*dims: int) -> str:
+    return ", ".join(str(d) for d in dims)
+
+
+def _axes(config: dict[str, Any]) -> int:
+    for k, v in config.items():
+        if "axes" in k and isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v):
+            return len(v)
+    return 3
+
+
+def _patch(config: dict[str, Any]) -> tuple[int, int]:
+    p = config.get("patch_size")
+    p = p[-1] if isinstance(p, (list, tuple)) else p
+    pt = config.get("patch_size_t")
+    return int(p or 1), int(pt or 1)
+
+
+def synthesize(model, config: dict[str, Any], passed: dict[str, int | None]) -> Synthesis:
+    """Inputs for `model` (built on meta is enough). `passed`: keyword -> dims of the tensors the
+    pipeline passes to the transformer (None when the dims were not traced)."""
+    sig = inspect.signature(type(model).forward)
+    params = [p for p in sig.parameters.values() if p.name != "self" and p.kind not in (p.VAR_POSITIONAL,
+                                                                                           p.VAR_KEYWORD)]
+    out = Synthesis()
+    latent = params[0].name if params else None
+    grid: tuple[int, ...] | None = None  # latent (frames, height, width) in tokens
+
+    def needed(p) -> bool:
+        return p.default is inspect.Parameter.empty or p.name in passed
+
+    # the latent first: its token count is what ids, shapes and 2-D timesteps follow
+    for p in params:
+        name = p.name
+        if name == latent:
+            slot, grid = _latent(model, config, name, passed.get(name))
+            out.slots.append(slot)
+            if grid:
+                n = 1
+                for g in grid:
+                    n *= g
+                out.image_tokens = n
+    s_img, s_txt = out.image_tokens or 16, TEXT_TOKENS
+    for p in params:
+        name, low = p.name, p.name.lower()
+        if name == latent:
+            continue
+        if name == "return_dict":
+            out.slots.append(Slot(name, "False", "the output as a tuple"))
+        elif any(w in low for w in _SKIP) or not needed(p):
+            out.slots.append(Slot(name, None, "optional and not passed by the pipeline: left at its default"))
+        elif "timestep" in low or low in ("t", "sigma", "sigmas"):
+            dims = passed.get(name) or 1
+            shape = (BATCH,) if dims == 1 else (BATCH, s_img)
+            out.slots.append(Slot(name, f"torch.full(({_shape(*shape)},), 900.0 - 2.0 * step)",
+                                  f"diffusion time, {dims}-D as the pipeline passes it"))
+        elif "guidance" in low:
+            if config.get("guidance_embeds") is False and p.default is not inspect.Parameter.empty:
+                out.slots.append(Slot(name, None, "config has guidance_embeds=False"))
+            else:
+                out.slots.append(Slot(name, f"torch.full(({BATCH},), 3.5)", "guidance scale"))
+        elif "mask" in low:
+            text = s_txt if any(w in low for w in _TEXT_WORDS) or "mask" == low else s_img
+            out.slots.append(Slot(name, f"_mask({BATCH}, {text}, pad={TEXT_PADDING})",
+                                  f"{TEXT_PADDING} of {text} tokens masked out (one at the end, one early)"))
+        elif low.endswith("_ids") or low in ("ids", "pos", "positions"):
+            text = any(w in low for w in _TEXT_WORDS)
+            n, axes = (s_txt if text else s_img), _axes(config)
+            dims = passed.get(name) or 2
+            lead = "" if dims == 2 else f"{BATCH}, "
+            expr = (f"torch.zeros({lead}{n}, {axes})" if text else
+                    f"_grid_ids({grid or (1, 4, 4)!r}, {axes})" + ("" if dims == 2 else ".unsqueeze(0)"))
+            out.slots.append(Slot(name, expr, f"position ids of the {'text' if text else 'image'} tokens"))
+        elif "shape" in low:
+            out.slots.append(Slot(name, f"[{tuple(grid or (1, 4, 4))!r}] * {BATCH}", "latent grid in tokens"))
+        elif "seq_len" in low:
+            out.slots.append(Slot(name, f"[{s_txt}] * {BATCH}", "text length"))
+        else:
+            out.slots.append(_tensor(model, name, passed.get(name), s_txt, s_img))
+    return out
+
+
+def _latent(model, config, name: str, dims: int | None) -> tuple[Slot, tuple[int, ...] | None]:
+    taken = intake(model, name)
+    p, pt = _patch(config)
+    if taken is None:
+        return Slot(name, None, "", f"no module consuming `{name}` was found in forward"), None
+    kind, facts, path = taken
+    if kind == "conv":
+        k = facts["kernel"]
+        spatial = [2 * k[0], 4 * k[1], 4 * k[2]] if len(k) == 3 else [4 * x for x in k]
+        grid = tuple(s // st for s, st in zip(spatial, facts["stride"]))
+        return Slot(name, f"_randn({name!r}, {_shape(BATCH, facts['width'], *spatial)}, step=step)",
+                    f"`{path}` is a Conv{len(k)}d taking {facts['width']} channels, kernel {k}"), grid
+    if kind in ("linear", "norm") and (dims or 3) == 3:
+        return Slot(name, f"_randn({name!r}, {_shape(BATCH, 16, facts['width'])}, step=step)",
+                    f"`{path}` takes width {facts['width']} (16 packed tokens)"), (1, 4, 4)
+    if kind == "linear" and dims in (4, 5):
+        channels = config.get("in_channels")
+        if not isinstance(channels, int):
+            return Slot(name, None, "", f"a {dims}-D latent patchified in forward, but no `in_channels` in config"), None
+        spatial = ([2 * pt] if dims == 5 else []) + [4 * p, 4 * p]
+        grid = tuple([2] if dims == 5 else [1]) + (4, 4)
+        return Slot(name, f"_randn({name!r}, {_shape(BATCH, channels, *spatial)}, step=step)",
+                    f"patchified in forward (patch {p}), then `{path}`"), grid
+    return Slot(name, None, "", f"`{path}` ({kind}) does not say how to shape a {dims}-D latent"), None
+
+
+def _tensor(model, name: str, dims: int | None, s_txt: int, s_img: int) -> Slot:
+    taken = intake(model, name)
+    if taken is None:
+        return Slot(name, None, "", "no rule for it and no module consuming it was found in forward")
+    kind, facts, path = taken
+    if kind == "embedding":
+        return Slot(name, f"torch.randint(0, {facts['vocab']}, ({BATCH}, {s_txt}), generator=_gen({name!r}))",
+                    f"token ids for `{path}`")
+    width = facts["width"]
+    text = any(w in name.lower() for w in _TEXT_WORDS)
+    if dims == 2 or (dims is None and any(w in name.lower() for w in ("pooled", "vector", "vec", "y"))):
+        return Slot(name, f"_randn({name!r}, {BATCH}, {width})", f"pooled vector for `{path}` (width {width})")
+    n = s_txt if text else s_img
+    return Slot(name, f"_randn({name!r}, {BATCH}, {n}, {width})",
+                f"{'text' if text else 'image'} tokens for `{path}` (width {width})")

@@ -1,0 +1,462 @@
+"""`integrate verify`: the CPU proofs of a generated integration, each in processes of its own.
+
+1. fixture  - a tiny config and forward inputs (derived, or the user's edited file)
+2. baseline - the plain model, one process, no plugin: the reference outputs and every module's output
+3. cache    - the plugin's adapter: state dict kept, block contracts observed, caching off bit-identical,
+              caching on actually caches with finite residual diffs and stays close
+4. cp       - Ulysses (and ring / Ulysses-anything when the plan calls for them) over 2 gloo processes
+5. tp       - 2 gloo processes, the device mesh on "cpu"
+A proof that fails is followed module by module against the baseline to the first divergent module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import site
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from integrate.approval import require_approved
+from integrate.errors import InputError
+from integrate.probe import _worker_env
+from integrate.verify import compare, fixture
+
+SCHEMA_VERSION = "1.0"
+WORKER = "integrate.verify._worker"
+PROOFS = ("cache", "cp", "tp")
+CACHE_THRESHOLD = 0.8  # permissive: tiny random models change a lot between steps
+CACHED_REL_L2 = 0.5  # a cached step may drift from the plain one, but not by half its size
+STEPS = 4
+PROCESS_TIMEOUT = 300
+
+
+def _installed(path: Path) -> bool:
+    roots = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages(),
+                                         sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]}
+    path = path.resolve()
+    return any(path.is_relative_to(r) for r in roots)
+
+
+def _module_of(path: Path) -> tuple[str, str | None]:
+    """(dotted module name, folder to put on sys.path) for a source file."""
+    for root in sorted({Path(p).resolve() for p in sys.path if p and Path(p).is_dir()}, key=lambda r: -len(str(r))):
+        if path.resolve().is_relative_to(root) and (path.parent / "__init__.py").is_file():
+            parts = path.resolve().relative_to(root).with_suffix("").parts
+            return ".".join(parts), None
+    root = path.parent
+    while (root / "__init__.py").is_file():
+        root = root.parent
+    return ".".join(path.resolve().relative_to(root.resolve()).with_suffix("").parts), str(root)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(job: dict, env: dict) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    proc.stdin.write(json.dumps(job))
+    proc.stdin.close()
+    return proc
+
+
+def _wait(procs: list[subprocess.Popen], grace: float = 15.0) -> list[str | None]:
+    """Wait for all; once one has finished and the rest have not within `grace` seconds (a peer stuck in
+    a collective after a failure), kill them. Returns the stderr tail of each failed process."""
+    start, first_done = time.monotonic(), None
+    while any(p.poll() is None for p in procs):
+        now = time.monotonic()
+        if first_done is None and any(p.poll() is not None for p in procs):
+            first_done = now
+        if (first_done is not None and now - first_done > grace) or now - start > PROCESS_TIMEOUT:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        time.sleep(0.05)
+    tails = []
+    for p in procs:
+        err = p.stderr.read() if p.stderr else ""
+        tails.append(None if p.returncode == 0 else ("\n".join(err.strip().splitlines()[-5:]) or
+                                                     f"killed (exit {p.returncode})"))
+    return tails
+
+
+def _load_rank(out: Path, rank: int) -> tuple[dict | None, dict[str, np.ndarray]]:
+    js, npz = out / f"rank{rank}.json", out / f"rank{rank}.npz"
+    if not js.is_file():
+        return None, {}
+    with np.load(npz) as data:
+        arrays = {k: data[k] for k in data.files}
+    return json.loads(js.read_text()), arrays
+
+
+def _acts(arrays: dict[str, np.ndarray], variant: str) -> dict[str, list[np.ndarray]]:
+    prefix = f"{variant}/act/"
+    out: dict[str, list[np.ndarray]] = {}
+    for key in sorted((k for k in arrays if k.startswith(prefix)), key=lambda k: int(k.rsplit("#", 1)[1])):
+        out.setdefault(key[len(prefix):].rsplit("#", 1)[0], []).append(arrays[key])
+    return out
+
+
+class Verifier:
+    def __init__(self, plan_dir: Path, generated: Path, *, trust_code: bool = False,
+                 proofs: tuple[str, ...] = PROOFS, progress: Callable[[str], None] | None = None) -> None:
+        self.plan_dir, self.generated, self.proofs = plan_dir, generated, proofs
+        self.progress = progress or (lambda message: None)
+        self.plan = require_approved(plan_dir)
+        m = self.plan["model"]
+        if not m.get("example_name"):
+            raise InputError("the plan names no example: nothing was generated for it")
+        self.import_name = f"integrate_{m['example_name']}"
+        if not (generated / self.import_name / "__init__.py").is_file():
+            raise InputError(f"{generated}: no generated plugin `{self.import_name}` here; run "
+                             f"`integrate generate {plan_dir} --out {generated}` first")
+        self.transformer_file = Path(m["transformer_file"])
+        if not _installed(self.transformer_file) and not trust_code:
+            raise InputError(f"{self.transformer_file} is not part of an installed package: verify would run it; "
+                             "pass --trust-code if you trust that code")
+        self.module, self.search_path = _module_of(self.transformer_file)
+        self.env = _worker_env(Path(self.search_path) if self.search_path else None)
+        self.env.setdefault("OMP_NUM_THREADS", "1")
+        self.fixture_path = generated / fixture.FILENAME
+
+    # ---- the fixture ------------------------------------------------------------------------------------
+
+    def _passed(self) -> dict[str, int | None]:
+        from integrate.analyzers.structure import pipeline_arg_ndims, pipeline_call_keywords
+        from integrate.gate import GateFlags, run_gate
+        from integrate.resolve import Workspace
+
+        m = self.plan["model"]
+        ws = Workspace()
+        gate = run_gate(GateFlags(model_path=m["model_path"], pipeline_class=m["pipeline_class"],
+                                  transformer_class=m["transformer_class"], pipeline_file=m["pipeline_file"],
+                                  transformer_file=m["transformer_file"]), ws)
+        ndims = {k: v[0] for k, v in pipeline_arg_ndims(ws, gate).items()}
+        passed = {k: ndims.get(k) for k in pipeline_call_keywords(ws, gate)}
+        # masks the forward takes: pipelines often pass them through `**kwargs`, and they are what a CP
+        # mask reorder is about, so the fixture always has them
+        seq = self.plan["facts"].get("sequence") or {}
+        for mask in seq.get("masks", []):
+            if mask["name"] in seq.get("forward_params", []):
+                passed.setdefault(mask["name"], None)
+        return passed
+
+    def ensure_fixture(self) -> dict:
+        from integrate.analyzers.structure import load_config
+
+        path = self.fixture_path
+        if fixture.edited(path):
+            fixture.load(path)  # a broken edit is the user's input error: say so now
+            return {"path": str(path), "status": "edited", "errors": []}
+        self.progress("deriving the tiny fixture")
+        m = self.plan["model"]
+        config = load_config(m["model_path"])
+        job = {"mode": "derive", "transformer_module": self.module, "transformer_class": m["transformer_class"],
+               "search_path": self.search_path, "config": config, "passed": self._passed()}
+        proc = _spawn(job, self.env)
+        out, err = proc.stdout.read(), proc.stderr.read()
+        proc.wait()
+        if proc.returncode != 0 or not out.strip():
+            tail = (err.strip().splitlines() or ["no output"])[-1]
+            return {"path": str(path), "status": "error", "errors": [f"deriving the fixture failed: {tail}"]}
+        d = json.loads(out)
+        source = f"{m['model_path']}/transformer/config.json" if config else "the class defaults"
+        text = fixture.render(transformer_class=m["transformer_class"], transformer_module=self.module,
+                              config=d["config"], changes=d["changes"], slots=d["slots"],
+                              image_tokens=d.get("image_tokens"), text_tokens=d.get("text_tokens", 0), steps=STEPS,
+                              config_source=source, problems=[d["error"]] if d.get("error") else [])
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+        errors = [f"`{s['name']}`: {s['error']}" for s in d["slots"] if s.get("error")]
+        if d.get("error"):
+            return {"path": str(path), "status": "needs-edit", "errors": [f"CONFIG: {d['error']}"],
+                    "parameters": d["parameters"], "changes": d["changes"]}
+        return {"path": str(path), "status": "needs-edit" if errors else "derived", "errors": errors,
+                "parameters": d["parameters"], "changes": {k: v for k, v in d["changes"].items()},
+                "image_tokens": d["image_tokens"], "text_tokens": d["text_tokens"]}
+
+    # ---- running the proofs -----------------------------------------------------------------------------
+
+    def _job(self, kind: str, variants: list[dict], out: Path, plugin: bool = True) -> dict:
+        job = {"mode": "run", "kind": kind, "variants": variants, "fixture": str(self.fixture_path),
+               "out": str(out), "search_path": self.search_path, "threshold": CACHE_THRESHOLD}
+        if plugin:
+            job["plugin"] = {"path": str(self.generated.resolve()), "import_name": self.import_name}
+        return job
+
+    def _single(self, kind: str, out: Path, plugin: bool) -> subprocess.Popen:
+        out.mkdir(parents=True, exist_ok=True)
+        return _spawn(self._job(kind, [{"name": kind}], out, plugin), self.env)
+
+    def _parallel(self, variants: list[dict], out: Path) -> tuple[list, list]:
+        out.mkdir(parents=True, exist_ok=True)
+        port = _free_port()
+        procs = []
+        for rank in range(2):
+            env = dict(self.env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port))
+            procs.append(_spawn(self._job("parallel", variants, out), env))
+        tails = _wait(procs)
+        ranks = [_load_rank(out, r) for r in range(2)]
+        return ranks, tails
+
+    def run(self) -> dict:
+        started = time.monotonic()
+        report: dict = {"schema": "integrate.verify", "schema_version": SCHEMA_VERSION,
+                        "model": {k: self.plan["model"][k] for k in ("transformer_class", "pipeline_class")},
+                        "plugin": {"path": str(self.generated.resolve()), "import_name": self.import_name}}
+        fx = report["fixture"] = self.ensure_fixture()
+        empty = {"status": "skipped", "why": "not requested", "first_divergence": None}
+        for name in ("state_dict", *PROOFS):
+            report[name] = dict(empty)
+        if fx["status"] in ("error", "needs-edit"):
+            for name in ("state_dict", *PROOFS):
+                report[name] = {"status": "error", "why": f"no usable fixture: edit {fx['path']}",
+                                "first_divergence": None}
+            report["seconds"] = round(time.monotonic() - started, 1)
+            return report
+        with tempfile.TemporaryDirectory(prefix="integrate-verify-") as tmp:
+            work = Path(tmp)
+            self.progress("baseline: the plain model, one process" + (" | cache: the adapter, one process"
+                                                                      if "cache" in self.proofs else ""))
+            procs = [self._single("baseline", work / "baseline", plugin=False)]
+            if "cache" in self.proofs:
+                procs.append(self._single("cache", work / "cache", plugin=True))
+            tails = _wait(procs, grace=PROCESS_TIMEOUT)
+            base_rep, base = _load_rank(work / "baseline", 0)
+            if base_rep is None or "error" in base_rep["variants"]["baseline"]:
+                why = (base_rep["variants"]["baseline"]["error"] if base_rep else {"message": tails[0]})
+                for name in ("state_dict", *PROOFS):
+                    report[name] = {"status": "error", "why": f"the plain tiny model does not run: {why.get('message')}"
+                                    f" (module {why.get('module')}); fix {fx['path']}", "first_divergence": None}
+                report["seconds"] = round(time.monotonic() - started, 1)
+                return report
+            self.base_rep, self.base = base_rep["variants"]["baseline"], base
+            if "cache" in self.proofs:
+                cache_rep, cache = _load_rank(work / "cache", 0)
+                report["state_dict"], report["cache"] = self._cache(cache_rep, cache, tails[1])
+            if "cp" in self.proofs:
+                self.progress("cp: Ulysses over 2 gloo processes")
+                report["cp"] = self._parallel_proof(self._cp_variants(), work / "cp")
+            if "tp" in self.proofs:
+                self.progress("tp: 2 gloo processes, mesh on cpu")
+                report["tp"] = self._parallel_proof([{"name": "tp2", "tp": 2}, {"name": "tp2+cache", "tp": 2,
+                                                                                 "cache": True}], work / "tp")
+        report["seconds"] = round(time.monotonic() - started, 1)
+        return report
+
+    # ---- judging ----------------------------------------------------------------------------------------
+
+    def _streams(self) -> tuple[int, int] | None:
+        fx = fixture.load(self.fixture_path)
+        img, txt = getattr(fx, "IMAGE_TOKENS", None), getattr(fx, "TEXT_TOKENS", None)
+        return (txt, img) if img and txt else None
+
+    def _locate(self, arrays_per_rank: list[dict[str, np.ndarray]], variant: str, error: dict | None) -> dict | None:
+        div = compare.divergence(_acts(self.base, "baseline"), self.base_rep["order"],
+                                 [_acts(a, variant) for a in arrays_per_rank], self._streams())
+        if div["first"] is None and error is None:
+            return None
+        found = {"module": None, "table": div["table"], "compared": div["compared"],
+                 "not_comparable": div["not_comparable"]}
+        if div["first"] is not None:
+            found.update(module=div["first"]["module"], max_abs=div["first"]["max_abs"],
+                         cosine=div["first"]["cosine"])
+        if error is not None:
+            found["error"] = error
+            if found["module"] is None:
+                found["module"] = error.get("module")
+        return found
+
+    def _reference(self, steps: int, calls: int) -> np.ndarray:
+        ref = self.base["baseline/out"]
+        return np.repeat(ref, calls, axis=0)[: steps * calls]
+
+    def _cache(self, rep: dict | None, arrays: dict, tail: str | None) -> tuple[dict, dict]:
+        if rep is None:
+            err = {"stage": "start", "module": None, "message": tail}
+            return ({"status": "error", "why": tail, "first_divergence": None},
+                    {"status": "error", "why": tail, "first_divergence": None, "error": err})
+        v = rep["variants"]["cache"]
+        sd = self._state_dict(v)
+        out: dict = {"status": "pass", "first_divergence": None}
+        problems = []
+        if "error" in v and "patterns" not in v:
+            out.update(status="error", error=v["error"], why=f"{v['error']['type']}: {v['error']['message']}")
+            out["first_divergence"] = self._locate([arrays], "cache", v["error"])
+            return sd, out
+        out["block_counts"] = v.get("block_counts")
+        out["has_separate_cfg"] = v.get("has_separate_cfg")
+        out["patterns"] = [_pattern_verdict(p) for p in v.get("patterns", [])]
+        problems += [f"list {p['list']}: {p['why']}" for p in out["patterns"] if p["status"] == "fail"]
+        base = self.base["baseline/out"]
+        if "cache/patched" in arrays:
+            f = compare.figures(base, arrays["cache/patched"], rtol=0, atol=0)
+            out["patched_forward"] = {"bitwise": f.max_abs == 0, **f.as_dict()}
+        if "error" in v:
+            out.update(status="error", error=v["error"], why=f"{v['error']['type']} in {v['error']['module']}: "
+                                                            f"{v['error']['message']}")
+            out["first_divergence"] = self._locate([arrays], "cache", v["error"])
+            return sd, out
+        calls = v.get("calls_per_step", 1)
+        ref = self._reference(STEPS, calls)
+        off = compare.figures(ref, arrays["cache/out"], rtol=0, atol=0)
+        out["caching_off"] = {"bitwise": off.max_abs == 0, **off.as_dict()}
+        if off.max_abs != 0:
+            problems.append(f"with caching off the output differs from the plain model (max-abs {off.max_abs:.3g})")
+        stats = v.get("stats", {})
+        cached = arrays.get("cache/cached")
+        on: dict = {"threshold": CACHE_THRESHOLD, "cached_steps": stats.get("cached_steps", []),
+                    "residual_diffs": [round(d, 6) for d in stats.get("residual_diffs", [])],
+                    "finite": stats.get("finite", True)}
+        if cached is not None:
+            warm = compare.figures(ref[:calls], cached[:calls], rtol=0, atol=0)
+            on["warmup_bitwise"] = warm.max_abs == 0
+            if warm.max_abs != 0:
+                problems.append("a warm-up step with caching on differs from the plain model")
+            rels = [compare.figures(ref[i], cached[i]).rel_l2 for i in range(len(ref))]
+            on["rel_l2_per_call"] = [round(r, 6) for r in rels]
+            on["max_rel_l2"] = round(max(rels), 6)
+            on["finite_output"] = bool(np.isfinite(cached).all())
+            if not on["finite_output"] or not on["finite"]:
+                problems.append("non-finite values with caching on (an in-place write into a block input?)")
+            elif max(rels) > CACHED_REL_L2:
+                problems.append(f"with caching on a step drifts {max(rels):.2f} (relative L2) from the plain model "
+                                f"(limit {CACHED_REL_L2}): the cached residual is wrong")
+        if not on["cached_steps"]:
+            problems.append(f"no step was cached at threshold {CACHE_THRESHOLD}: the cache is not engaged")
+        out["caching_on"] = on
+        if problems:
+            out["status"] = "fail"
+            out["why"] = "; ".join(problems)
+            out["first_divergence"] = self._locate([arrays], "cache", None)
+        return sd, out
+
+    def _state_dict(self, v: dict) -> dict:
+        base = self.base_rep.get("state_dict", {})
+        res: dict = {"status": "pass", "first_divergence": None, "keys": len(base)}
+        problems = []
+        imported = v.get("state_dict_import")
+        if imported is not None and imported != base:
+            problems.append(f"importing the plugin changes the state dict ({_sd_diff(base, imported)})")
+        patched = v.get("state_dict_patched")
+        if patched is not None and patched != base:
+            same_tensors = sorted(map(tuple, ((s, d) for s, d in base.values()))) == sorted(
+                map(tuple, ((s, d) for s, d in patched.values())))
+            res["renamed_by_patch_functor"] = _sd_diff(base, patched)
+            if not same_tensors:
+                problems.append(f"the PatchFunctor changes parameter shapes or dtypes ({_sd_diff(base, patched)})")
+            else:
+                res["note"] = ("the PatchFunctor moves blocks between lists (keys renamed, tensors unchanged); "
+                               "checkpoints load before cache-dit applies it")
+        if problems:
+            res.update(status="fail", why="; ".join(problems))
+        return res
+
+    def _cp_variants(self) -> list[dict]:
+        cp = self.plan["parallelism"]["cp"]
+        anything = bool((cp.get("ulysses_anything") or {}).get("2", {}).get("needed"))
+        variants = [{"name": "ulysses2", "ulysses": 2, "anything": anything},
+                    {"name": "ulysses2+cache", "ulysses": 2, "anything": anything, "cache": True}]
+        if not (cp.get("mask_reorder") or {}).get("needed"):
+            variants.append({"name": "ring2", "ring": 2})
+        return variants
+
+    def _parallel_proof(self, variants: list[dict], out: Path) -> dict:
+        ranks, tails = self._parallel(variants, out)
+        res: dict = {"status": "pass", "variants": {}, "first_divergence": None}
+        base = self.base["baseline/out"]
+        for variant in variants:
+            key = variant["name"]
+            reps = [r[0]["variants"].get(key) if r[0] else None for r in ranks]
+            arrays = [r[1] for r in ranks]
+            if any(r is None for r in reps):
+                if all(r is None for r in reps) and any(r[0] and any("error" in x for x in r[0]["variants"].values())
+                                                        for r in ranks):
+                    res["variants"][key] = {"status": "skipped", "why": "an earlier variant failed"}
+                    continue
+                why = "; ".join(t for t in tails if t) or "a rank did not report"
+                res["variants"][key] = {"status": "error", "why": why, "first_divergence": None}
+                continue
+            err = next((r["error"] for r in reps if "error" in r), None)
+            if err is not None:
+                row = {"status": "error", "why": f"{err['type']} in {err['module'] or err['stage']}: {err['message']}",
+                       "error": err}
+                if key.startswith("ring") and err["type"] == "NotImplementedError" and "'CPU' backend" in err["message"]:
+                    # the ring kernel has no CPU implementation in this torch: a limit of the machine, not a verdict
+                    row["status"] = "skipped"
+                    row["why"] = "ring attention's kernel has no CPU implementation here: run ring on GPUs"
+                else:
+                    row["first_divergence"] = self._locate([a for a, r in zip(arrays, reps) if "error" not in r] or
+                                                           arrays[:1], key, err)
+                res["variants"][key] = row
+                continue
+            f = [compare.figures(base, a[f"{key}/out"]) for a in arrays]
+            worst = max(f, key=lambda x: x.max_abs)
+            row = {"status": "pass" if worst.ok else "fail", **worst.as_dict()}
+            if not worst.ok:
+                row["first_divergence"] = self._locate(arrays, key, None)
+            res["variants"][key] = row
+        statuses = [v["status"] for v in res["variants"].values()]
+        res["status"] = "error" if "error" in statuses else "fail" if "fail" in statuses else "pass"
+        bad = next((v for v in res["variants"].values() if v["status"] in ("fail", "error")), None)
+        if bad is not None:
+            res["first_divergence"] = bad.get("first_divergence")
+            res["why"] = bad.get("why") or f"differs from the 1-process run (max-abs {bad.get('max_abs'):.3g})"
+        return res
+
+
+def _sd_diff(a: dict, b: dict) -> str:
+    gone, new = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+    changed = sorted(k for k in set(a) & set(b) if a[k] != b[k])
+    parts = []
+    if gone:
+        parts.append(f"{len(gone)} keys gone, e.g. {gone[0]}")
+    if new:
+        parts.append(f"{len(new)} new, e.g. {new[0]}")
+    if changed:
+        parts.append(f"{len(changed)} changed, e.g. {changed[0]}: {a[changed[0]]} -> {b[changed[0]]}")
+    return "; ".join(parts) or "same"
+
+
+def _pattern_verdict(p: dict) -> dict:
+    """Does the first block of a list return its streams in the order the declared pattern says?"""
+    from cache_dit.caching.forward_pattern import ForwardPattern
+
+    pattern = ForwardPattern[p["pattern"]]
+    seen_in, seen_out = p.get("in"), p.get("out")
+    row = {"list": p["list"], "pattern": p["pattern"], "in": seen_in, "out": seen_out}
+    if seen_in is None or seen_out is None:
+        return {**row, "status": "unknown", "why": "the first block was not called"}
+    shapes = {"hidden_states": seen_in[0], "encoder_hidden_states": seen_in[1]}
+    if shapes["hidden_states"] == shapes["encoder_hidden_states"]:
+        return {**row, "status": "unknown", "why": "both streams have the same shape: order not observable"}
+    if len(seen_out) < len(pattern.Out):
+        return {**row, "status": "fail", "why": f"{p['pattern']} returns {len(pattern.Out)} tensors, the block "
+                                                f"returned {len(seen_out)}"}
+    for i, name in enumerate(pattern.Out):
+        want = shapes.get(name)
+        if want is not None and seen_out[i] != want:
+            other = next((n for n, s in shapes.items() if s == seen_out[i]), "neither stream")
+            return {**row, "status": "fail", "why": f"{p['pattern']} says output {i} is `{name}` {want}, the block "
+                                                    f"returned {seen_out[i]} (`{other}`)"}
+    return {**row, "status": "pass", "why": "outputs come back in the declared order (shapes differ)"}
+
+
+def exit_code(report: dict) -> int:
+    statuses = [report[k]["status"] for k in ("state_dict", *PROOFS) if k in report]
+    return 1 if any(s in ("fail", "error") for s in statuses) else 0
