@@ -437,7 +437,8 @@ def _verify_text(report: dict) -> str:
         first = r.get("first_divergence")
         if first:
             where = first.get("module") or "unknown module"
-            lines.append(f"  first divergence: {where}" + (f" (raised {first['error']['type']})" if first.get("error") else ""))
+            lines.append(f"  first divergence: {where}" + (f" ({first['error']['type']} raised {first.get('raised', '')})"
+                                                           if first.get("error") else ""))
             if first.get("table"):
                 lines.append(format_table(first["table"]))
     lines.append(f"{report.get('seconds', 0)} s")

@@ -107,6 +107,7 @@ class Recorder:
 
     def __init__(self, names: dict[int, str]) -> None:
         self.names, self.stack, self.order = names, [], []
+        self.last: str | None = None  # the module that finished last
         self.acts: dict[str, object] = {}
         self.active = False
         self.handles = []
@@ -128,6 +129,7 @@ class Recorder:
         def hook(module, args, output):
             if self.stack and self.stack[-1] == path:
                 self.stack.pop()
+            self.last = path
             if self.active and path not in self.acts:
                 ts = _tensors(output)
                 if ts:
@@ -266,7 +268,9 @@ def run(job: dict) -> dict:
                 stage = "run with caching on"
                 arrays[f"{key}/cached"], rec["stats"] = _cached(model, fx, calls, job["threshold"])
         except Exception as exc:  # located, reported, never a crash of verify
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
             rec["error"] = {"stage": stage, "module": recorder.stack[-1] if recorder.stack else None,
+                            "after": recorder.last, "at": f"{frame.filename}:{frame.lineno}",
                             "type": type(exc).__name__, "message": str(exc).splitlines()[0][:300] if str(exc) else "",
                             "trace": traceback.format_exc().splitlines()[-6:]}
         rec["order"] = recorder.order

@@ -279,7 +279,12 @@ class Verifier:
         if error is not None:
             found["error"] = error
             if found["module"] is None:
-                found["module"] = error.get("module")
+                found["module"] = error.get("module") or error.get("after")
+                if not error.get("module") and error.get("after"):
+                    found["raised"] = (f"outside the model's modules ({error.get('at')}), right after "
+                                       f"`{error['after']}` returned")
+                elif error.get("module"):
+                    found["raised"] = f"inside `{error['module']}` ({error.get('at')})"
         return found
 
     def _reference(self, steps: int, calls: int) -> np.ndarray:
@@ -308,8 +313,9 @@ class Verifier:
             f = compare.figures(base, arrays["cache/patched"], rtol=0, atol=0)
             out["patched_forward"] = {"bitwise": f.max_abs == 0, **f.as_dict()}
         if "error" in v:
-            out.update(status="error", error=v["error"], why=f"{v['error']['type']} in {v['error']['module']}: "
-                                                            f"{v['error']['message']}")
+            e = v["error"]
+            place = e["module"] or (f"cache-dit's code after `{e['after']}`" if e.get("after") else e["stage"])
+            out.update(status="error", error=e, why=f"{e['type']} in {place}: {e['message']}")
             out["first_divergence"] = self._locate([arrays], "cache", v["error"])
             return sd, out
         calls = v.get("calls_per_step", 1)
