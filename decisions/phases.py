@@ -27,7 +27,7 @@ def phases(plan: dict[str, Any]) -> list[dict[str, Any]]:
     cp_steps = [f"CP shape: {cp.get('shape')} ({cp.get('approach')}); hook keys: "
                 + ", ".join(f"`{k}`" for k in cp.get("plan", {}))]
     if cp.get("mask_reorder", {}).get("needed"):
-        cp_steps.append(f"Mask reorder ({cp['mask_reorder']['kind']}): wrap forward to permute the mask")
+        cp_steps.append(f"Mask reorder ({cp['mask_reorder']['kind']}): block pre-hooks permute the mask into Ulysses order")
     if cp.get("rope_drift_fix", {}).get("needed"):
         cp_steps.append("RoPE drift fix: compute positions on the global length, slice per rank")
     uaa = [s for s, v in cp.get("ulysses_anything", {}).items() if v.get("needed")]
@@ -76,13 +76,17 @@ def phases(plan: dict[str, Any]) -> list[dict[str, Any]]:
             check("tp2_tep2.png", PSNR_PARALLEL),
         ]},
         {"id": 6, "title": "VAE parallelism", "steps": vae_steps, "commands": [
-            f"{run2} --parallel-vae --save-path {tmp}/vae2.png",
-            check("vae2.png", PSNR_PARALLEL),
+            # --parallel-vae acts only beside a --parallel type
+            f"{run2} --parallel tp --parallel-vae --save-path {tmp}/tp2_vaep2.png",
+            check("tp2_vaep2.png", PSNR_PARALLEL),
         ]},
         {"id": 7, "title": "Final: CP + TP together, results table", "steps": [
             "Record latency, PSNR, SSIM and memory for every configuration; look at one output of each",
+            "CPU proof first: `integrate verify <plan dir> --generated <out>`; GPU rows: add `--gpu`",
         ], "commands": [
-            f"{run2} --parallel ulysses_tp --save-path {tmp}/ulysses_tp2.png",
-            check("ulysses_tp2.png", PSNR_PARALLEL),
+            # the degrees come from the process count: Ulysses 2 x TP 2 is 4 processes
+            f"{run2.replace('--nproc_per_node=2', '--nproc_per_node=4')} --parallel ulysses_tp "
+            f"--save-path {tmp}/ulysses2_tp2.png",
+            check("ulysses2_tp2.png", PSNR_PARALLEL),
         ]},
     ]

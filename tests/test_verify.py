@@ -177,3 +177,19 @@ def test_gpu_matrix_is_printed_and_no_figure_is_pretended_without_a_gpu(motif):
         run = run_cli("verify", str(plan_dir), "--generated", str(out), "--gpu", "--json")
         assert run.returncode == 1
         assert json.loads(run.stdout)["status"] == "skipped" and "results" not in json.loads(run.stdout)
+
+
+def test_motif_video_end_to_end_from_gate_to_the_gpu_commands(motif):
+    """gate -> analyze -> plan -> approve -> generate -> verify (module fixture) -> the GPU commands to run next."""
+    plan_dir, out, rc, report = motif
+    gate = run_cli("gate", "--model-path", str(EXAMPLE), "--json")
+    assert gate.returncode == 0
+    inputs = json.loads(gate.stdout)["gate"]["inputs"]
+    assert inputs["transformer_class"]["value"] == "MotifVideoTransformer3DModel"
+    analyzed = json.loads(run_cli("analyze", str(EXAMPLE), "--json").stdout)
+    assert analyzed["already_supported"]["registered"] is False  # cache-dit 1.5.3 has no MotifVideo adapter
+    assert rc == 0 and all(report[k]["status"] == "pass" for k in ("state_dict", "cache", "cp", "tp"))
+    printed = run_cli("verify", str(plan_dir), "--generated", str(out), "--gpu", "--print")
+    assert printed.returncode == 0
+    assert f"export PYTHONPATH={out.resolve()}" in printed.stdout
+    assert "python -m integrate_motif_video motif_video --track-memory" in printed.stdout
