@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Iterator
 
 import libcst as cst
@@ -117,31 +118,99 @@ def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 
     libcst's own visitors rebuild every node they pass; a read-only walk does not need that.
     """
+    yield from _child_list(node)
+
+
+# What a field value is, by its type: 1 a libcst node, 2 a tuple or list, 0 anything else.
+# (isinstance against libcst's abstract node classes is slow; a type seen once is known.)
+_KIND: dict[type, int] = {}
+
+
+def _kind(t: type) -> int:
+    k = _KIND.get(t)
+    if k is None:
+        k = _KIND[t] = 1 if issubclass(t, cst.CSTNode) else 2 if issubclass(t, (tuple, list)) else 0
+    return k
+
+
+def _child_list(node: cst.CSTNode) -> list[cst.CSTNode]:
     names = _FIELDS.get(type(node))
     if names is None:
         names = _FIELDS[type(node)] = tuple(f.name for f in dataclasses.fields(node))
+    out = []
+    kinds = _KIND
     for name in names:
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            yield value
-        elif isinstance(value, (tuple, list)):
+        k = kinds.get(type(value))
+        if k is None:
+            k = _kind(type(value))
+        if k == 1:
+            out.append(value)
+        elif k == 2:
             for item in value:
-                if isinstance(item, cst.CSTNode):
-                    yield item
+                ki = kinds.get(type(item))
+                if ki is None:
+                    ki = _kind(type(item))
+                if ki == 1:
+                    out.append(item)
+    return out
 
 
 def find_all(node: cst.CSTNode, kind, *, skip_functions: bool = True) -> list:
-    """All descendants of a type (parents first), not into nested defs/lambdas/classes."""
-    found: list = []
+    """All descendants of a type (parents first), not into nested defs/lambdas/classes.
+
+    The analysers ask the same node for different kinds many times (a pipeline's `__call__` is
+    searched once per traced name), so each node's walk is kept: its nodes in order and by type.
+    """
+    _, order, by_type, kinds = _walk_index(node, skip_functions)
+    types = kinds.get(kind)
+    if types is None:
+        types = kinds[kind] = tuple(t for t in by_type if issubclass(t, kind))
+    if not types:
+        return []
+    if len(types) == 1:
+        return list(by_type[types[0]])
+    wanted = set(types)
+    return [n for n in order if type(n) in wanted]
+
+
+# (id(node), skip_functions) -> (node, nodes in order, {type: nodes in order}, {kind: types}).
+# The entry holds the node itself, so an id is never reused while its entry lives; least
+# recently used entries are dropped past _INDEX_SIZE, which bounds what the index keeps alive.
+_INDEX: OrderedDict[tuple[int, bool], tuple] = OrderedDict()
+_INDEX_SIZE = 1024
+_SCOPE_TYPES: dict[type, bool] = {}
+
+
+def _walk_index(node: cst.CSTNode, skip_functions: bool) -> tuple:
+    key = (id(node), skip_functions)
+    entry = _INDEX.get(key)
+    if entry is not None and entry[0] is node:
+        _INDEX.move_to_end(key)
+        return entry
+    order: list = []
     stack = [node]
+    scopes = _SCOPE_TYPES
     while stack:
         n = stack.pop()
-        if isinstance(n, kind):
-            found.append(n)
-        if skip_functions and n is not node and isinstance(n, _SCOPES):
-            continue
-        stack.extend(reversed(list(children(n))))
-    return found
+        order.append(n)
+        if skip_functions and n is not node:
+            scope = scopes.get(type(n))
+            if scope is None:
+                scope = scopes[type(n)] = issubclass(type(n), _SCOPES)
+            if scope:
+                continue
+        kids = _child_list(n)
+        kids.reverse()
+        stack.extend(kids)
+    by_type: dict[type, list] = {}
+    for n in order:
+        by_type.setdefault(type(n), []).append(n)
+    entry = (node, order, by_type, {})
+    _INDEX[key] = entry
+    if len(_INDEX) > _INDEX_SIZE:
+        _INDEX.popitem(last=False)
+    return entry
 
 
 def self_attr(expr: cst.BaseExpression | None) -> str | None:

@@ -482,8 +482,8 @@ def survey(paths: tuple[str, ...], as_json: bool, jobs: int | None, no_cache: bo
     if verify:
         # HOOK(--verify): the verify stage plugs in here (one verification per row); until then the flag
         # is refused rather than faked.
-        raise InputError("survey --verify is not available yet (the verify stage has not landed); "
-                         "run the survey without it")
+        raise InputError("survey --verify is not available yet (per-row verification is not wired in); run "
+                         "the survey without it, and `integrate verify` on one model's generated plugin")
     data = run_survey(list(paths), jobs=jobs, use_cache=not no_cache,
                       progress=lambda line: click.echo(line, err=True))
     _emit(data, as_json, survey_text(data) if not as_json else "")
