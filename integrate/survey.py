@@ -390,7 +390,7 @@ def run_survey(paths: list[str], jobs: int | None = None, use_cache: bool = True
         done += 1
         if progress is not None:
             names = [r["transformer_class"] or "error" for r in result["rows"]]
-            label = ", ".join(names) if names else f"{Path(tasks[i].path).name}: no ModelMixin class"
+            label = ", ".join(names) if names else f"{_where(tasks[i])}: no ModelMixin class"
             progress(f"[{done}/{total}] {label}" + (" (cached)" if cached else ""))
 
     for i, task in enumerate(tasks):
@@ -441,6 +441,13 @@ def run_survey(paths: list[str], jobs: int | None = None, use_cache: bool = True
         "files_read": parsed,
         "pipeline_files_indexed": indexed,
     }
+
+
+def _where(task: Task) -> str:
+    path = Path(task.path)
+    if task.origin != "diffusers" and Path(task.origin).is_dir():
+        return str(path.relative_to(task.origin))
+    return path.name
 
 
 def _store(use_cache: bool, key: str, result: dict) -> None:

@@ -5,7 +5,6 @@ The full survey runs once for the module (it is the slow part); the other tests 
 
 import importlib.util
 import json
-import tempfile
 import time
 from pathlib import Path
 
@@ -49,9 +48,9 @@ def expected_classes() -> set[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def survey():
+def survey(tmp_path_factory):
     """One cold survey (diffusers + tests/fixtures) and one warm rerun on the cache it filled."""
-    cache = tempfile.mkdtemp(prefix="integrate-survey-test-")
+    cache = str(tmp_path_factory.mktemp("survey-cache"))
     env = {"INTEGRATE_CACHE_DIR": cache}
     t = time.perf_counter()
     cold = run_cli("survey", "--json", "--path", str(FIXTURES), env=env)
