@@ -32,6 +32,9 @@ def _ev(e: Evidence | None) -> dict | None:
     return None if e is None else {"file": e.file, "line": e.line, "why": e.why}
 
 
+TEXT_STREAMS = ("encoder_hidden_states", "context", "txt", "y", "cond", "text_states", "prompt_embeds")
+
+
 def decide_cp(facts: ParallelFacts) -> dict[str, Any]:
     seq = facts.sequence
     out: dict[str, Any] = {"approach": "unknown", "shape": None, "plan": {}, "confidence": "unknown",
@@ -39,6 +42,7 @@ def decide_cp(facts: ParallelFacts) -> dict[str, Any]:
     if seq is None or not seq.lists:
         out["unknowns"].append("no block loop found in the transformer's forward: nothing to split")
         out.update(_extras(facts, seq, {}, joint=False, hybrid=[]))
+        out["diffusers_plan"] = None
         return out
     blocks = {b.attr: b for b in facts.blocks}
     plan: dict[str, Any] = {}
@@ -162,6 +166,17 @@ def decide_cp(facts: ParallelFacts) -> dict[str, Any]:
                                         "can split: split it at every block's input"})
                 risks.append(f"`{bi.param}` ({lf.attr}): split at each block; if it is a nested tuple, hooks cannot "
                              f"split it and `{bi.producer}` needs a minimal patch instead")
+        for bi in lf.inputs:
+            # a text sequence every block reads but does not return: cross-attention keys and values. Ulysses
+            # gathers K/V across ranks, so each rank must hold its own part: split it at every block
+            if bi.role != "other" or bi.param not in TEXT_STREAMS or (bi.arg in split_params and bi.producer_kind
+                                                                     == "param"):
+                continue
+            plan.setdefault(f"{lf.attr}.*", {})[bi.param] = dict(STREAM)
+            evidence.append({**(_ev(bi.producer_at) or {"file": seq.file, "line": lf.loop_line}),
+                             "why": f"`{bi.param}` is read by every block of `{lf.attr}` and not returned "
+                                    "(cross-attention text): split it at every block's input, so the all-to-all "
+                                    "gathers whole keys and values"})
         for side in lf.side_modules:
             key = f"{side.module}.*" if side.indexed else side.module
             plan.setdefault(key, {"0": {"split_dim": 1, "expected_dims": 3, "split_output": True}})

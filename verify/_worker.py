@@ -67,6 +67,8 @@ def _randomize(model, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
+            if p.numel() == 0:
+                continue
             if p.ndim >= 2:
                 p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(max(1, p[0].numel())))
             elif name.endswith("bias"):
@@ -284,12 +286,14 @@ def run(job: dict) -> dict:
     np.savez(out_dir / f"rank{rank}.npz", **arrays)
     (out_dir / f"rank{rank}.json").write_text(json.dumps(report))
     if kind == "parallel":
-        if any("error" in r for r in report["variants"].values()):
-            os._exit(0)  # files written; do not wait on a peer that may be stuck
+        # every collective is done and the files are written: wait for the peer, then leave without
+        # tearing the process groups down one by one (that can wait on groups the meshes created)
         import torch.distributed as dist
 
-        dist.barrier()
-        dist.destroy_process_group()
+        if not any("error" in r for r in report["variants"].values()):
+            dist.barrier()
+        sys.stderr.flush()
+        os._exit(0)
     return report
 
 
@@ -366,7 +370,7 @@ def main() -> None:
     if job.get("src"):
         sys.path.insert(0, job["src"])
     mode = job["mode"]
-    result = derive(job) if mode == "derive" else run(job)
+    result = derive(job) if mode == "derive" else {"ok": bool(run(job))}  # a run reports through its files
     _REAL.write(json.dumps(result))
     _REAL.flush()
 

@@ -63,6 +63,11 @@ def tiny_config(config: dict[str, Any]) -> Tiny:
     hidden_key = next((k for k in _HIDDEN_KEYS if isinstance(cfg.get(k), int) and cfg[k] >= 64), None)
     if old_head is None and hidden_key and q and cfg[hidden_key] % max(q.values()) == 0:
         old_head = cfg[hidden_key] // max(q.values())
+    if old_head is None and hidden_key and not q:  # heads implied: the RoPE axes span one head
+        axes = [v for k, v in cfg.items() if "axes" in k and isinstance(v, (list, tuple)) and v
+                and all(isinstance(x, int) for x in v)]
+        if axes and cfg[hidden_key] % sum(axes[0]) == 0:
+            old_head = sum(axes[0])
     for k, v in cfg.items():
         if "head_dim" in k and isinstance(v, int) and not isinstance(v, bool):
             put(k, HEAD_DIM)
@@ -78,7 +83,7 @@ def tiny_config(config: dict[str, Any]) -> Tiny:
         if k in changes or any(w in k for w in _KEEP) or not isinstance(v, int) or isinstance(v, bool):
             continue
         if k.endswith("_dim") and v >= 64:
-            put(k, 4 * tiny_heads * HEAD_DIM if "ffn" in k or "mlp" in k else WIDE)
+            put(k, 4 * tiny_heads * HEAD_DIM if "ff" in k or "mlp" in k else WIDE)
         elif k == "multiple_of" and v > 16:
             put(k, 16)
     return Tiny(out, changes)
