@@ -99,6 +99,22 @@ def is_position(name: str) -> bool:
     return any(w in low for w in POSITION_WORDS if len(w) > 2) or "pe" in parts
 
 
+def _guarded_off(fwd: cst.FunctionDef, loop: cst.For, tree: Tree) -> bool:
+    """True when the walk sits under an `if` this config decides against (`if self.num_decoder_layers > 0:`
+    with 0 decoder layers): the model never takes it, so it needs no split and no list of its own."""
+    root = tree.nodes.get("")
+    attrs = dict(root.attrs) if root is not None else {}
+    for node in find_all(fwd.body, cst.If):
+        test = evaluate(node.test, {}, attrs)
+        if not isinstance(test, bool):
+            continue
+        if any(f is loop for f in find_all(node.body, cst.For)) and test is False:
+            return True
+        if node.orelse is not None and test is True and any(f is loop for f in find_all(node.orelse, cst.For)):
+            return True
+    return False
+
+
 def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree,
                    block_lists: tuple[BlockList, ...]) -> SequenceFacts | None:
     fwd = find_method(cls, "forward")
@@ -116,7 +132,8 @@ def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree
         all_loops[bl.attr] = in_fwd
         direct = [lp for lp in in_fwd if lp.call_skip == 0] or in_fwd[:1]
         for lp in direct:  # every walk over the list (a list may be walked in slices)
-            loops.append((bl, lp))
+            if not _guarded_off(fwd, lp.node, tree):
+                loops.append((bl, lp))
         spans[bl.attr] = (min(x.line for x in in_fwd), 0)
     loops.sort(key=lambda p: p[1].line)
     params = [p.name.value for p in params_of(fwd) if p.name.value != "self"]

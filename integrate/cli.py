@@ -473,20 +473,33 @@ def _write_tree(root: Path, files: dict[str, str]) -> list[str]:
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes (default: every CPU core).")
 @click.option("--no-cache", is_flag=True, help="Ignore and do not write the result cache.")
-@click.option("--verify", is_flag=True, help="Also verify each row on the model (not available yet).")
-def survey(paths: tuple[str, ...], as_json: bool, jobs: int | None, no_cache: bool, verify: bool) -> int:
+@click.option("--verify", is_flag=True,
+              help="Also run the CPU proof (plan, automatic scratch approval, generate, verify) for each row.")
+@click.option("--only", "only", multiple=True, metavar="CLASS", help="With --verify: only these transformer classes.")
+def survey(paths: tuple[str, ...], as_json: bool, jobs: int | None, no_cache: bool, verify: bool,
+           only: tuple[str, ...]) -> int:
     """One row per transformer class in the installed diffusers: pipelines, cache-dit support, block
     lists and ForwardPatterns, CFG style, PatchFunctor, CP and TP (static analysis, never imports)."""
     from integrate.survey import run_survey, survey_text
 
-    if verify:
-        # HOOK(--verify): the verify stage plugs in here (one verification per row); until then the flag
-        # is refused rather than faked.
-        raise InputError("survey --verify is not available yet (per-row verification is not wired in); run "
-                         "the survey without it, and `integrate verify` on one model's generated plugin")
+    if only and not verify:
+        raise InputError("--only picks the rows to verify: use it with --verify")
     data = run_survey(list(paths), jobs=jobs, use_cache=not no_cache,
                       progress=lambda line: click.echo(line, err=True))
-    _emit(data, as_json, survey_text(data) if not as_json else "")
+    if only and not {r["transformer_class"] for r in data["rows"]} >= set(only):
+        missing = sorted(set(only) - {r["transformer_class"] for r in data["rows"]})
+        raise InputError(f"--only names no surveyed transformer class: {', '.join(missing)}")
+    text = ""
+    if verify:
+        from integrate.verify.survey import verify_rows
+
+        verify_rows(data, only, progress=lambda line: click.echo(line, err=True))
+        if not as_json:
+            text = "\n".join(f"verify {r['transformer_class']}: " + ", ".join(
+                f"{k} {v}" for k, v in r["verify"].items() if k in ("status", "fixture", "state_dict", "cache", "cp",
+                                                                  "tp", "why"))
+                for r in data["rows"] if "verify" in r)
+    _emit(data, as_json, (survey_text(data) + ("\n" + text if text else "")) if not as_json else "")
     return 0
 
 

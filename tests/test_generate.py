@@ -135,7 +135,11 @@ def test_supported_models_get_the_same_decisions_as_cache_dit(tmp_path, pipeline
     got = _worker({"path": str(tmp_path / "out"), "import_name": report["plugin"]["import_name"],
                    "whole_package": False, "transformer_class": transformer})
     theirs = cache_dit_plans(transformer)
-    assert got["cp"].keys() == theirs["cp"].keys()
+    ours = set(got["cp"])
+    if transformer.startswith("Wan"):  # cross-attention text: split at every block; cache-dit patches the processor
+        assert ours - set(theirs["cp"]) == {"blocks.*"}
+        ours.discard("blocks.*")
+    assert ours == set(theirs["cp"])
     for attr, expected in theirs["tp"].items():
         mine = got["tp"][attr]["layer_plan"]
         assert {k: v for k, v in mine.items() if k in expected["layer_plan"]} == expected["layer_plan"]

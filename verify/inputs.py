@@ -224,7 +224,7 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None]) -> 
         elif "timestep" in low or low in ("t", "sigma", "sigmas"):
             dims = passed.get(name) or 1
             shape = (BATCH,) if dims == 1 else (BATCH, s_img)
-            out.slots.append(Slot(name, f"torch.full(({_shape(*shape)},), 900.0 - 2.0 * step)",
+            out.slots.append(Slot(name, f"torch.full(({_shape(*shape)},), 0.5 - 0.002 * step)",
                                   f"diffusion time, {dims}-D as the pipeline passes it"))
         elif "guidance" in low:
             if config.get("guidance_embeds") is False and p.default is not inspect.Parameter.empty:

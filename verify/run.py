@@ -186,13 +186,8 @@ class Verifier:
             return {"path": str(path), "status": "error", "errors": [f"deriving the fixture failed: {tail}"]}
         d = json.loads(out)
         source = f"{m['model_path']}/transformer/config.json" if config else "the class defaults"
-        text = fixture.render(transformer_class=m["transformer_class"], transformer_module=self.module,
-                              config=d["config"], changes=d["changes"], slots=d["slots"],
-                              image_tokens=d.get("image_tokens"), text_tokens=d.get("text_tokens", 0), steps=STEPS,
-                              config_source=source, problems=[d["error"]] if d.get("error") else [])
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        self._derived = (d, source)
+        self._write_fixture(d, source)
         errors = [f"`{s['name']}`: {s['error']}" for s in d["slots"] if s.get("error")]
         if d.get("error"):
             return {"path": str(path), "status": "needs-edit", "errors": [f"CONFIG: {d['error']}"],
@@ -200,6 +195,23 @@ class Verifier:
         return {"path": str(path), "status": "needs-edit" if errors else "derived", "errors": errors,
                 "parameters": d["parameters"], "changes": {k: v for k, v in d["changes"].items()},
                 "image_tokens": d["image_tokens"], "text_tokens": d["text_tokens"]}
+
+    def _write_fixture(self, d: dict, source: str, mask_dtype: str | None = None) -> None:
+        slots = d["slots"]
+        if mask_dtype:  # masks as the model wants them, found by running it
+            slots = [{**x, "expr": f"{x['expr']}.to(torch.{mask_dtype})"} if (x.get("expr") or "").startswith("_mask(")
+                     else x for x in slots]
+        text = fixture.render(transformer_class=self.plan["model"]["transformer_class"], transformer_module=self.module,
+                              config=d["config"], changes=d["changes"], slots=slots,
+                              image_tokens=d.get("image_tokens"), text_tokens=d.get("text_tokens", 0), steps=STEPS,
+                              config_source=source, problems=[d["error"]] if d.get("error") else [])
+        tmp = self.fixture_path.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.fixture_path)
+
+    def _has_masks(self) -> bool:
+        d = getattr(self, "_derived", (None,))[0]
+        return bool(d) and any((x.get("expr") or "").startswith("_mask(") for x in d["slots"])
 
     # ---- running the proofs -----------------------------------------------------------------------------
 
@@ -245,11 +257,14 @@ class Verifier:
             work = Path(tmp)
             self.progress("baseline: the plain model, one process" + (" | cache: the adapter, one process"
                                                                       if "cache" in self.proofs else ""))
-            procs = [self._single("baseline", work / "baseline", plugin=False)]
-            if "cache" in self.proofs:
-                procs.append(self._single("cache", work / "cache", plugin=True))
-            tails = _wait(procs, grace=PROCESS_TIMEOUT)
-            base_rep, base = _load_rank(work / "baseline", 0)
+            base_rep, base, tails = self._first_runs(work)
+            for dtype in (("bool", "float32") if self._has_masks() else ()):
+                if base_rep is not None and "error" not in base_rep["variants"]["baseline"]:
+                    break
+                self.progress(f"the plain model rejects the fixture; trying masks as {dtype}")
+                self._write_fixture(*self._derived, mask_dtype=dtype)
+                fx["masks"] = dtype
+                base_rep, base, tails = self._first_runs(work / dtype)
             if base_rep is None or "error" in base_rep["variants"]["baseline"]:
                 why = (base_rep["variants"]["baseline"]["error"] if base_rep else {"message": tails[0]})
                 for name in ("state_dict", *PROOFS):
@@ -259,7 +274,7 @@ class Verifier:
                 return report
             self.base_rep, self.base = base_rep["variants"]["baseline"], base
             if "cache" in self.proofs:
-                cache_rep, cache = _load_rank(work / "cache", 0)
+                cache_rep, cache = _load_rank(self._cache_dir, 0)
                 report["state_dict"], report["cache"] = self._cache(cache_rep, cache, tails[1])
             cp = self._cp_variants() if "cp" in self.proofs else []
             tp = [{"name": "tp2", "tp": 2}, {"name": "tp2+cache", "tp": 2, "cache": True}] if "tp" in self.proofs else []
@@ -405,6 +420,15 @@ class Verifier:
             variants.append({"name": "ring2", "ring": 2})
         return variants
 
+    def _first_runs(self, work: Path):
+        procs = [self._single("baseline", work / "baseline", plugin=False)]
+        if "cache" in self.proofs:
+            procs.append(self._single("cache", work / "cache", plugin=True))
+        tails = _wait(procs, grace=PROCESS_TIMEOUT)
+        self._cache_dir = work / "cache"
+        base_rep, base = _load_rank(work / "baseline", 0)
+        return base_rep, base, tails
+
     def _parallel_runs(self, variants: list[dict], work: Path) -> dict[str, tuple[list, list, list]]:
         """{variant: (per-rank report, per-rank arrays, stderr tails)}, in as few process pairs as possible."""
         runs: dict[str, tuple[list, list, list]] = {}
@@ -437,7 +461,10 @@ class Verifier:
                 why = "; ".join(t for t in tails if t) or "a rank did not report"
                 res["variants"][key] = {"status": "error", "why": why, "first_divergence": None}
                 continue
-            err = next((r["error"] for r in reps if r is not None and "error" in r), None)
+            errors = [r["error"] for r in reps if r is not None and "error" in r]
+            # a rank that lost its peer ("connection closed") reports the consequence; the other, the cause
+            errors.sort(key=lambda e: "closed by peer" in e["message"] or "Connection reset" in e["message"])
+            err = errors[0] if errors else None
             if err is not None:
                 row = {"status": "error", "why": f"{err['type']} in {err['module'] or err['stage']}: {err['message']}",
                        "error": err}
