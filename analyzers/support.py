@@ -40,7 +40,48 @@ def registered_adapters(ws: Workspace) -> dict[str, str]:
                 )
                 if isinstance(arg, cst.SimpleString) and supported:
                     out[arg.evaluated_value] = f"{path}:{src.line(fn)}"
+                    _ACCEPTS[out[arg.evaluated_value]] = _accepted_classes(fn)
     return out
+
+
+_ACCEPTS: dict[str, tuple[str, ...] | None] = {}
+
+
+def _accepted_classes(fn: cst.FunctionDef) -> tuple[str, ...] | None:
+    """The transformer classes an adapter asserts it accepts (`_relaxed_assert(pipe.transformer, (A, B))`,
+    cache-dit's own convention); None when it asserts nothing."""
+    from ._syntax import find_all
+
+    assigned: dict[str, list[cst.BaseExpression]] = {}
+    for a in find_all(fn, (cst.Assign, cst.AugAssign)):
+        for t in (a.targets if isinstance(a, cst.Assign) else [a]):
+            if isinstance(t.target, cst.Name):
+                assigned.setdefault(t.target.value, []).append(a.value)
+
+    def classes(value: cst.BaseExpression, depth: int = 0) -> list[str] | None:
+        if isinstance(value, (cst.Tuple, cst.List)):
+            found = [classes(e.value, depth) for e in value.elements]
+            return None if any(f is None for f in found) else [n for f in found for n in f]
+        if isinstance(value, cst.Name) and value.value == "None":
+            return []
+        if isinstance(value, cst.Name) and value.value in assigned and depth < 3:
+            found = [classes(v, depth + 1) for v in assigned[value.value]]
+            if any(f is None for f in found):
+                return None
+            return [n for f in found for n in f] or [value.value]  # `X = None` fallbacks keep the class
+        if isinstance(value, (cst.Name, cst.Attribute)):
+            return [(dotted(value) or "").rpartition(".")[2]]
+        return None  # built some other way: not read
+
+    names: list[str] = []
+    for call in find_all(fn, cst.Call):
+        if (dotted(call.func) or "").rpartition(".")[2] != "_relaxed_assert" or len(call.args) < 2:
+            continue
+        found = classes(call.args[1].value)
+        if found is None:
+            return None  # nothing is refused on account of what was not read
+        names += found
+    return tuple(n for n in names if n) or None
 
 
 def support_note(ws: Workspace, pipeline_class: str | None, transformer_class: str | None) -> dict:
@@ -51,10 +92,18 @@ def support_note(ws: Workspace, pipeline_class: str | None, transformer_class: s
             continue
         for prefix, where in adapters.items():
             if candidate.split(".")[0].startswith(prefix):
-                matches.append({"class": candidate, "prefix": prefix, "adapter": where})
-    return {
+                matches.append({"class": candidate, "prefix": prefix, "adapter": where,
+                                "accepts": list(_ACCEPTS.get(where) or [])})
+    # a prefix match whose adapter asserts other transformer classes (`Sana` for SanaVideo) is not support
+    refused = bool(transformer_class) and any(m["accepts"] and transformer_class not in m["accepts"]
+                                              for m in matches)
+    out = {
         "label": "reported beside the analysis: the installed cache-dit's own adapter registry",
         "cache_dit_found": bool(adapters),
-        "registered": bool(matches),
+        "registered": bool(matches) and not refused,
         "matches": matches,
     }
+    if refused:
+        out["prefix_only"] = (f"cache-dit's adapter for the prefix accepts only "
+                              f"{', '.join(next(m['accepts'] for m in matches if m['accepts']))}")
+    return out

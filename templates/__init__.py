@@ -69,7 +69,7 @@ def build(plan: dict, approval: dict, analysis: Analysis, ws, src: SourceFile, c
     name = m["example_name"]
     base = camel(name)
     sha = approval.get("plan_sha256", "")
-    common = {"m": m, "plan_sha": sha}
+    common = {"m": m, "plan_sha": sha, "supported": bool((plan.get("already_supported") or {}).get("registered"))}
     gen = Generated(import_name=import_name)
 
     # -- cache ---------------------------------------------------------------------------

@@ -193,3 +193,38 @@ def test_motif_video_end_to_end_from_gate_to_the_gpu_commands(motif):
     assert printed.returncode == 0
     assert f"export PYTHONPATH={out.resolve()}" in printed.stdout
     assert "python -m integrate_motif_video motif_video --track-memory" in printed.stdout
+
+
+@pytest.mark.parametrize("pipeline,transformer", [
+    ("HunyuanVideoPipeline", "HunyuanVideoTransformer3DModel"),  # cache-dit's own adapter and planners
+    ("SanaVideoPipeline", "SanaVideoTransformer3DModel"),  # generated; cache-dit's `Sana` prefix must not answer
+])
+def test_cache_proof_on_more_models(tmp_path, pipeline, transformer):
+    model = make_model_dir(tmp_path / "m", pipeline, transformer)
+    plan_dir, out = _plan_generate(model, tmp_path)
+    _, r = _verify(plan_dir, out, "cache")
+    assert r["cache"]["status"] == "pass", r["cache"].get("why")
+    assert r["cache"]["caching_on"]["cached_steps"] and r["cache"]["caching_off"]["bitwise"]
+
+
+def test_a_walk_the_config_never_takes_is_not_planned_and_the_plugin_still_works(tmp_path):
+    """MotifVideo from its class defaults has no decoder layers: the guarded second walk is left out."""
+    model = make_model_dir(tmp_path / "m", "MotifVideoPipeline", "MotifVideoTransformer3DModel")
+    plan_dir, out = _plan_generate(model, tmp_path)
+    plan = json.loads((plan_dir / "plan.json").read_text())
+    assert not any(k.startswith("single_transformer_blocks.") for k in plan["parallelism"]["cp"]["plan"])
+    rc, r = _verify(plan_dir, out, "cache", "cp")
+    assert rc == 0, {k: r[k].get("why") for k in ("cache", "cp")}
+    assert r["cache"]["block_counts"] == [2, 3]  # the empty decoder cut is not handed to cache-dit
+
+
+def test_survey_verify_runs_the_proof_for_the_rows_asked(tmp_path):
+    proc = run_cli("survey", "--verify", "--only", "WanTransformer3DModel", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [r for r in json.loads(proc.stdout)["rows"] if "verify" in r]
+    assert [r["transformer_class"] for r in rows] == ["WanTransformer3DModel"]
+    v = rows[0]["verify"]
+    assert v["fixture"] == "derived" and v["cache"] == "pass" and v["cp"] == "pass"
+    assert v["tp"] == "skipped"  # cache-dit's Wan TP norm refuses CPU tensors: said, not faked
+    bad = run_cli("survey", "--only", "WanTransformer3DModel")
+    assert bad.returncode == 2 and "--verify" in bad.stderr
