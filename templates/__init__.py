@@ -116,15 +116,20 @@ def build(plan: dict, approval: dict, analysis: Analysis, ws, src: SourceFile, c
         "check_why": "cache-dit's name/annotation check cannot read these blocks (see the plan's cache section)",
     }
     adapter_imports = [("cache_dit.caching.block_adapters.block_adapters", "BlockAdapter"),
-                       ("cache_dit.caching.block_adapters.block_registers", "BlockAdapterRegister"),
                        ("cache_dit.caching.forward_pattern", "ForwardPattern")]
+    if not common["supported"]:  # registered only when cache-dit's own adapter does not accept the model
+        adapter_imports.append(("cache_dit.caching.block_adapters.block_registers", "BlockAdapterRegister"))
     if functor:
         adapter_imports.append((functor["module"], functor["cls"]))
     if blocks:
         gen.pieces.append(Piece("adapter", "adapter", adapter["func"], _render(
             "adapter.py.j2", adapter=adapter, functor=functor, imports=import_block(adapter_imports, (import_name,)),
             **common)))
-        gen.registered["adapter"] = prefix
+        if common["supported"]:
+            gen.notes.append(f"cache-dit's own adapter accepts {m['transformer_class']}: the plugin registers no "
+                             "adapter over it, and its planners only where cache-dit has none")
+        else:
+            gen.registered["adapter"] = prefix
 
     # -- context parallelism ---------------------------------------------------------------
     cp = plan["parallelism"]["cp"]

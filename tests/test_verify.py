@@ -93,7 +93,8 @@ def test_the_fixture_is_an_editable_file_and_an_edit_is_used(motif, tmp_path):
 
 def test_planted_swapped_forward_pattern_is_caught(motif, tmp_path):
     plan_dir, _, _, _ = motif
-    bad = _planted(motif, tmp_path, ("adapter.py", "ForwardPattern.Pattern_0,", "ForwardPattern.Pattern_1,"))
+    bad = _planted(motif, tmp_path, ("adapter.py", "(transformer.transformer_blocks, ForwardPattern.Pattern_0)",
+                                      "(transformer.transformer_blocks, ForwardPattern.Pattern_1)"))
     rc, r = _verify(plan_dir, bad, "cache")
     assert rc == 1 and r["cache"]["status"] in ("fail", "error")
     assert any(p["status"] == "fail" and "Pattern_1" in p["why"] for p in r["cache"]["patterns"])
