@@ -253,11 +253,8 @@ def _analysis_for_plan(plan: dict):
     from integrate.resolve import Workspace
 
     m = plan["model"]
-    flags = GateFlags(model_path=m["model_path"], pipeline_class=m["pipeline_class"],
-                      transformer_class=m["transformer_class"], pipeline_file=m["pipeline_file"],
-                      transformer_file=m["transformer_file"])
     ws = Workspace()
-    report = run_gate(flags, ws)
+    report = run_gate(GateFlags.of_plan(m), ws)
     analysis = analyze(report, ws)
     now = [(b.attr, b.forward_pattern) for b in analysis.transformer.block_lists if b.is_blocks]
     planned = [(b["attr"], b["forward_pattern"]) for b in plan["cache"]["block_lists"]]

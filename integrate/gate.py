@@ -34,6 +34,12 @@ class GateFlags:
     pipeline_file: str | None = None
     transformer_file: str | None = None
 
+    @classmethod
+    def of_plan(cls, model: dict) -> GateFlags:
+        """The five facts a plan recorded (plan.json's `model`), to re-run the gate on the same model."""
+        return cls(**{f: model[f] for f in ("model_path", "pipeline_class", "transformer_class", "pipeline_file",
+                                            "transformer_file")})
+
 
 def _read_json(path: Path) -> dict:
     if path.stat().st_size > MAX_METADATA_BYTES:

@@ -21,7 +21,8 @@ from typing import Any
 import libcst as cst
 
 from integrate.analyzers._syntax import find_all
-from integrate.source import dotted, find_method, parse_source, read_text
+from integrate.resolve import Workspace
+from integrate.source import dotted, find_method
 
 TEXT_TOKENS = 6
 TEXT_PADDING = 2  # masked-out text tokens at the end of the prompt
@@ -65,6 +66,9 @@ def _names(node: cst.CSTNode) -> set[str]:
     return out
 
 
+_WS = Workspace()  # every argument's search reads the same few files: each is parsed once
+
+
 def _class_node(cls) -> tuple[Any, cst.ClassDef] | None:
     try:
         path = Path(inspect.getsourcefile(cls) or "")
@@ -72,7 +76,7 @@ def _class_node(cls) -> tuple[Any, cst.ClassDef] | None:
         return None
     if not path.is_file():
         return None
-    src = parse_source(path, read_text(path))
+    src = _WS.load(path)
     node = src.classes.get(cls.__name__)
     return (src, node) if node is not None else None
 

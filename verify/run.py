@@ -28,6 +28,7 @@ import numpy as np
 from integrate.approval import require_approved
 from integrate.errors import InputError
 from integrate.probe import _worker_env
+from integrate.resolve import Workspace
 from integrate.verify import compare, fixture
 
 SCHEMA_VERSION = "1.0"
@@ -46,16 +47,11 @@ def _installed(path: Path) -> bool:
     return any(path.is_relative_to(r) for r in roots)
 
 
-def _module_of(path: Path) -> tuple[str, str | None]:
-    """(dotted module name, folder to put on sys.path) for a source file."""
-    for root in sorted({Path(p).resolve() for p in sys.path if p and Path(p).is_dir()}, key=lambda r: -len(str(r))):
-        if path.resolve().is_relative_to(root) and (path.parent / "__init__.py").is_file():
-            parts = path.resolve().relative_to(root).with_suffix("").parts
-            return ".".join(parts), None
-    root = path.parent
-    while (root / "__init__.py").is_file():
-        root = root.parent
-    return ".".join(path.resolve().relative_to(root.resolve()).with_suffix("").parts), str(root)
+def _module_of(src) -> tuple[str, str | None]:
+    """(dotted module name, folder to put on sys.path when not installed) for a parsed source file."""
+    name = src.dotted_name or src.path.stem
+    root = src.package_root or src.path.parent
+    return name, None if _installed(src.path) else str(root)
 
 
 def _free_port() -> int:
@@ -139,7 +135,8 @@ class Verifier:
         if not _installed(self.transformer_file) and not trust_code:
             raise InputError(f"{self.transformer_file} is not part of an installed package: verify would run it; "
                              "pass --trust-code if you trust that code")
-        self.module, self.search_path = _module_of(self.transformer_file)
+        self.ws = Workspace()  # the gate below reads the same files: parsed once
+        self.module, self.search_path = _module_of(self.ws.load(self.transformer_file))
         self.env = _worker_env(Path(self.search_path) if self.search_path else None)
         self.env.setdefault("OMP_NUM_THREADS", "1")
         self.fixture_path = generated / fixture.FILENAME
@@ -149,13 +146,9 @@ class Verifier:
     def _passed(self) -> dict[str, int | None]:
         from integrate.analyzers.structure import pipeline_arg_ndims, pipeline_call_keywords
         from integrate.gate import GateFlags, run_gate
-        from integrate.resolve import Workspace
 
-        m = self.plan["model"]
-        ws = Workspace()
-        gate = run_gate(GateFlags(model_path=m["model_path"], pipeline_class=m["pipeline_class"],
-                                  transformer_class=m["transformer_class"], pipeline_file=m["pipeline_file"],
-                                  transformer_file=m["transformer_file"]), ws)
+        ws = self.ws
+        gate = run_gate(GateFlags.of_plan(self.plan["model"]), ws)
         ndims = {k: v[0] for k, v in pipeline_arg_ndims(ws, gate).items()}
         passed = {k: ndims.get(k) for k in pipeline_call_keywords(ws, gate)}
         # masks the forward takes: pipelines often pass them through `**kwargs`, and they are what a CP
