@@ -20,7 +20,7 @@ from .phases import phases
 from .render import render_markdown
 from .tp import decide_tp
 
-PLAN_SCHEMA_VERSION = "1.0"
+PLAN_SCHEMA_VERSION = "1.1"
 
 __all__ = ["make_plan", "render_markdown", "PLAN_SCHEMA_VERSION"]
 

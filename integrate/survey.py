@@ -39,7 +39,7 @@ from integrate.resolve import External, Resolved, Unresolved, Workspace
 from integrate.source import base_names
 
 SCHEMA = "integrate.survey"
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 SUPPORT_LABEL = "cache-dit: registered in the installed cache-dit's adapter registry (read statically; a label, " \
                 "not analysis)"
 _SKIP_DIRS = {"__pycache__", "node_modules", "site-packages"}
