@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# GPU test matrix for qwen_image (QwenImagePipeline), from the approved plan.
+# Each configuration is compared with the 1-GPU baseline by PSNR and SSIM; cache needs PSNR > 30,
+# parallel configurations PSNR > 35; SSIM > 0.90 for all. Run from a machine with 2 GPUs.
+set -euo pipefail
+export QWEN_IMAGE_DIR="${QWEN_IMAGE_DIR:-<work>/model}"
+OUT="${OUT:-.tmp/qwen_image}"
+mkdir -p "$OUT"
+run1() { python -m integrate_qwen_image qwen_image "$@"; }
+run2() { torchrun --nproc_per_node=2 -m integrate_qwen_image qwen_image "$@"; }
+check() { cache-dit-metrics psnr ssim -i1 "$OUT/base.png" -i2 "$OUT/$1"; }
+
+run1 --save-path "$OUT/base.png"
+run1 --cache --summary --save-path "$OUT/cache.png" && check cache.png
+run2 --parallel ulysses --save-path "$OUT/cp2.png" && check cp2.png
+run2 --parallel tp --save-path "$OUT/tp2.png" && check tp2.png
+# cache-dit takes the degrees from the process count: Ulysses 2 x TP 2 needs 4 processes
+torchrun --nproc_per_node=4 -m integrate_qwen_image qwen_image --parallel ulysses_tp --save-path "$OUT/ulysses2_tp2.png" && check ulysses2_tp2.png

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# GPU test matrix for sana_video (SanaVideoPipeline), from the approved plan.
+# Each configuration is compared with the 1-GPU baseline by PSNR and SSIM; cache needs PSNR > 30,
+# parallel configurations PSNR > 35; SSIM > 0.90 for all. Run from a machine with 2 GPUs.
+set -euo pipefail
+export SANA_VIDEO_DIR="${SANA_VIDEO_DIR:-<work>/model}"
+OUT="${OUT:-.tmp/sana_video}"
+mkdir -p "$OUT"
+run1() { python -m integrate_sana_video sana_video "$@"; }
+run2() { torchrun --nproc_per_node=2 -m integrate_sana_video sana_video "$@"; }
+check() { cache-dit-metrics psnr ssim -i1 "$OUT/base.mp4" -i2 "$OUT/$1"; }
+
+run1 --save-path "$OUT/base.mp4"
+run1 --cache --summary --save-path "$OUT/cache.mp4" && check cache.mp4
+run2 --parallel ulysses --save-path "$OUT/cp2.mp4" && check cp2.mp4
+run2 --parallel ring --save-path "$OUT/ring2.mp4" && check ring2.mp4
+run2 --parallel ulysses --ulysses-anything --save-path "$OUT/cp2_uaa.mp4" && check cp2_uaa.mp4
+run2 --parallel tp --save-path "$OUT/tp2.mp4" && check tp2.mp4
+# cache-dit takes the degrees from the process count: Ulysses 2 x TP 2 needs 4 processes
+torchrun --nproc_per_node=4 -m integrate_sana_video sana_video --parallel ulysses_tp --save-path "$OUT/ulysses2_tp2.mp4" && check ulysses2_tp2.mp4
