@@ -19,7 +19,8 @@ from integrate.records import Evidence
 from integrate.resolve import Resolved, Workspace
 from integrate.source import SourceFile, base_names, dotted, find_method
 
-from ._syntax import find_all, params_of, target_names
+from integrate.defuse import ASSIGNS, defuse
+from integrate.syntax import find_all, params_of, self_member
 from .modules import Node, Tree, module_tree
 from .values import is_known
 
@@ -162,24 +163,11 @@ def _read_processor(ws: Workspace, facts: AttentionFacts, tree: Tree, node: Node
     """Collect projection calls, reshapes, the kernel call, mask and rope use in `fn`."""
     modules = {p[len(node.path) + 1:]: n for p, n in tree.nodes.items() if p.startswith(node.path + ".")}
     params = [p.name.value for p in params_of(fn)]
-    aliases: dict[str, list[tuple[int, set[str]]]] = {}  # local -> [(line, attention attributes it came from)]
-    proj_of: dict[str, list[tuple[int, str | None]]] = {}  # local name -> [(line, projection it holds)]
     calls = sorted(find_all(fn, cst.Call), key=lambda c: src.line(c))
-    def alias(name: str, line: int) -> set[str]:
-        earlier = [a for ln, a in aliases.get(name, []) if ln < line]
-        return earlier[-1] if earlier else set()
+    index = defuse(src, fn)
+    # local -> the attention attributes (`attn.heads`, ...) its value is computed from
+    aliases = index.lineage(seed=lambda value: _attn_attrs(value, owner) - set(modules), reads=_names)
 
-    for assign in sorted(find_all(fn, cst.Assign), key=src.line):
-        line = src.line(assign)
-        attrs = _attn_attrs(assign.value, owner) - set(modules)
-        for name in _names(assign.value):
-            attrs |= alias(name, line)
-        proj = _projection(assign.value, owner, modules)
-        for t in assign.targets:
-            for name in target_names(t.target):
-                aliases.setdefault(name, []).append((line, attrs))
-                if not isinstance(t.target, cst.Tuple):
-                    proj_of.setdefault(name, []).append((src.line(assign), proj))
     called = {p.split(".")[0] for p in (_projection(c, owner, modules) for c in calls) if p} | {
         c.func.attr.value for c in calls if isinstance(c.func, cst.Attribute) and dotted(c.func.value) == owner}
     kernel_line = None
@@ -204,8 +192,7 @@ def _read_processor(ws: Workspace, facts: AttentionFacts, tree: Tree, node: Node
             used = set()
             for arg in call.args:
                 used |= _attn_attrs(arg.value, owner) - set(modules)
-                for name in _names(arg.value):
-                    used |= alias(name, line + 1)
+                used |= aliases.reads(arg.value, line + 1)
             sizes = {a for a in used & set(node.attrs) - called if not is_known(node.attrs[a]) or (
                 isinstance(node.attrs[a], int) and not isinstance(node.attrs[a], bool))}
             for attr in sorted(sizes):
@@ -217,9 +204,9 @@ def _read_processor(ws: Workspace, facts: AttentionFacts, tree: Tree, node: Node
                 else:
                     target = call.func.value
                 src_proj = _projection(target, owner, modules) if target is not None else None
-                if src_proj is None and isinstance(target, cst.Name):
-                    earlier = [p for ln, p in proj_of.get(target.value, []) if ln <= line]
-                    src_proj = earlier[-1] if earlier else None
+                if src_proj is None and isinstance(target, cst.Name):  # the projection the local last held
+                    held = [d for d in index.of(target.value, ASSIGNS) if not d.unpacked and d.line <= line]
+                    src_proj = _projection(held[-1].whole, owner, modules) if held else None
                 if src_proj is not None and modules.get(src_proj) is not None and modules[src_proj].kind == "linear":
                     facts.fused.setdefault(f"{facts.path}.{src_proj}", f"`{src.code(call)[:80]}` (line {line})")
         # helpers called with the attention module: follow one level
@@ -290,8 +277,8 @@ def _projection(expr: cst.BaseExpression | None, owner: str, modules: dict[str, 
     name = dotted(f) or ""
     if name.startswith(owner + "."):
         path = name[len(owner) + 1:]
-    elif name.startswith("self.") and owner != "self":
-        path = "processor." + name[len("self."):]  # a projection the processor owns
+    elif self_member(f) is not None and owner != "self":
+        path = "processor." + self_member(f)  # a projection the processor owns
     else:
         return None
     if index is not None:

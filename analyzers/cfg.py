@@ -16,7 +16,7 @@ from integrate.records import Evidence, PipelineFacts
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method, iter_methods
 
-from ._syntax import body_of, find_all, self_attr, walk_statements
+from integrate.syntax import body_of, find_all, self_attr, walk_statements
 
 MODEL_WORDS = ("transformer", "model", "dit", "denoiser", "unet", "net")
 

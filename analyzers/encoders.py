@@ -19,7 +19,7 @@ from integrate.records import Evidence, TextEncoderFacts, VaeFacts
 from integrate.resolve import Resolved, Workspace
 from integrate.source import SourceFile, base_names, dotted, find_method
 
-from ._syntax import body_of, find_all, self_attr
+from integrate.syntax import body_of, find_all, self_attr
 
 TE_REGISTER = "TextEncoderTensorParallelismPlannerRegister"
 VAE_REGISTER = "AutoEncoderDataParallelismPlannerRegister"

@@ -13,7 +13,8 @@ from integrate.records import Evidence, ForwardSummary, Param, ReturnSite
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method
 
-from ._syntax import find_all, target_names, walk_statements
+from integrate.defuse import DefUse, defuse
+from integrate.syntax import find_all, target_names, walk_statements
 
 UNKNOWN = "?"
 
@@ -42,51 +43,20 @@ def signature(src: SourceFile, fn: cst.FunctionDef, drop_self: bool = True) -> t
     return tuple(out)
 
 
-class _Assignments:
-    """name -> [(line, value expression or (tuple value, index))] in source order."""
-
-    def __init__(self, src: SourceFile, fn: cst.FunctionDef) -> None:
-        self.by_name: dict[str, list[tuple[int, cst.BaseExpression | None]]] = {}
-        for stmt in walk_statements(fn.body.body):
-            if not isinstance(stmt, cst.SimpleStatementLine):
-                continue
-            for small in stmt.body:
-                if isinstance(small, cst.Assign):
-                    for t in small.targets:
-                        self._bind(src.line(stmt), t.target, small.value)
-                elif isinstance(small, cst.AnnAssign) and small.value is not None:
-                    self._bind(src.line(stmt), small.target, small.value)
-
-    def _bind(self, line: int, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
-        if isinstance(target, cst.Name):
-            self.by_name.setdefault(target.value, []).append((line, value))
-        elif isinstance(target, (cst.Tuple, cst.List)):
-            elements = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
-            for i, el in enumerate(target.elements):
-                sub = elements[i].value if elements is not None and i < len(elements) else None
-                self._bind(line, el.value, sub)
-
-    def last_before(self, name: str, line: int) -> tuple[bool, cst.BaseExpression | None]:
-        candidates = [v for ln, v in self.by_name.get(name, ()) if ln < line]
-        if not candidates:
-            return False, None
-        return True, candidates[-1]
-
-
 _PASSTHROUGH_METHODS = {
     "to", "contiguous", "clone", "float", "half", "bfloat16", "type_as", "view", "reshape", "clip", "clamp",
     "squeeze", "unsqueeze", "flatten", "unflatten", "permute", "transpose", "detach", "chunk", "split",
 }
 
 
-def _trace(expr: cst.BaseExpression | None, params: set[str], assigns: _Assignments, line: int, depth=0) -> str:
+def _trace(expr: cst.BaseExpression | None, params: set[str], assigns: DefUse, line: int, depth=0) -> str:
     if expr is None or depth > 12:
         return UNKNOWN
     if isinstance(expr, cst.Name):
         if expr.value in params:
             return expr.value
-        found, value = assigns.last_before(expr.value, line)
-        return _trace(value, params, assigns, line, depth + 1) if found else UNKNOWN
+        found = assigns.last_before(expr.value, line)
+        return _trace(found.value, params, assigns, line, depth + 1) if found else UNKNOWN
     if isinstance(expr, cst.Subscript):
         return _trace(expr.value, params, assigns, line, depth + 1)
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
@@ -153,7 +123,7 @@ def summarize_forward(ws: Workspace, src: SourceFile, cls: cst.ClassDef, method:
         return None
     params = signature(src, fn)
     names = {p.name for p in params}
-    assigns = _Assignments(src, fn)
+    assigns = defuse(src, fn)
     sites: list[ReturnSite] = []
     guards = return_guards(src, fn)
     for ret in find_all(fn.body, cst.Return):
@@ -165,9 +135,9 @@ def summarize_forward(ws: Workspace, src: SourceFile, cls: cst.ClassDef, method:
         elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
         if len(elements) == 1 and isinstance(value, cst.Name):
             # `return out` where `out = (a, b)`: look through the tuple.
-            found, bound = assigns.last_before(value.value, line)
-            if found and isinstance(bound, (cst.Tuple, cst.List)) and value.value not in names:
-                elements = [e.value for e in bound.elements]
+            found = assigns.last_before(value.value, line)
+            if found and isinstance(found.value, (cst.Tuple, cst.List)) and value.value not in names:
+                elements = [e.value for e in found.value.elements]
         sites.append(
             ReturnSite(
                 line,

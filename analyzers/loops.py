@@ -14,7 +14,7 @@ import libcst as cst
 from integrate.records import ExtraOp
 from integrate.source import SourceFile, dotted, iter_methods
 
-from ._syntax import assigned_names, body_of, find_all, names_read, self_attr, target_names
+from integrate.syntax import assigned_names, body_of, find_all, names_read, self_attr, target_names
 
 CHECKPOINT_FUNCS = ("_gradient_checkpointing_func", "checkpoint", "gradient_checkpointing_func")
 

@@ -12,7 +12,8 @@ import libcst as cst
 from integrate.resolve import Resolved, Workspace
 from integrate.source import SourceFile, base_names, dotted, find_method
 
-from ._syntax import find_all, target_names
+from integrate.defuse import ASSIGNS, defuse
+from integrate.syntax import find_all, self_member
 
 MAX_DEPTH = 16
 _SAME = {"to", "float", "half", "contiguous", "clone", "detach", "type", "type_as", "long", "int", "bool", "cpu",
@@ -129,18 +130,11 @@ def _guarded_ndim(src: SourceFile, fn: cst.FunctionDef, name: str, line: int) ->
 
 def _last_assignment(src: SourceFile, fn: cst.FunctionDef, name: str, before: int | None):
     """(value, tuple index or None, line) of the last assignment to `name` in fn before `before`."""
-    best = None
-    for assign in find_all(fn, cst.Assign):
-        line = src.line(assign)
-        if before is not None and line >= before:
-            continue
-        for t in assign.targets:
-            names = target_names(t.target)
-            if name in names:
-                index = names.index(name) if isinstance(t.target, cst.Tuple | cst.List) else None
-                if best is None or line >= best[2]:
-                    best = (assign.value, index, line)
-    return best if best is not None else (None, None, None)
+    found = [d for d in defuse(src, fn).of(name, ASSIGNS) if before is None or d.line < before]
+    if not found:
+        return None, None, None
+    last = found[-1]
+    return last.whole, (last.names.index(name) if last.unpacked else None), last.line
 
 
 def _element(ws, src, fn, value, index, cls, depth, line):
@@ -149,7 +143,7 @@ def _element(ws, src, fn, value, index, cls, depth, line):
     if isinstance(value, cst.Call) and cls is not None:
         name = dotted(value.func) or ""
         if name.startswith("self.") and name.count(".") == 1:
-            return _method_return(ws, src, cls, name[5:], index, depth)
+            return _method_return(ws, src, cls, self_member(value.func), index, depth)
     return None
 
 

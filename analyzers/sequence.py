@@ -20,7 +20,9 @@ from integrate.records import BlockList, Evidence
 from integrate.resolve import Resolved, Workspace
 from integrate.source import SourceFile, dotted, find_method, iter_methods
 
-from ._syntax import body_of, find_all, names_read, params_of, target_names, walk_statements
+from integrate.syntax import body_of, find_all, names_read, params_of, self_member, target_names, walk_statements
+from integrate.defuse import defuse
+
 from .binding import CallArgs, bind
 from .loops import Loop, find_list_uses
 from .modules import Tree
@@ -203,17 +205,8 @@ class _Flow:
         self.root_risks: list[Evidence] = []
         self.blocked_unless_root: list[Evidence] = []
         self.defaults = {p.name.value: (src.code(p.default) if p.default is not None else None) for p in params_of(fwd)}
-        self.assigns: list[tuple[int, list[str], cst.BaseExpression, cst.CSTNode]] = []
-        for stmt in walk_statements(body_of(fwd)):
-            if isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
-                    if isinstance(small, cst.Assign):
-                        names = [n for t in small.targets for n in target_names(t.target)]
-                        self.assigns.append((src.line(stmt), names, small.value, small))
-                    elif isinstance(small, cst.AnnAssign) and small.value is not None:
-                        self.assigns.append((src.line(stmt), target_names(small.target), small.value, small))
-            elif isinstance(stmt, cst.For):
-                self.assigns.append((src.line(stmt), target_names(stmt.target), stmt.iter, stmt))
+        # every binding in forward, a `for` target bound to its iterable: (line, names, value, node)
+        self.assigns = [(line, list(names), value, node) for line, names, value, node in defuse(src, fwd).statements()]
 
     def end_line(self, node: cst.CSTNode) -> int:
         return max([self.src.line(node)] + [self.src.line(s) for s in walk_statements(body_of(node))
@@ -254,9 +247,10 @@ class _Flow:
             func = call.func
             if isinstance(func, cst.Subscript):
                 func = func.value
+            member = self_member(func)
             name = dotted(func) or ""
-            if name.startswith("self."):
-                attr = name[len("self."):].split(".")[0]
+            if member is not None:
+                attr = member.split(".")[0]
                 if attr in self.tree.nodes:
                     return Producer("module", attr, line, code, reads, outputs)
                 if attr in self.methods:
@@ -518,7 +512,7 @@ class _Flow:
                 continue
             if names == ["<return>"]:
                 inner = _unwrap(value)
-                if isinstance(inner, cst.Call) and (dotted(inner.func) or "").startswith("self."):
+                if isinstance(inner, cst.Call) and self_member(inner.func) is not None:
                     p = self.classify(inner, ln, names, "<return>")
                     if p.kind == "module":
                         candidate = p
@@ -611,9 +605,9 @@ class _Flow:
         if not isinstance(core, cst.BinaryOperation):
             return None
         for call in find_all(core, cst.Call):
-            name = dotted(call.func) or ""
-            if name.startswith("self.") and name[5:] in self.tree.nodes and names_read(call) & current:
-                return Producer("module", name[5:], line, self.src.code(value), sorted(names_read(call) - {"self"}))
+            member = self_member(call.func)
+            if member in self.tree.nodes and names_read(call) & current:
+                return Producer("module", member, line, self.src.code(value), sorted(names_read(call) - {"self"}))
         return None
 
     def side_modules(self, loop: Loop, streams: set[str]) -> list[tuple[str, bool, Evidence]]:
@@ -648,9 +642,9 @@ class _Flow:
                         for call in find_all(value, cst.Call):
                             func = call.func
                             indexed = isinstance(func, cst.Subscript)
-                            name = dotted(func.value if indexed else func) or ""
-                            if name.startswith("self.") and name[5:] in self.tree.nodes:
-                                entry = (name[5:], indexed, Evidence(path, line, f"`{self.src.code(small)[:70]}` feeds "
+                            member = self_member(func.value if indexed else func)
+                            if member in self.tree.nodes:
+                                entry = (member, indexed, Evidence(path, line, f"`{self.src.code(small)[:70]}` feeds "
                                                                      "a tensor the loop body joins into a stream"))
                                 if all(e[0] != entry[0] for e in found):
                                     found.append(entry)

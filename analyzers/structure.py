@@ -33,7 +33,8 @@ from integrate.records import (
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method
 
-from ._syntax import find_all, names_read, params_of, target_names
+from integrate.defuse import defuse
+from integrate.syntax import find_all, params_of, self_member, target_names
 from .attention import AttentionFacts, attention_facts, int_value, is_attention
 from .encoders import text_encoder_facts, vae_facts
 from .modules import Node, Tree, module_tree
@@ -153,14 +154,8 @@ def _block_surgery(ws: Workspace, tree: Tree, block: Node, root: str, subs: list
             and "Tensor" not in src.code(p.annotation.annotation)}
     stream = names[0] if names else None
     positions = {n for n in names if any(w in n.lower() for w in ("rotary", "rope", "freqs", "pos_emb"))}
-    derived: dict[str, set[str]] = {}
-    for assign in sorted(find_all(fwd, cst.Assign), key=src.line):
-        got: set[str] = set()
-        for n in names_read(assign.value):
-            got |= derived.get(n, {n} if n in names else set())
-        for t in assign.targets:
-            for n in target_names(t.target):
-                derived[n] = got
+    # which of forward's parameters reach each local (a parameter reaches itself)
+    derived = defuse(src, fwd).lineage(seed=lambda value: (), initial=lambda n: {n} if n in names else ())
     path = str(src.path)
     surgery: list[Evidence] = []
     for call in find_all(fwd, cst.Call):
@@ -169,8 +164,7 @@ def _block_surgery(ws: Workspace, tree: Tree, block: Node, root: str, subs: list
                                                               and call.func.attr.value in ("split", "split_with_sizes")):
             reads: set[str] = set()
             for a in call.args[1:] if name.startswith("torch.") else call.args:
-                for n in names_read(a.value):
-                    reads |= derived.get(n, {n})
+                reads |= derived.reads(a.value)
             hit = sorted(reads & ints)
             if hit:
                 surgery.append(Evidence(path, src.line(call), f"`{src.code(call)[:70]}` cuts the sequence by "
@@ -179,8 +173,7 @@ def _block_surgery(ws: Workspace, tree: Tree, block: Node, root: str, subs: list
     from integrate.records import SubModuleCall
 
     for call in find_all(fwd, cst.Call):
-        name = dotted(call.func) or ""
-        sub = name[5:] if name.startswith("self.") else None
+        sub = self_member(call.func)
         if sub not in subs:
             continue
         node = tree.nodes.get(f"{root}.{sub}")
@@ -193,9 +186,7 @@ def _block_surgery(ws: Workspace, tree: Tree, block: Node, root: str, subs: list
         positional = [a for a in call.args if a.keyword is None]
         bound = list(zip(sub_params, positional)) + [(a.keyword.value, a) for a in call.args if a.keyword is not None]
         for pname, arg in bound:
-            reads: set[str] = set()
-            for n in names_read(arg.value):
-                reads |= derived.get(n, {n})
+            reads = derived.reads(arg.value)
             role = "stream" if stream in reads else "position" if reads & positions else "other"
             inputs[pname] = role
         calls.append(SubModuleCall(sub, inputs, Evidence(path, src.line(call), f"`self.{sub}(...)`")))
@@ -281,30 +272,18 @@ def _ffn_down(node: Node, child: str, inner: list[str]) -> tuple[str, str]:
         src, cls = node.cls_node
         fwd = find_method(cls, "forward")
         if fwd is not None:
-            history: dict[str, list[tuple[int, set[str]]]] = {}
+            def projections(value: cst.BaseExpression) -> set[str]:
+                return {m for c in find_all(value, cst.Call) if (m := self_member(c.func)) in direct}
 
-            def fed(name: str, line: int) -> set[str]:
-                earlier = [got for ln, got in history.get(name, []) if ln < line]
-                return earlier[-1] if earlier else set()
-
-            for assign in sorted(find_all(fwd, cst.Assign), key=src.line):
-                line = src.line(assign)
-                got = {dotted(c.func)[5:] for c in find_all(assign.value, cst.Call)
-                       if (dotted(c.func) or "").startswith("self.") and (dotted(c.func) or "")[5:] in direct}
-                for n in names_read(assign.value):
-                    got |= fed(n, line)
-                for t in assign.targets:
-                    for n in target_names(t.target):
-                        history.setdefault(n, []).append((line, got))
+            fed = defuse(src, fwd).lineage(seed=projections)
             for call in find_all(fwd, cst.Call):
-                name = (dotted(call.func) or "")[5:]
-                if not (dotted(call.func) or "").startswith("self.") or name not in direct:
+                name = self_member(call.func)
+                if name not in direct:
                     continue
                 line = src.line(call)
-                inside = {(dotted(c.func) or "")[5:] for a in call.args for c in find_all(a.value, cst.Call)}
+                inside = {self_member(c.func) for a in call.args for c in find_all(a.value, cst.Call)}
                 for a in call.args:
-                    for n in names_read(a.value):
-                        inside |= fed(n, line)
+                    inside |= fed.reads(a.value, line)
                 if inside & (set(direct) - {name}):
                     return direct[name], f"`self.{name}` takes the other projections' output (line {src.line(call)})"
     return inner[-1], "last Linear registered"
@@ -326,33 +305,28 @@ def _block_dataflow(block: Node, loose: list[str], att_paths: list[str]) -> dict
     out: dict[str, LinearRole] = {}
     if fwd is None:
         return out
-    origin: dict[str, set[str]] = {}  # local -> {"attn:<path>", "linear:<path>"}
-    for assign in sorted(find_all(fwd, cst.Assign), key=src.line):
-        tags: set[str] = set()
-        for call in find_all(assign.value, cst.Call):
-            name = dotted(call.func) or ""
-            if name.startswith("self.") and name[5:] in att_paths:
-                tags.add(f"attn:{name[5:]}")
-            if name.startswith("self.") and name[5:] in loose:
-                tags.add(f"linear:{name[5:]}")
-        for n in names_read(assign.value):
-            tags |= origin.get(n, set())
-        for t in assign.targets:
-            for n in target_names(t.target):
-                origin[n] = tags
+    def tags_of(value: cst.BaseExpression) -> set[str]:
+        """`self.attn(...)` -> attn:attn, `self.proj_mlp(...)` -> linear:proj_mlp."""
+        tags = set()
+        for call in find_all(value, cst.Call):
+            name = self_member(call.func)
+            if name in att_paths:
+                tags.add(f"attn:{name}")
+            if name in loose:
+                tags.add(f"linear:{name}")
+        return tags
+
+    origin = defuse(src, fwd).lineage(seed=tags_of)  # local -> {"attn:<path>", "linear:<path>"}
     for call in find_all(fwd, cst.Call):
-        name = dotted(call.func) or ""
-        if not (name.startswith("self.") and name[5:] in loose):
+        rel = self_member(call.func)
+        if rel not in loose:
             continue
-        rel = name[5:]
         tags: set[str] = set()
         for arg in call.args:
-            for n in names_read(arg.value):
-                tags |= origin.get(n, set())
+            tags |= origin.reads(arg.value)
             for inner in find_all(arg.value, cst.Call):
-                iname = dotted(inner.func) or ""
-                if iname.startswith("self.") and iname[5:] in att_paths:
-                    tags.add(f"attn:{iname[5:]}")
+                if (iname := self_member(inner.func)) in att_paths:
+                    tags.add(f"attn:{iname}")
         att = sorted(t for t in tags if t.startswith("attn:"))
         lin = sorted(t[7:] for t in tags if t.startswith("linear:") and t[7:] != rel)
         line = src.line(call)

@@ -50,7 +50,7 @@ _ACCEPTS: dict[str, tuple[str, ...] | None] = {}
 def _accepted_classes(fn: cst.FunctionDef) -> tuple[str, ...] | None:
     """The transformer classes an adapter asserts it accepts (`_relaxed_assert(pipe.transformer, (A, B))`,
     cache-dit's own convention); None when it asserts nothing."""
-    from ._syntax import find_all
+    from integrate.syntax import find_all
 
     assigned: dict[str, list[cst.BaseExpression]] = {}
     for a in find_all(fn, (cst.Assign, cst.AugAssign)):

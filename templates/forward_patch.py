@@ -18,7 +18,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from integrate.analyzers._syntax import find_all, names_read, params_of
+from integrate.syntax import find_all, names_read, params_of, self_member
 from integrate.records import BlockList
 from integrate.source import SourceFile, dotted, find_method
 
@@ -138,17 +138,14 @@ def _aliases(fwd: cst.FunctionDef, attrs: set[str]) -> dict[str, str]:
     out = {}
     for assign in find_all(fwd, cst.Assign):
         target = assign.targets[0].target if len(assign.targets) == 1 else None
-        value = dotted(assign.value) or ""
-        if isinstance(target, cst.Name) and value.startswith("self.") and value[5:] in attrs:
-            out[target.value] = value[5:]
+        attr = self_member(assign.value)
+        if isinstance(target, cst.Name) and attr in attrs:
+            out[target.value] = attr
     return out
 
 
 def _list_attr(expr: cst.BaseExpression, aliases: dict[str, str]) -> str | None:
-    name = dotted(expr) or ""
-    if name.startswith("self."):
-        return name[5:]
-    return aliases.get(name)
+    return self_member(expr) or aliases.get(dotted(expr) or "")
 
 
 def _rebase(sub: cst.Subscript, aliases: dict[str, str], attr: str) -> cst.Subscript:
@@ -176,7 +173,7 @@ def _guards(fwd: cst.FunctionDef, target: cst.CSTNode) -> list[cst.BaseExpressio
         if node is target:
             out.extend(stack)
             return True
-        from integrate.analyzers._syntax import children
+        from integrate.syntax import children
 
         for child in children(node):
             inner = stack + [node.test] if isinstance(node, cst.If) and child is node.body else stack

@@ -20,9 +20,9 @@ from typing import Any
 
 import libcst as cst
 
-from integrate.analyzers._syntax import find_all
+from integrate.syntax import find_all, self_member
 from integrate.resolve import Workspace
-from integrate.source import dotted, find_method
+from integrate.source import find_method
 
 TEXT_TOKENS = 6
 TEXT_PADDING = 2  # masked-out text tokens at the end of the prompt
@@ -96,15 +96,14 @@ def consumers(module, param: str):
         for n in find_all(fn.body, (cst.Assign, cst.Call)):
             if isinstance(n, cst.Assign):
                 call = n.value if isinstance(n.value, cst.Call) else None
-                is_module_call = call is not None and (dotted(call.func) or "").startswith("self.")
+                is_module_call = call is not None and self_member(call.func) is not None
                 if not is_module_call and _names(n.value) & tracked:
                     for t in n.targets:
                         tracked |= {x.value for x in find_all(t.target, cst.Name)}
                 continue
-            name = dotted(n.func) or ""
-            if not name.startswith("self.") or name.count(".") < 1:
+            path = self_member(n.func)
+            if path is None:
                 continue
-            path = name[len("self."):]
             try:
                 sub = module.get_submodule(path)
             except AttributeError:

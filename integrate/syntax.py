@@ -1,4 +1,7 @@
-"""Small libcst helpers shared by the detectors: names read and written, statement walks."""
+"""libcst helpers every stage shares: names read and written, statement walks, fast read-only tree search.
+
+Nothing here knows about models; `integrate.defuse` builds the per-function def-use index on top of it.
+"""
 
 from __future__ import annotations
 
@@ -220,8 +223,10 @@ def self_attr(expr: cst.BaseExpression | None) -> str | None:
     return None
 
 
-def callee(call: cst.Call) -> str | None:
-    return dotted(call.func)
+def self_member(expr: cst.BaseExpression | None) -> str | None:
+    """`self.attn.to_q` -> "attn.to_q": the dotted path after `self.`; None for anything else."""
+    name = dotted(expr) if expr is not None else None
+    return name[len("self."):] if name is not None and name.startswith("self.") else None
 
 
 def params_of(fn: cst.FunctionDef) -> list[cst.Param]:
