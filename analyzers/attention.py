@@ -15,12 +15,12 @@ from typing import Any
 
 import libcst as cst
 
+from integrate.defuse import ASSIGNS, defuse
 from integrate.records import Evidence
 from integrate.resolve import Resolved, Workspace
 from integrate.source import SourceFile, base_names, dotted, find_method
-
-from integrate.defuse import ASSIGNS, defuse
 from integrate.syntax import find_all, params_of, self_member
+
 from .modules import Node, Tree, module_tree
 from .values import is_known
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from integrate.records import Binding, Param
 from integrate.source import SourceFile
+
+from .records import Binding, Param
 
 HIDDEN_ONLY = ("Pattern_3", "Pattern_4", "Pattern_5")
 WITH_ENCODER = ("Pattern_0", "Pattern_1", "Pattern_2")

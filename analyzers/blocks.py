@@ -13,7 +13,6 @@ import libcst as cst
 
 from integrate.resolve import External, Resolved, Unresolved, Workspace
 from integrate.source import SourceFile, dotted, find_method
-
 from integrate.syntax import names_read, self_attr, walk_statements
 
 MODULELIST = {"torch.nn.ModuleList", "torch.nn.modules.container.ModuleList"}

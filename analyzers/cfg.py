@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from integrate.records import Evidence, PipelineFacts
+from integrate.records import Evidence
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method, iter_methods
-
 from integrate.syntax import body_of, find_all, self_attr, walk_statements
+
+from .records import PipelineFacts
 
 MODEL_WORDS = ("transformer", "model", "dit", "denoiser", "unet", "net")
 

@@ -15,11 +15,12 @@ from pathlib import Path
 import libcst as cst
 
 from integrate.errors import InputError
-from integrate.records import Evidence, TextEncoderFacts, VaeFacts
+from integrate.records import Evidence
 from integrate.resolve import Resolved, Workspace
 from integrate.source import SourceFile, base_names, dotted, find_method
-
 from integrate.syntax import body_of, find_all, self_attr
+
+from .records import TextEncoderFacts, VaeFacts
 
 TE_REGISTER = "TextEncoderTensorParallelismPlannerRegister"
 VAE_REGISTER = "AutoEncoderDataParallelismPlannerRegister"

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from integrate.records import Evidence, ForwardSummary, Param, ReturnSite
+from integrate.defuse import DefUse, defuse
+from integrate.records import Evidence
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method
-
-from integrate.defuse import DefUse, defuse
 from integrate.syntax import find_all, target_names, walk_statements
+
+from .records import ForwardSummary, Param, ReturnSite
 
 UNKNOWN = "?"
 
@@ -190,8 +191,9 @@ _VIEW_METHODS = {
 _NOT_INPLACE = {"requires_grad_", "zero_grad_", "_"}
 
 
-def in_place_input_mutations(src: SourceFile, cls: cst.ClassDef, method: str = "forward") -> list[Evidence]:
-    """Statements that write into a tensor the block received (or a view of it).
+def in_place_input_mutations(src: SourceFile, cls: cst.ClassDef,
+                             method: str = "forward") -> list[tuple[str, Evidence]]:
+    """(input, where) for each statement that writes into a tensor the block received (or a view of it).
 
     cache-dit keeps references to block inputs to compute residuals; writing into them in
     place makes the residual difference zero or NaN, so nothing is ever cached.
@@ -201,7 +203,7 @@ def in_place_input_mutations(src: SourceFile, cls: cst.ClassDef, method: str = "
         return []
     params = [p.name for p in signature(src, fn) if p.kind not in ("var_positional", "var_keyword")]
     aliases: dict[str, str] = {p: p for p in params}  # local name -> input it aliases
-    found: list[Evidence] = []
+    found: list[tuple[str, Evidence]] = []
 
     def aliased(expr: cst.BaseExpression | None) -> str | None:
         while expr is not None:
@@ -222,7 +224,8 @@ def in_place_input_mutations(src: SourceFile, cls: cst.ClassDef, method: str = "
         return None
 
     def note(stmt, input_name: str, what: str) -> None:
-        found.append(Evidence(str(src.path), src.line(stmt), f"{what} writes into input `{input_name}` in place"))
+        found.append((input_name, Evidence(str(src.path), src.line(stmt),
+                                           f"{what} writes into input `{input_name}` in place")))
 
     for stmt in walk_statements(fn.body.body):
         if not isinstance(stmt, cst.SimpleStatementLine):

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from integrate.records import ExtraOp
 from integrate.source import SourceFile, dotted, iter_methods
-
 from integrate.syntax import assigned_names, body_of, find_all, names_read, self_attr, target_names
+
+from .records import ExtraOp
 
 CHECKPOINT_FUNCS = ("_gradient_checkpointing_func", "checkpoint", "gradient_checkpointing_func")
 
@@ -34,13 +34,13 @@ class Loop:
     call_skip: int = 0  # 1 when the block is passed to a checkpoint function
     call_stmt: cst.CSTNode | None = None
     outputs: tuple[str, ...] = ()
-    extra_ops: list[ExtraOp] = field(default_factory=list)
 
 
 @dataclass
 class ListUse:
     loops: list[Loop] = field(default_factory=list)
-    notes: list[tuple[int, str]] = field(default_factory=list)  # (line, what) for len()/index/...
+    # reads outside a loop header: (line, "len" | "sliced" | "indexed", what, in words)
+    notes: list[tuple[int, str, str]] = field(default_factory=list)
 
 
 def _refers(expr: cst.BaseExpression, attr: str, aliases: set[str]) -> tuple[bool, bool, tuple[str, ...]]:
@@ -99,7 +99,7 @@ def find_list_uses(src: SourceFile, cls: cst.ClassDef, attrs: list[str]) -> dict
             if dotted(call.func) == "len" and call.args:
                 for attr in attrs:
                     if _refers(call.args[0].value, attr, aliases[attr])[0]:
-                        uses[attr].notes.append((src.line(call), f"`{src.code(call)}` in {fn.name.value}"))
+                        uses[attr].notes.append((src.line(call), "len", f"`{src.code(call)}` in {fn.name.value}"))
         for sub in find_all(fn.body, cst.Subscript):
             if id(sub) in in_loop_iter:
                 continue
@@ -108,7 +108,7 @@ def find_list_uses(src: SourceFile, cls: cst.ClassDef, attrs: list[str]) -> dict
                 base = sub.value
                 if refers and not keys and (self_attr(base) == attr or isinstance(base, cst.Name)):
                     what = "sliced" if sliced else "indexed"
-                    uses[attr].notes.append((src.line(sub), f"{what} as `{src.code(sub)}` in {fn.name.value}"))
+                    uses[attr].notes.append((src.line(sub), what, f"{what} as `{src.code(sub)}` in {fn.name.value}"))
     return uses
 
 
@@ -155,10 +155,11 @@ def _find_call(src: SourceFile, loop: Loop) -> None:
             break
 
 
-def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> None:
-    """Pitfall B: every statement of the loop body besides the block call and trivial guards."""
+def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> tuple[ExtraOp, ...]:
+    """Every statement of the loop body besides the block call and trivial guards (pitfall B reads them)."""
     if loop.call is None:
-        return
+        return ()
+    ops: list[ExtraOp] = []
     calls = set()
     for stmt in body_of(loop.node):
         if any(c is loop.call for c in find_all(stmt, cst.Call)):
@@ -192,7 +193,8 @@ def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> Non
             derived |= writes  # `start = 3 * i` makes `x[:, start:]` index-dependent too
         if kind != "hoistable":
             varying |= writes
-        loop.extra_ops.append(ExtraOp(src.line(stmt), first_line, kind, active, why))
+        ops.append(ExtraOp(src.line(stmt), first_line, kind, active, why))
+    return tuple(ops)
 
 
 def _trivial(stmt: cst.CSTNode) -> bool:

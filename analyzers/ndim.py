@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from integrate.defuse import ASSIGNS, defuse
 from integrate.resolve import Resolved, Workspace
 from integrate.source import SourceFile, base_names, dotted, find_method
-
-from integrate.defuse import ASSIGNS, defuse
 from integrate.syntax import find_all, self_member
 
 MAX_DEPTH = 16

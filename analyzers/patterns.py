@@ -22,9 +22,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from integrate.records import Binding, ForwardSummary
-
 from .binding import HIDDEN_ONLY, CallArgs, bind, through_wrapper
+from .records import Binding, ForwardSummary
 
 HIDDEN_NAMES = ("hidden_states", "x", "img", "image", "latents", "latent", "hidden", "h", "sample", "visual_embed",
                 "video", "unified", "vision")

@@ -16,17 +16,17 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from integrate.records import BlockList, Evidence
+from integrate.defuse import defuse
+from integrate.records import Evidence
 from integrate.resolve import Resolved, Workspace
 from integrate.source import SourceFile, dotted, find_method, iter_methods
-
 from integrate.syntax import body_of, find_all, names_read, params_of, self_member, target_names, walk_statements
-from integrate.defuse import defuse
 
 from .binding import CallArgs, bind
 from .loops import Loop, find_list_uses
 from .modules import Tree
 from .patterns import stream_params
+from .records import BlockList
 from .values import evaluate, is_known
 
 POSITION_WORDS = ("rotary", "rope", "freqs", "pos_emb", "pos_embed", "position", "pe")

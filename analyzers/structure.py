@@ -9,36 +9,39 @@ diffusers, and the text encoders / VAE from model_index.json.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import libcst as cst
-
-from integrate.records import (
-    Analysis,
-    AttentionFact,
-    BlockInputFact,
-    BlockStructure,
-    Evidence,
-    GateReport,
-    LinearRole,
-    ListFlowFact,
-    MaskFact,
-    SideModule,
-    ModuleFact,
-    ParallelFacts,
-    SequenceFact,
-)
-from integrate.resolve import Workspace
-from integrate.source import SourceFile, dotted, find_method
+from integrate.gate.records import GateReport
 
 from integrate.defuse import defuse
+from integrate.records import Evidence
+from integrate.resolve import Workspace
+from integrate.source import SourceFile, dotted, find_method
 from integrate.syntax import find_all, params_of, self_member, target_names
+
 from .attention import AttentionFacts, attention_facts, int_value, is_attention
 from .encoders import text_encoder_facts, vae_facts
 from .modules import Node, Tree, module_tree
 from .ndim import ndim_of
+from .records import (
+    AttentionFact,
+    BlockInputFact,
+    BlockStructure,
+    LinearRole,
+    ListFlowFact,
+    MaskFact,
+    ModuleFact,
+    ParallelFacts,
+    PositionLayout,
+    SequenceFact,
+    SideModule,
+    SubModuleCall,
+    TransformerFacts,
+)
 from .sequence import SequenceFacts, mask_kind, sequence_facts
 from .values import evaluate, jsonable
 
@@ -69,17 +72,17 @@ def read_model_index(model_path: str | None) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def parallel_facts(gate: GateReport, ws: Workspace, analysis: Analysis) -> ParallelFacts:
+def parallel_facts(gate: GateReport, ws: Workspace, transformer: TransformerFacts) -> ParallelFacts:
     t_src = ws.load(Path(gate.value("transformer_file")))
     cls = t_src.classes[gate.value("transformer_class")]
     model_path = gate.value("model_path")
     config = load_config(model_path)
     tree = module_tree(ws, t_src, cls, config)
     blocks = []
-    for bl in analysis.transformer.block_lists:
+    for bl in transformer.block_lists:
         if bl.is_blocks:
             blocks.append(block_structure(ws, tree, bl.attr, bl.block_class))
-    seq = sequence_facts(ws, t_src, cls, tree, analysis.transformer.block_lists)
+    seq = sequence_facts(ws, t_src, cls, tree, transformer.block_lists)
     top = tuple(_module_fact(n, "") for p, n in tree.nodes.items() if p and "." not in p)
     cp_plan, cp_at = declared_cp_plan(ws, t_src, cls)
     index = read_model_index(model_path)
@@ -98,7 +101,6 @@ def parallel_facts(gate: GateReport, ws: Workspace, analysis: Analysis) -> Paral
         pipeline_arg_ndims_at={k: v[1] for k, v in ndims.items()},
         text_encoders=text_encoder_facts(ws, mp, index),
         vae=vae_facts(ws, mp, index),
-        crosscheck={"ok": None, "error": "not run"},
     )
 
 
@@ -137,7 +139,7 @@ def block_structure(ws: Workspace, tree: Tree, attr: str, block_class: str | Non
     surgery, calls = _block_surgery(ws, tree, block, root, subs)
     return BlockStructure(
         attr=attr, block_class=b_cls.name.value, length=length, modules=modules,
-        attentions=tuple(_attention_record(a) for a in atts), linears=roles, tables=tables, kernels=kernels,
+        attentions=tuple(_attention_record(a, attr) for a in atts), linears=roles, tables=tables, kernels=kernels,
         evidence=(Evidence(str(b_src.path), b_src.line(b_cls), f"element 0 of `{attr}`: {b_cls.name.value}"),),
         unknowns=tuple(unknowns), surgery=surgery, calls=calls)
 
@@ -170,8 +172,6 @@ def _block_surgery(ws: Workspace, tree: Tree, block: Node, root: str, subs: list
                 surgery.append(Evidence(path, src.line(call), f"`{src.code(call)[:70]}` cuts the sequence by "
                                         f"`{hit[0]}`, a length passed in as a number: wrong on a local chunk"))
     calls: list = []
-    from integrate.records import SubModuleCall
-
     for call in find_all(fwd, cst.Call):
         sub = self_member(call.func)
         if sub not in subs:
@@ -202,12 +202,12 @@ def _module_fact(n: Node, root: str) -> ModuleFact:
     return ModuleFact(rel, n.cls, n.kind, shape, n.conditional, n.file, n.line)
 
 
-def _attention_record(a: AttentionFacts) -> AttentionFact:
+def _attention_record(a: AttentionFacts, block_list: str) -> AttentionFact:
     def pair(p):
         return None if p is None else (p[0], int_value(p[1]))
     equal = all(("chunk(3" in how or "unflatten" in how or "(3," in how) for how in a.fused.values())
     return AttentionFact(
-        path=a.path, cls=a.cls, processor=a.processor,
+        block_list=block_list, path=a.path, cls=a.cls, processor=a.processor,
         processor_at=Evidence(a.processor_file, a.processor_line or 0, f"processor {a.processor}")
         if a.processor else None,
         in_projs=tuple(a.in_projs), out_projs=tuple(a.out_projs), fused=dict(a.fused), fused_equal_split=equal,
@@ -398,9 +398,9 @@ def _sequence_record(seq: SequenceFacts) -> SequenceFact:
         unknowns=tuple(seq.unknowns))
 
 
-def _position_modules(ws: Workspace, tree: Tree, seq: SequenceFacts | None) -> dict[str, dict[str, Any]]:
+def _position_modules(ws: Workspace, tree: Tree, seq: SequenceFacts | None) -> dict[str, PositionLayout]:
     """For each module that produces a position input: how many tensors it returns and their layout."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, PositionLayout] = {}
     if seq is None:
         return out
     for lf in seq.lists:
@@ -412,22 +412,21 @@ def _position_modules(ws: Workspace, tree: Tree, seq: SequenceFacts | None) -> d
     return out
 
 
-def _layout(node: Node | None) -> dict[str, Any]:
+def _layout(node: Node | None) -> PositionLayout:
     """Count returned tensors and read their last reshape: `x.reshape(1, f * h * w, 1, -1)` -> dims 4, split 1."""
-    info: dict[str, Any] = {"outputs": None, "split_dim": 0, "expected_dims": 2, "confidence": "low",
-                            "why": "layout not read; assumed [S, D] tables"}
+    unread = PositionLayout(None, 0, 2, "low", "layout not read; assumed [S, D] tables")
     if node is None or node.cls_node is None:
-        return info
+        return unread
     src, cls = node.cls_node
     fwd = find_method(cls, "forward")
     if fwd is None:
-        return info
+        return unread
     returns = find_all(fwd, cst.Return)
     if not returns or returns[-1].value is None:
-        return info
+        return unread
     value = returns[-1].value
     names = [el.value for el in value.elements] if isinstance(value, cst.Tuple) else [value]
-    info["outputs"] = len(names)
+    outputs = len(names)
     first = names[0]
     shaped = None
     if isinstance(first, cst.Name):
@@ -442,9 +441,9 @@ def _layout(node: Node | None) -> dict[str, Any]:
         dims = len(args)
         split = next((i for i, a in enumerate(args) if not (isinstance(a, cst.Integer) and a.value == "1")
                       and not (isinstance(a, cst.UnaryOperation))), 0)
-        info.update(split_dim=split, expected_dims=dims, confidence="medium",
-                    why=f"`{src.code(shaped)[:70]}` ({src.path.name}:{src.line(shaped)})")
-    return info
+        return PositionLayout(outputs, split, dims, "medium",
+                              f"`{src.code(shaped)[:70]}` ({src.path.name}:{src.line(shaped)})")
+    return dataclasses.replace(unread, outputs=outputs)
 
 
 # -- masks the pipeline hands to the transformer ----------------------------------------------

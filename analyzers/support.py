@@ -8,8 +8,11 @@ from __future__ import annotations
 import libcst as cst
 
 from integrate.errors import InputError
+from integrate.records import OMIT
 from integrate.resolve import Resolved, Workspace
 from integrate.source import dotted
+
+from .records import SupportMatch, SupportNote
 
 
 def registered_adapters(ws: Workspace) -> dict[str, str]:
@@ -84,7 +87,7 @@ def _accepted_classes(fn: cst.FunctionDef) -> tuple[str, ...] | None:
     return tuple(n for n in names if n) or None
 
 
-def support_note(ws: Workspace, pipeline_class: str | None, transformer_class: str | None) -> dict:
+def support_note(ws: Workspace, pipeline_class: str | None, transformer_class: str | None) -> SupportNote:
     adapters = registered_adapters(ws)
     matches = []
     for candidate in (pipeline_class, transformer_class):
@@ -92,18 +95,10 @@ def support_note(ws: Workspace, pipeline_class: str | None, transformer_class: s
             continue
         for prefix, where in adapters.items():
             if candidate.split(".")[0].startswith(prefix):
-                matches.append({"class": candidate, "prefix": prefix, "adapter": where,
-                                "accepts": list(_ACCEPTS.get(where) or [])})
+                matches.append(SupportMatch(candidate, prefix, where, tuple(_ACCEPTS.get(where) or ())))
     # a prefix match whose adapter asserts other transformer classes (`Sana` for SanaVideo) is not support
-    refused = bool(transformer_class) and any(m["accepts"] and transformer_class not in m["accepts"]
-                                              for m in matches)
-    out = {
-        "label": "reported beside the analysis: the installed cache-dit's own adapter registry",
-        "cache_dit_found": bool(adapters),
-        "registered": bool(matches) and not refused,
-        "matches": matches,
-    }
-    if refused:
-        out["prefix_only"] = (f"cache-dit's adapter for the prefix accepts only "
-                              f"{', '.join(next(m['accepts'] for m in matches if m['accepts']))}")
-    return out
+    refused = bool(transformer_class) and any(m.accepts and transformer_class not in m.accepts for m in matches)
+    prefix_only = (f"cache-dit's adapter for the prefix accepts only "
+                   f"{', '.join(next(m.accepts for m in matches if m.accepts))}") if refused else OMIT
+    return SupportNote("reported beside the analysis: the installed cache-dit's own adapter registry",
+                       bool(adapters), bool(matches) and not refused, tuple(matches), prefix_only)

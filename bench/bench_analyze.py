@@ -32,17 +32,16 @@ def best(fn, repeat=5):
 
 
 def main() -> None:
-    from integrate.cli import run_analysis
-    from integrate.gate import GateFlags
+    from integrate import api
 
     targets = sys.argv[1:] or [str(ROOT / "examples" / "motif-video")]
     cache = tempfile.mkdtemp()
     for target in targets:
-        flags = GateFlags(model_path=target)
-        result = run_analysis(flags, use_cache=False)
+        flags = api.flags_for(target)
+        result = api.analysis_json(flags, use_cache=False)
         files = result["files_read"]
         texts = [Path(f).read_text() for f in files]
-        cold, _ = best(lambda: run_analysis(flags, use_cache=False))
+        cold, _ = best(lambda: api.analysis_json(flags, use_cache=False))
         parse, _ = best(lambda: [cst.parse_module(t) for t in texts])
         env = dict(os.environ, INTEGRATE_CACHE_DIR=cache)
         cmd = [sys.executable, "-m", "integrate.cli", "analyze", target, "--json"]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
-from integrate.records import ParallelFacts, to_json
+from integrate.analyzers.records import ParallelFacts
+
+from .records import TextEncoderPlan, VaePlan
 
 
-def decide_tep(facts: ParallelFacts) -> list[dict[str, Any]]:
+def decide_tep(facts: ParallelFacts) -> tuple[TextEncoderPlan, ...]:
     out = []
     for te in facts.text_encoders:
         if te.supported:
@@ -19,11 +21,11 @@ def decide_tep(facts: ParallelFacts) -> list[dict[str, Any]]:
                       "(module pattern -> colwise / rowwise)")
         else:
             action = "add a TE-P planner by hand (no base_model_tp_plan found), or skip TE-P if the encoder is small"
-        out.append({**to_json(te), "action": action})
-    return out
+        out.append(TextEncoderPlan(**_fields(te), action=action))
+    return tuple(out)
 
 
-def decide_vaep(facts: ParallelFacts) -> dict[str, Any] | None:
+def decide_vaep(facts: ParallelFacts) -> VaePlan | None:
     vae = facts.vae
     if vae is None:
         return None
@@ -33,4 +35,8 @@ def decide_vaep(facts: ParallelFacts) -> dict[str, Any] | None:
         action = "unknown: cache-dit is not installed where the analysis ran"
     else:
         action = "add a VAE-P planner (tiled decode across ranks), or skip VAE-P if decoding is not a bottleneck"
-    return {**to_json(vae), "action": action}
+    return VaePlan(**_fields(vae), action=action)
+
+
+def _fields(record) -> dict:
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}

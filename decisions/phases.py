@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from .records import Phase, Plan
 
 PSNR_CACHE, PSNR_PARALLEL, SSIM_MIN = 30, 35, 0.90
 
 
-def phases(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    m = plan["model"]
-    name = m["example_name"] or "<example_name>"
-    env = m["env_var"] or "<MODEL>_DIR"
+def phases(plan: Plan) -> tuple[Phase, ...]:
+    m = plan.model
+    name = m.example_name or "<example_name>"
+    env = m.env_var or "<MODEL>_DIR"
     tmp = f".tmp/{name}"
     # The plugin's launcher runs cache-dit's generate CLI with the generated registrations loaded;
     # in a cache-dit checkout the same commands work with `cache_dit.generate` instead.
@@ -18,50 +18,48 @@ def phases(plan: dict[str, Any]) -> list[dict[str, Any]]:
     gen = f"python3 -m {launcher} {name}"
     run2 = f"torchrun --nproc_per_node=2 -m {launcher} {name}"
     metrics = "cache-dit-metrics psnr ssim -i1 {base} -i2 {other}"
-    cache, cp, tp = plan["cache"], plan["parallelism"]["cp"], plan["parallelism"]["tp"]
-    lists = ", ".join(f"`{b['attr']}` ({b['forward_pattern']})" for b in cache["block_lists"]) or "none found"
+    cache, cp, tp = plan.cache, plan.parallelism.cp, plan.parallelism.tp
+    lists = ", ".join(f"`{b.attr}` ({b.forward_pattern})" for b in cache.block_lists) or "none found"
 
     def check(other: str, psnr: int) -> str:
         return metrics.format(base=f"{tmp}/base.png", other=f"{tmp}/{other}") + f"   # PSNR > {psnr}, SSIM > {SSIM_MIN}"
 
-    cp_steps = [f"CP shape: {cp.get('shape')} ({cp.get('approach')}); hook keys: "
-                + ", ".join(f"`{k}`" for k in cp.get("plan", {}))]
-    if cp.get("mask_reorder", {}).get("needed"):
-        cp_steps.append(f"Mask reorder ({cp['mask_reorder']['kind']}): block pre-hooks permute the mask into Ulysses order")
-    if cp.get("rope_drift_fix", {}).get("needed"):
+    cp_steps = [f"CP shape: {cp.shape} ({cp.approach}); hook keys: " + ", ".join(f"`{k}`" for k in cp.plan)]
+    if cp.mask_reorder.needed:
+        cp_steps.append(f"Mask reorder ({cp.mask_reorder.kind}): block pre-hooks permute the mask into Ulysses order")
+    if cp.rope_drift_fix.needed:
         cp_steps.append("RoPE drift fix: compute positions on the global length, slice per rank")
-    uaa = [s for s, v in cp.get("ulysses_anything", {}).items() if v.get("needed")]
+    uaa = [s for s, v in cp.ulysses_anything.items() if v.needed]
     if uaa:
         cp_steps.append(f"Ulysses-anything needed for CP sizes {', '.join(uaa)}")
-    tp_steps = [f"`{x['attr']}`: {x['strategy']}; shard_div_attr {x['shard_div_attr'] or 'none'}"
-                for x in tp.get("block_lists", [])]
-    if tp.get("patch_kernels_first"):
+    tp_steps = [f"`{x.attr}`: {x.strategy}; shard_div_attr {_shard_text(x.shard_div_attr)}" for x in tp.block_lists]
+    if tp.patch_kernels_first:
         tp_steps.insert(0, "Patch fused / env-gated kernels to PyTorch ops before parallelize_module")
-    tep_steps = [f"{t['component']} `{t['class']}`: {t['action']}" for t in plan["text_encoders"]] or [
+    tep_steps = [f"{t.component} `{t.cls}`: {t.action}" for t in plan.text_encoders] or [
         "no text encoder in model_index.json"]
-    vae = plan["vae"]
-    vae_steps = [f"`{vae['class']}`: {vae['action']}"] if vae else ["no VAE in model_index.json"]
-    return [
+    vae = plan.vae
+    vae_steps = [f"`{vae.cls}`: {vae.action}"] if vae else ["no VAE in model_index.json"]
+    rows = [
         {"id": 0, "title": "Prerequisites", "steps": [
-            f"Model files at `{m['model_path']}`; export {env}={m['model_path']}",
-            f"Sources read: `{m['pipeline_class']}` ({m['pipeline_file']}), `{m['transformer_class']}` "
-            f"({m['transformer_file']})",
+            f"Model files at `{m.model_path}`; export {env}={m.model_path}",
+            f"Sources read: `{m.pipeline_class}` ({m.pipeline_file}), `{m.transformer_class}` "
+            f"({m.transformer_file})",
             f"Block lists: {lists}",
             "Plan reviewed and approved: integrate approve <PLAN_DIR> --reviewer <name>",
             f"Code generated: integrate generate <PLAN_DIR> --out <OUT> (plugin `{launcher}`; in a cache-dit "
             "checkout, --mode checkout and `cache_dit.generate` in the commands below)",
         ], "commands": []},
         {"id": 1, "title": "Cache (BlockAdapter)", "steps": [
-            "Write the BlockAdapter" + (" and a PatchFunctor: " + "; ".join(cache["patch_functor_reasons"])
-                                        if cache["needs_patch_functor"] else " (no PatchFunctor needed)"),
-            f"has_separate_cfg={cache['has_separate_cfg']}",
+            "Write the BlockAdapter" + (" and a PatchFunctor: " + "; ".join(cache.patch_functor_reasons)
+                                        if cache.needs_patch_functor else " (no PatchFunctor needed)"),
+            f"has_separate_cfg={cache.has_separate_cfg}",
         ], "commands": [
             f"{gen} --save-path {tmp}/base.png",
             f"{gen} --cache --summary --save-path {tmp}/cache.png",
             check("cache.png", PSNR_CACHE),
         ]},
         {"id": 2, "title": "CLI example", "steps": [
-            f"Register example `{name}` ({m['example_type_guess']}, confirm) with env var {env}",
+            f"Register example `{name}` ({m.example_type_guess}, confirm) with env var {env}",
         ], "commands": [f"python3 -m {launcher} list | grep {name}"]},
         {"id": 3, "title": "Context parallelism", "steps": cp_steps, "commands": [
             f"{run2} --parallel ulysses --save-path {tmp}/cp_ulysses2.png",
@@ -90,3 +88,9 @@ def phases(plan: dict[str, Any]) -> list[dict[str, Any]]:
             check("ulysses2_tp2.png", PSNR_PARALLEL),
         ]},
     ]
+    return tuple(Phase(r["id"], r["title"], tuple(r["steps"]), tuple(r["commands"])) for r in rows)
+
+
+def _shard_text(shard: dict[str, tuple[str, ...]]) -> str:
+    """As plan.json reads: `{'attn': ['heads']}`, or `none`."""
+    return str({k: list(v) for k, v in shard.items()}) if shard else "none"

@@ -15,39 +15,40 @@ Styles use cache-dit's torch ParallelStyles: "colwise" (ColwiseParallel), "rowwi
 
 from __future__ import annotations
 
-from typing import Any
+from integrate.analyzers.records import AttentionFact, BlockStructure, ParallelFacts
 
-from integrate.records import AttentionFact, BlockStructure, ParallelFacts
+from integrate.records import Evidence
+
+from .records import Heads, TpList, TpPlan, TpReason
 
 TP_SIZES = (2, 4, 8)
 _PER_HEAD = ("head_dim", "dim_head", "head_size")
 _MULTIPLIERS = ("factor", "mult", "ratio")
 
 
-def decide_tp(facts: ParallelFacts) -> dict[str, Any]:
-    lists = [_plan_list(b) for b in facts.blocks]
-    kernels = [{"file": e.file, "line": e.line, "why": e.why} for b in facts.blocks for e in b.kernels]
-    strategy = sorted({x["strategy"] for x in lists})
-    return {
-        "block_lists": lists,
-        "strategy": strategy[0] if len(strategy) == 1 else "mixed" if strategy else "unknown",
-        "patch_kernels_first": kernels,
-        "confidence": min((x["confidence"] for x in lists), key=_rank, default="unknown"),
-    }
+def decide_tp(facts: ParallelFacts) -> TpPlan:
+    lists = tuple(_plan_list(b) for b in facts.blocks)
+    strategy = sorted({x.strategy for x in lists})
+    return TpPlan(
+        block_lists=lists,
+        strategy=strategy[0] if len(strategy) == 1 else "mixed" if strategy else "unknown",
+        patch_kernels_first=tuple(e for b in facts.blocks for e in b.kernels),
+        confidence=min((x.confidence for x in lists), key=_rank, default="unknown"),
+    )
 
 
 def _rank(c: str) -> int:
     return {"unknown": 0, "low": 1, "medium": 2, "high": 3}.get(c, 0)
 
 
-def _plan_list(b: BlockStructure) -> dict[str, Any]:
+def _plan_list(b: BlockStructure) -> TpList:
     roles = {r.path: r for r in b.linears}
     modules = {m.path: m for m in b.modules}
-    reasons: dict[str, dict] = {}
+    reasons: dict[str, TpReason] = {}
     layer_plan: dict[str, str] = {}
-    shard: dict[str, list[str]] = {}
+    shard: dict[str, tuple[str, ...]] = {}
     risks: list[str] = []
-    evidence: list[dict] = []
+    evidence: list[Evidence] = []
     notes: list[str] = []
     strategy = "standard"
     confidence = "high" if b.attentions else "low"
@@ -68,10 +69,10 @@ def _plan_list(b: BlockStructure) -> dict[str, Any]:
             for p in a.out_projs:
                 layer_plan[p] = "rowwise(input=replicate)"
             for p, how in a.fused.items():
-                evidence.append({"file": a.processor_at.file if a.processor_at else a.kernel.file if a.kernel else "",
-                                 "line": a.processor_at.line if a.processor_at else 0,
-                                 "why": f"`{p}` is split into equal parts by {how}: shard it with a replicated "
-                                        "output so the processor sees whole Q/K/V; do not divide the head count"})
+                evidence.append(Evidence(a.processor_at.file if a.processor_at else a.kernel.file if a.kernel else "",
+                                         a.processor_at.line if a.processor_at else 0,
+                                         f"`{p}` is split into equal parts by {how}: shard it with a replicated "
+                                         "output so the processor sees whole Q/K/V; do not divide the head count"))
             continue
         if rearranged:
             strategy = "fused-weight rearrangement"
@@ -84,7 +85,7 @@ def _plan_list(b: BlockStructure) -> dict[str, Any]:
             layer_plan[p] = "rowwise"
         attrs = _shard_div_attrs(a)
         if attrs:
-            shard[a.path] = attrs
+            shard[a.path] = tuple(attrs)
         for norm, size in a.qk_norms.items():
             head = a.head_dim[1] if a.head_dim else None
             if size is not None and head is not None and size != head:
@@ -115,12 +116,11 @@ def _plan_list(b: BlockStructure) -> dict[str, Any]:
             notes.append(f"`{path}`: role unknown, left whole")
             confidence = "medium" if confidence == "high" else confidence
         where = modules.get(path)
-        evidence.append({"file": where.file if where else "", "line": where.line if where else 0,
-                         "why": f"`{path}` {r.role}: {r.why}"})
+        evidence.append(Evidence(where.file if where else "", where.line if where else 0, f"`{path}` {r.role}: {r.why}"))
     for path in layer_plan:
         r, where = roles.get(path), modules.get(path)
-        reasons[path] = {"role": r.role if r else "processor-owned", "why": r.why if r else "",
-                         "file": where.file if where else "", "line": where.line if where else 0}
+        reasons[path] = TpReason(r.role if r else "processor-owned", r.why if r else "",
+                                 where.file if where else "", where.line if where else 0)
     for t in b.tables:
         notes.append(f"`{t}` is a modulation table (nn.Parameter): kept whole on every rank")
     if b.kernels:
@@ -128,19 +128,19 @@ def _plan_list(b: BlockStructure) -> dict[str, Any]:
                      "parallelize_module (see patch_kernels_first)")
     if b.unknowns:
         confidence = "low"
-    return {
-        "attr": b.attr,
-        "block_class": b.block_class,
-        "layer_plan": layer_plan,
-        "reasons": reasons,
-        "shard_div_attr": shard,
-        "strategy": strategy,
-        "confidence": confidence,
-        "risks": risks,
-        "notes": notes + list(b.unknowns),
-        "evidence": evidence,
-        "heads": {a.path: {"heads": a.heads, "kv_heads": a.kv_heads, "head_dim": a.head_dim} for a in b.attentions},
-    }
+    return TpList(
+        attr=b.attr,
+        block_class=b.block_class,
+        layer_plan=layer_plan,
+        reasons=reasons,
+        shard_div_attr=shard,
+        strategy=strategy,
+        confidence=confidence,
+        risks=tuple(risks),
+        notes=tuple(notes + list(b.unknowns)),
+        evidence=tuple(evidence),
+        heads={a.path: Heads(a.heads, a.kv_heads, a.head_dim) for a in b.attentions},
+    )
 
 
 def _kv_indivisible(a: AttentionFact, size: int) -> bool:

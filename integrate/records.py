@@ -1,18 +1,59 @@
-"""Frozen, JSON-serialisable records passed from one stage to the next.
+"""Frozen, JSON-serialisable records: the only way data passes from one stage to the next.
 
-Every stage reads the records of earlier stages and never imports a later stage. The JSON
-form of these records is the documented schema (docs/schema.md); bump SCHEMA_VERSION on any
-change to field names or meanings.
+Each stage owns the records it produces (`integrate.gate.GateReport`, `integrate.analyzers.records`,
+`integrate.decisions.records`, `integrate.templates.records`, `integrate.verify.records`,
+`integrate.survey.SurveyRow`); this module holds what they share: `Evidence`, and the two functions
+that turn a record tree into JSON data and back.
+
+- `to_json(record)`: plain JSON data. A field named `cls` is `class` in JSON (other keywords are named
+  with `metadata={"name": "in"}`); a field whose value is
+  `OMIT` is left out (an optional key, e.g. a mask reorder's `mechanism` exists only when one is needed);
+  a field declared with `metadata=IN_PROCESS` is never serialised (typed data whose readable form is in
+  another field).
+- `from_json(Type, data)`: the record back, every value checked against the field's type; a wrong type,
+  an unknown key or a missing required key raises `RecordError` (an `InputError`: exit code 2) naming
+  the path (`$.parallelism.cp.plan["proj_out"]`).
+
+The JSON forms are the documented schema (docs/schema.md; tests/test_schema_doc.py keeps the two in step).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Literal
 
-SCHEMA_VERSION = "1.1"
+from integrate.errors import InputError
 
 Confidence = Literal["high", "medium", "low", "unknown"]
+IN_PROCESS = {"json": False}
+_RENAMES = {"cls": "class"}
+
+
+class Omit:
+    """The value of an optional JSON key that is absent."""
+
+    _instance: Omit | None = None
+
+    def __new__(cls) -> Omit:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "OMIT"
+
+    def __bool__(self) -> bool:
+        raise TypeError("OMIT has no truth value; compare with `is OMIT`")
+
+
+OMIT: Any = Omit()
+
+
+class RecordError(InputError):
+    """JSON data that does not match a record's types."""
 
 
 @dataclass(frozen=True)
@@ -22,337 +63,23 @@ class Evidence:
     why: str
 
 
-@dataclass(frozen=True)
-class Fact:
-    """One gate fact: its value and where it came from (a flag, a metadata file, a lookup)."""
-
-    value: str | None
-    source: str
-
-
-@dataclass(frozen=True)
-class GateReport:
-    inputs: dict[str, Fact]  # model_path, pipeline_class, transformer_class, pipeline_file, transformer_file
-    pipeline_entry: str  # "__call__", a method name, or a module-level function name
-    notes: tuple[str, ...] = ()
-
-    def value(self, fact: str) -> str | None:
-        return self.inputs[fact].value
-
-
-@dataclass(frozen=True)
-class Param:
-    name: str
-    kind: Literal["positional_only", "positional_or_keyword", "var_positional", "keyword_only", "var_keyword"]
-    default: str | None = None  # source text of the default, None when required
-    annotation: str | None = None
-
-
-@dataclass(frozen=True)
-class ReturnSite:
-    line: int
-    values: tuple[str, ...]  # source text of each returned element, in order
-    roles: tuple[str, ...]  # the input parameter each element carries, "?" when untraced
-    guards: tuple[str, ...] = ()  # conditions under which this return runs ("not x" for else)
-
-
-@dataclass(frozen=True)
-class ForwardSummary:
-    """A block's forward: signature and what it returns, in order."""
-
-    cls: str
-    file: str
-    line: int
-    params: tuple[Param, ...]
-    returns: tuple[ReturnSite, ...]
-    return_roles: tuple[str, ...] | None  # agreed order over all return sites; None if unknown
-    returns_agree: bool
-    annotation: str | None
-    annotation_tensor_count: int | None  # what cache-dit's pattern check counts
-    annotation_agrees: bool | None
-    evidence: tuple[Evidence, ...] = ()
-
-
-@dataclass(frozen=True)
-class ExtraOp:
-    """A statement in a block loop's body other than the block call and trivial guards."""
-
-    line: int
-    code: str
-    kind: Literal["hoistable", "index_dependent", "residual_injection", "other"]
-    active_by_default: bool
-    why: str
-
-
-@dataclass(frozen=True)
-class Binding:
-    """Pitfall A: the call site bound to the block directly and through cache-dit's wrapper."""
-
-    pattern: str
-    binds: bool
-    error: str | None
-    changed: tuple[str, ...]  # block parameters that would receive another argument
-
-
-@dataclass(frozen=True)
-class CallSite:
-    file: str
-    line: int
-    loop_line: int
-    call: str
-    stream_args: dict[str, str]  # block parameter -> loop-carried variable passed to it
-    outputs: tuple[str, ...]  # assignment targets of the call, in order
-    keyword_positional_mismatch: bool | None
-    bindings: tuple[Binding, ...]
-    loop_extra_ops: tuple[ExtraOp, ...]
-    in_place_input_mutation: tuple[Evidence, ...]
-    walk: tuple[str, ...]  # how the list is walked: slices, len(), several loops, ...
-
-
-@dataclass(frozen=True)
-class BlockList:
-    attr: str
-    container: str  # "ModuleList", "ModuleDict[...] of ModuleList", "ModuleList of ModuleList"
-    is_blocks: bool | None  # None: cannot tell
-    why: str
-    block_class: str | None
-    block_classes: tuple[str, ...]
-    block_file: str | None
-    length: str | None  # expression that sets the length
-    length_config_fields: tuple[str, ...]
-    forward_pattern: str | None
-    alternatives: tuple[str, ...]  # other patterns that also bind as is
-    confidence: Confidence
-    check_forward_pattern: bool | None
-    roles: dict[str, str]  # "hidden_states"/"encoder_hidden_states" -> the block's parameter
-    forward: ForwardSummary | None
-    call_site: CallSite | None
-    evidence: tuple[Evidence, ...]
-    notes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class TransformerFacts:
-    cls: str
-    file: str
-    line: int
-    block_lists: tuple[BlockList, ...]
-    needs_patch_functor: bool
-    patch_functor_reasons: tuple[str, ...]
-    unknowns: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class PipelineFacts:
-    cls: str | None
-    entry: str
-    file: str | None
-    has_separate_cfg: bool | None
-    confidence: Confidence
-    transformer_calls: int | None
-    evidence: tuple[Evidence, ...]
-
-
-@dataclass(frozen=True)
-class ModuleFact:
-    """One sub-module of a block, read from `__init__` (sizes traced from config.json where possible)."""
-
-    path: str  # relative to the block: "attn.to_q", "ff.net.2"
-    cls: str
-    kind: Literal["linear", "container", "module", "library", "parameter", "unknown"]
-    shape: tuple[int | None, int | None] | None  # Linear (in, out) or a norm's (size, None)
-    conditional: bool
-    file: str
-    line: int
-
-
-@dataclass(frozen=True)
-class AttentionFact:
-    path: str  # relative to the block
-    cls: str
-    processor: str | None
-    processor_at: Evidence | None
-    in_projs: tuple[str, ...]  # called before the attention kernel
-    out_projs: tuple[str, ...]  # called after it
-    fused: dict[str, str]  # projection -> how its output is split into several tensors
-    fused_equal_split: bool  # every fused projection is split into equal parts (QKV), not QKV+MLP
-    reshape_attrs: dict[str, int]  # attention attribute used in a reshape/split -> line
-    heads: tuple[str, int | None] | None  # (attribute, value)
-    kv_heads: tuple[str, int | None] | None
-    head_dim: tuple[str, int | None] | None
-    mask_at: Evidence | None  # the processor takes and uses an attention mask
-    rope_at: Evidence | None
-    kernel: Evidence | None  # the attention kernel call
-    qk_norms: dict[str, int | None]  # q/k norm -> normalised size
-    evidence: tuple[Evidence, ...] = ()
-    unknowns: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class LinearRole:
-    path: str
-    role: Literal["attention_in", "attention_out", "ffn_in", "ffn_out", "modulation", "block_in", "block_out",
-                  "unknown"]
-    why: str
-    fused_out_down: bool = False  # its input joins attention output and another projection's output
-
-
-@dataclass(frozen=True)
-class SubModuleCall:
-    """A call the block's forward makes to one of its attention / FFN sub-modules."""
-
-    path: str
-    inputs: dict[str, str]  # the sub-module's parameter -> "stream" | "position" | "other"
-    at: Evidence
-
-
-@dataclass(frozen=True)
-class BlockStructure:
-    """What TP needs to know about one block list's element 0."""
-
-    attr: str
-    block_class: str | None
-    length: int | None
-    modules: tuple[ModuleFact, ...]
-    attentions: tuple[AttentionFact, ...]
-    linears: tuple[LinearRole, ...]
-    tables: tuple[str, ...]  # nn.Parameter modulation tables (kept replicated)
-    kernels: tuple[Evidence, ...]  # fused / env-gated kernels in the block's sources
-    evidence: tuple[Evidence, ...] = ()
-    unknowns: tuple[str, ...] = ()
-    built: bool = True  # element 0 exists for this config (False: a branch not taken, e.g. an optional list)
-    surgery: tuple[Evidence, ...] = ()  # the block splits/slices its stream by a length from a non-tensor input
-    calls: tuple[SubModuleCall, ...] = ()
-
-
-@dataclass(frozen=True)
-class BlockInputFact:
-    param: str
-    arg: str
-    role: Literal["stream", "position", "mask", "other"]
-    producer_kind: str  # "param", "module", "method", "function", "expression", "unknown"
-    producer: str | None
-    producer_at: Evidence | None
-    producer_outputs: int | None
-    in_loop: bool
-    from_params: tuple[str, ...]
-    local_length: tuple[Evidence, ...]
-    token_params: tuple[str, ...] = ()  # forward parameters whose dim 1 (a per-token axis) feeds it
-
-
-@dataclass(frozen=True)
-class SideModule:
-    module: str
-    indexed: bool  # called as `self.<module>[i](...)`: one per block
-    at: Evidence
-
-
-@dataclass(frozen=True)
-class MaskFact:
-    name: str  # the variable, parameter or dict key
-    where: Literal["forward", "pipeline"]
-    layout: str | None  # "1-D key mask [B, 1, 1, S]", "2-D mask [B, 1, S, S]", None when not read
-    at: Evidence
-
-
-@dataclass(frozen=True)
-class ListFlowFact:
-    attr: str
-    loop_line: int
-    streams: dict[str, str]  # block parameter -> loop variable
-    inputs: tuple[BlockInputFact, ...]
-    fresh: bool  # its streams are not the previous list's outputs (per token)
-    after: str | None
-    mixed_after: bool
-    mixing: tuple[Evidence, ...]
-    side_modules: tuple[SideModule, ...] = ()  # modules whose output the loop body joins into a stream
-    fresh_streams: tuple[str, ...] = ()  # block parameters whose stream is not split yet (to split here)
-    offset: int | None = 0  # first block index this walk visits (a walk over `lst[-k:]` starts at n - k)
-    last: int | None = None  # last block index it visits (None: not known statically)
-
-
-@dataclass(frozen=True)
-class SequenceFact:
-    file: str
-    forward_line: int
-    forward_params: tuple[str, ...]
-    lists: tuple[ListFlowFact, ...]
-    root_blockers: tuple[Evidence, ...]
-    root_params: dict[str, str]  # loop variable -> forward parameter
-    root_risks: tuple[Evidence, ...]  # per-token inputs built from a local length under a root split
-    gather: str | None
-    gather_at: Evidence | None
-    gather_blocked: tuple[Evidence, ...]  # the sequence is cut by a global length before any output module
-    gather_blocked_unless_root: tuple[Evidence, ...]  # cut by lengths read before the loop: fine after a root split
-    masks: tuple[MaskFact, ...]
-    batch_dropped: dict[str, Evidence] = field(default_factory=dict)  # `if ids.ndim == 3: ids = ids[0]`
-    annotations: dict[str, str] = field(default_factory=dict)  # forward parameter -> its annotation
-    unknowns: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class TextEncoderFacts:
-    """One text encoder named in model_index.json and what TE-P needs to know about it."""
-
-    component: str  # the model_index key: "text_encoder", "text_encoder_2", ...
-    cls: str | None  # class name from model_index.json
-    library: str | None  # "transformers", "diffusers", ...
-    supported: bool | None  # the installed cache-dit registers a TE-P planner for it (None: cache-dit not found)
-    supported_by: str | None  # "file:line" of that registration
-    tp_plan: dict[str, str]  # HF `base_model_tp_plan` (module pattern -> "colwise"/"rowwise"/...), {} when none
-    tp_plan_source: Evidence | None  # where tp_plan was read
-    evidence: tuple[Evidence, ...] = ()
-    notes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class VaeFacts:
-    component: str  # "vae"
-    cls: str | None
-    library: str | None
-    supported: bool | None  # the installed cache-dit registers a VAE-P planner for it
-    supported_by: str | None
-    evidence: tuple[Evidence, ...] = ()
-    notes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class ParallelFacts:
-    """Everything the CP / TP / TE-P / VAE-P decisions read, gathered statically."""
-
-    config: dict[str, Any]  # transformer config.json values used to size modules
-    blocks: tuple[BlockStructure, ...]
-    sequence: SequenceFact | None
-    top_modules: tuple[ModuleFact, ...]  # the transformer's own direct sub-modules
-    position_modules: dict[str, dict[str, Any]]  # module -> {"outputs", "split_dim", "expected_dims", "why"}
-    diffusers_cp_plan: dict[str, Any] | None  # `_cp_plan` declared on the class, read statically
-    diffusers_cp_plan_at: Evidence | None
-    pipeline_masks: tuple[MaskFact, ...]
-    pipeline_arg_ndims: dict[str, int]  # transformer keyword argument -> dims of what the pipeline passes
-    pipeline_arg_ndims_at: dict[str, Evidence]
-    text_encoders: tuple[TextEncoderFacts, ...]
-    vae: VaeFacts | None
-    crosscheck: dict[str, Any]  # the meta-device build: {"ok", "error", "agree", "disagreements"}
-
-
-@dataclass(frozen=True)
-class Analysis:
-    schema_version: str
-    tool_version: str
-    gate: GateReport
-    transformer: TransformerFacts
-    pipeline: PipelineFacts
-    already_supported: dict[str, Any] = field(default_factory=dict)
-    files_read: tuple[str, ...] = ()
-
-
-_RENAMES = {"cls": "class"}
+def json_name(f: dataclasses.Field) -> str:
+    """The field's JSON key: `metadata={"name": ...}` when the key is a Python keyword, else its name."""
+    return f.metadata.get("name") or _RENAMES.get(f.name, f.name)
 
 
 def to_json(record: Any) -> Any:
-    """Plain JSON data for a record tree (dataclasses, tuples, dicts)."""
-    if is_dataclass(record):
-        return {_RENAMES.get(f.name, f.name): to_json(getattr(record, f.name)) for f in fields(record)}
+    """Plain JSON data for a record tree (dataclasses, tuples, lists, dicts, scalars)."""
+    if is_dataclass(record) and not isinstance(record, type):
+        out = {}
+        for f in fields(record):
+            if not f.metadata.get("json", True):
+                continue
+            value = getattr(record, f.name)
+            if value is OMIT:
+                continue
+            out[json_name(f)] = to_json(value)
+        return out
     if isinstance(record, (list, tuple)):
         return [to_json(x) for x in record]
     if isinstance(record, dict):
@@ -360,4 +87,116 @@ def to_json(record: Any) -> Any:
     return record
 
 
-__all__ = [name for name in dir() if not name.startswith("_")] + ["asdict"]
+# -- from JSON ---------------------------------------------------------------------------------------
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    return hints
+
+
+def from_json(tp: Any, data: Any, where: str = "$") -> Any:
+    """`data` decoded as `tp` (a record class or a typing form), checked on the way."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return data
+    if tp is type(None) or tp is None:
+        if data is not None:
+            raise RecordError(f"{where}: expected null, got {_kind(data)}")
+        return None
+    if origin in (typing.Union, types.UnionType):
+        members = [m for m in typing.get_args(tp) if m is not Omit]
+        if data is None and type(None) in members:
+            return None
+        errors = []
+        for member in members:
+            if member is type(None):
+                continue
+            try:
+                return from_json(member, data, where)
+            except RecordError as exc:
+                errors.append(str(exc))
+        raise RecordError(errors[0] if len(errors) == 1 else f"{where}: matches none of {_names(members)}")
+    if origin is Literal:
+        if data not in typing.get_args(tp):
+            allowed = ", ".join(repr(a) for a in typing.get_args(tp))
+            raise RecordError(f"{where}: {data!r} is not one of {allowed}")
+        return data
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(data, list):
+            raise RecordError(f"{where}: expected a list, got {_kind(data)}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(from_json(args[0], x, f"{where}[{i}]") for i, x in enumerate(data))
+        if len(args) != len(data):
+            raise RecordError(f"{where}: expected {len(args)} items, got {len(data)}")
+        return tuple(from_json(a, x, f"{where}[{i}]") for i, (a, x) in enumerate(zip(args, data)))
+    if origin is list:
+        (arg,) = typing.get_args(tp) or (Any,)
+        if not isinstance(data, list):
+            raise RecordError(f"{where}: expected a list, got {_kind(data)}")
+        return [from_json(arg, x, f"{where}[{i}]") for i, x in enumerate(data)]
+    if origin is dict or tp is dict:
+        key_t, value_t = typing.get_args(tp) or (str, Any)
+        if not isinstance(data, dict):
+            raise RecordError(f"{where}: expected an object, got {_kind(data)}")
+        return {from_json(key_t, k, where): from_json(value_t, v, f"{where}[{k!r}]") for k, v in data.items()}
+    if is_dataclass(tp):
+        return _record(tp, data, where)
+    if tp is float:
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            raise RecordError(f"{where}: expected a number, got {_kind(data)}")
+        return data
+    if tp in (int, str, bool):
+        if not isinstance(data, tp) or (tp is int and isinstance(data, bool)):
+            raise RecordError(f"{where}: expected {tp.__name__}, got {_kind(data)}")
+        return data
+    raise TypeError(f"{where}: cannot decode type {tp!r}")
+
+
+def _record(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise RecordError(f"{where}: expected an object ({cls.__name__}), got {_kind(data)}")
+    hints = _hints(cls)
+    known = {json_name(f): f for f in fields(cls) if f.metadata.get("json", True)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise RecordError(f"{where}: unknown key {unknown[0]!r} for {cls.__name__}")
+    values = {}
+    for key, f in known.items():
+        if key not in data:
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+                continue
+            raise RecordError(f"{where}: missing key {key!r} ({cls.__name__})")
+        values[f.name] = from_json(hints[f.name], data[key], f"{where}.{key}")
+    return cls(**values)
+
+
+def _kind(data: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(data), type(data).__name__)
+
+
+def _names(members) -> str:
+    return ", ".join(getattr(m, "__name__", str(m)) for m in members)
+
+
+def record_types(root: type) -> list[type]:
+    """Every record class reachable from `root` through its fields' types (for the schema check)."""
+    seen: list[type] = []
+
+    def visit(tp: Any) -> None:
+        for arg in typing.get_args(tp):
+            visit(arg)
+        if is_dataclass(tp) and isinstance(tp, type) and tp not in seen:
+            seen.append(tp)
+            for f in fields(tp):
+                if f.metadata.get("json", True):
+                    visit(_hints(tp)[f.name])
+
+    visit(root)
+    return seen

@@ -13,28 +13,37 @@ Everything else in `forward` is the model's own code, byte for byte.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import libcst as cst
+from integrate.analyzers.records import BlockList
 
-from integrate.syntax import find_all, names_read, params_of, self_member
-from integrate.records import BlockList
 from integrate.source import SourceFile, dotted, find_method
+from integrate.syntax import find_all, names_read, params_of, self_member
 
 
-@dataclass
+@dataclass(frozen=True)
 class Split:
     """One walk over a slice of a block list, turned into a list of its own."""
 
     attr: str  # the original list attribute
     new_attr: str  # the list this walk iterates after the patch
     slice_code: str  # the model's slice expression, with `self` spelled `transformer`
-    guards: list[str]  # enclosing `if` conditions in forward, with `self` spelled `transformer`
-    var: str = ""  # the local name the PatchFunctor gives this part
+    guards: tuple[str, ...]  # enclosing `if` conditions in forward, with `self` spelled `transformer`
+    var: str  # the local name the PatchFunctor gives this part
 
 
-@dataclass
+@dataclass(frozen=True)
+class Change:
+    """One thing the rewrite changed, named by the rule whose finding it answers."""
+
+    rule: str  # "walk-slice", "pitfall-a", "pitfall-b", "pitfall-c"
+    attr: str  # the block list
+    text: str  # for the PatchFunctor's docstring and the report
+
+
+@dataclass(frozen=True)
 class BlockPatch:
     """Pitfall C: a block forward that writes into an input, rewritten to work out of place."""
 
@@ -43,15 +52,15 @@ class BlockPatch:
     code: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class ForwardPatch:
     code: str  # the patched forward, as a module-level function named `patched_forward`
-    splits: list[Split] = field(default_factory=list)
-    changes: list[str] = field(default_factory=list)  # what was changed, for comments and the report
-    imports: list[tuple[str, str | None]] = field(default_factory=list)  # (module, name) the function needs
-    unhandled: list[str] = field(default_factory=list)
+    splits: tuple[Split, ...] = ()
+    changes: tuple[Change, ...] = ()  # what was changed, for comments and the report
+    imports: tuple[tuple[str, str | None], ...] = ()  # (module, name) the function needs
+    unhandled: tuple[str, ...] = ()
     forward_changed: bool = False  # the transformer's forward needs replacing (else only blocks are patched)
-    blocks: list[BlockPatch] = field(default_factory=list)
+    blocks: tuple[BlockPatch, ...] = ()
 
 
 class _SelfToTransformer(cst.CSTTransformer):
@@ -66,7 +75,7 @@ def _as_transformer(src: SourceFile, node: cst.CSTNode) -> str:
 def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[BlockList, ...]) -> ForwardPatch:
     fwd = find_method(cls, "forward")
     if fwd is None:
-        return ForwardPatch("", unhandled=[f"{cls.name.value} defines no forward"])
+        return ForwardPatch("", unhandled=(f"{cls.name.value} defines no forward",))
     attrs = {bl.attr for bl in block_lists if bl.is_blocks}
     aliases = _aliases(fwd, attrs)
     slices: dict[str, list[cst.Subscript]] = {}
@@ -85,10 +94,10 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
             new_attr = attr if i == 0 else f"{attr}_{i + 1}"
             code = src.code(sub)
             replace[code] = f"self.{new_attr}"
-            guards = [_as_transformer(src, g) for g in _guards(fwd, sub)]
+            guards = tuple(_as_transformer(src, g) for g in _guards(fwd, sub))
             rendered = cst.Module(body=[]).code_for_node(_rebase(sub, aliases, attr).visit(_SelfToTransformer()))
-            splits.append(Split(attr, new_attr, rendered, guards))
-    changes = [f"`{s.slice_code}` is walked as `{s.new_attr}`" for s in splits]
+            splits.append(Split(attr, new_attr, rendered, guards, f"part_{len(splits)}"))
+    changes = [Change("walk-slice", s.attr, f"`{s.slice_code}` is walked as `{s.new_attr}`") for s in splits]
     rewritten = fwd.visit(_Rewrite(src, replace, block_lists, aliases, changes))
     rewritten = rewritten.visit(_DropUnusedAliases(aliases, rewritten))
     rewritten = rewritten.visit(_MarkUnusedUnpacked(rewritten))
@@ -112,10 +121,10 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
         fixed = b_fwd.visit(_OutOfPlace(streams)).with_changes(name=cst.Name(f"patched_{bl.attr}_forward"))
         blocks.append(BlockPatch(bl.attr, f"patched_{bl.attr}_forward", cst.Module(body=[]).code_for_node(fixed)))
         imports += _imports(ws, b_src, fixed)
-        changes.append(f"`{bl.block_class}.forward` adds residuals out of place instead of writing into its "
-                       "inputs (pitfall C)")
-    return ForwardPatch(code=code, splits=splits, changes=changes, imports=sorted(set(imports)),
-                        forward_changed=forward_changed, blocks=blocks)
+        changes.append(Change("pitfall-c", bl.attr, f"`{bl.block_class}.forward` adds residuals out of place "
+                                                    "instead of writing into its inputs (pitfall C)"))
+    return ForwardPatch(code=code, splits=tuple(splits), changes=tuple(changes), imports=tuple(sorted(set(imports))),
+                        forward_changed=forward_changed, blocks=tuple(blocks))
 
 
 class _OutOfPlace(cst.CSTTransformer):
@@ -186,7 +195,7 @@ def _guards(fwd: cst.FunctionDef, target: cst.CSTNode) -> list[cst.BaseExpressio
 
 
 class _Rewrite(cst.CSTTransformer):
-    def __init__(self, src: SourceFile, replace: dict[str, str], block_lists, aliases, changes: list[str]):
+    def __init__(self, src: SourceFile, replace: dict[str, str], block_lists, aliases, changes: list[Change]):
         self.src, self.replace, self.aliases, self.changes = src, replace, aliases, changes
         self.pitfall_a = {bl.attr: bl for bl in block_lists if bl.is_blocks and bl.call_site is not None
                           and bl.call_site.keyword_positional_mismatch}
@@ -211,7 +220,8 @@ class _Rewrite(cst.CSTTransformer):
             return updated
         if attr in self.pitfall_a:
             updated = updated.visit(_Positional(self.pitfall_a[attr], original.target))
-            self.changes.append(f"the `{attr}` block call passes its streams positionally (pitfall A)")
+            self.changes.append(Change("pitfall-a", attr,
+                                       f"the `{attr}` block call passes its streams positionally (pitfall A)"))
         hoisted = []
         codes = {op.code.strip() for op in self.hoist.get(attr, [])}
         if codes:
@@ -221,8 +231,8 @@ class _Rewrite(cst.CSTTransformer):
                 (hoisted if text in codes else body).append(stmt)
             if hoisted:
                 updated = updated.with_changes(body=updated.body.with_changes(body=body))
-                self.changes.append(f"{len(hoisted)} loop-invariant statement(s) hoisted out of the `{attr}` loop "
-                                    "(pitfall B)")
+                self.changes.append(Change("pitfall-b", attr, f"{len(hoisted)} loop-invariant statement(s) hoisted "
+                                                              f"out of the `{attr}` loop (pitfall B)"))
                 return cst.FlattenSentinel([*hoisted, updated])
         return updated
 

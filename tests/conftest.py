@@ -41,8 +41,7 @@ def analysis():
     """Analysis JSON of an installed diffusers model, memoised for the session."""
     import tempfile
 
-    from integrate.cli import run_analysis
-    from integrate.gate import GateFlags
+    from integrate import api
 
     memo: dict = {}
     tmp = Path(tempfile.mkdtemp())
@@ -50,7 +49,7 @@ def analysis():
     def get(pipeline: str, transformer: str) -> dict:
         if (pipeline, transformer) not in memo:
             d = make_model_dir(tmp / pipeline, pipeline, transformer)
-            memo[(pipeline, transformer)] = run_analysis(GateFlags(model_path=str(d)), use_cache=False)
+            memo[(pipeline, transformer)] = api.analysis_json(api.flags_for(str(d)), use_cache=False)
         return memo[(pipeline, transformer)]
 
     return get

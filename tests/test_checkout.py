@@ -12,9 +12,16 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from integrate.templates import checkout
+from integrate.templates.checkout import (
+    GENERATED_MARKER,
+    Artifact,
+    Registration,
+    apply_checkout,
+    find_package,
+    plan_checkout,
+)
 
-from integrate import checkout
-from integrate.checkout import GENERATED_MARKER, Artifact, Registration, apply_checkout, find_package, plan_checkout
 from integrate.errors import InputError
 
 INSTALLED = Path(importlib.util.find_spec("cache_dit").origin).parent  # located without importing torch

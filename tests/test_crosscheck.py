@@ -8,12 +8,10 @@ from pathlib import Path
 
 import pytest
 from conftest import make_model_dir
+from integrate.decisions.crosscheck import compare, crosscheck
+from integrate.decisions.probe import probe_transformer
 
-from integrate.analyzers import analyze
-from integrate.analyzers.structure import parallel_facts
-from integrate.crosscheck import compare, crosscheck
-from integrate.gate import GateFlags, run_gate
-from integrate.probe import probe_transformer
+from integrate import api
 from integrate.resolve import Workspace
 
 MODELS = [
@@ -29,9 +27,8 @@ MODELS = [
 def _facts(pipeline: str, transformer: str):
     d = make_model_dir(Path(tempfile.mkdtemp()) / pipeline, pipeline, transformer)
     ws = Workspace()
-    report = run_gate(GateFlags(model_path=str(d)), ws)
-    facts = parallel_facts(report, ws, analyze(report, ws))
-    return report, ws, facts
+    analysis = api.analyze(api.flags_for(str(d)), parallel=True, ws=ws)
+    return analysis.gate, ws, analysis.parallel
 
 
 @pytest.mark.parametrize("pipeline,transformer", MODELS)
@@ -39,9 +36,9 @@ def test_static_structure_matches_the_meta_build(pipeline, transformer):
     report, ws, facts = _facts(pipeline, transformer)
     t_file = report.value("transformer_file")
     result = crosscheck(facts, t_file, transformer, ws.load(Path(t_file)).dotted_name, report.value("model_path"))
-    assert result["ok"], result["error"]
-    assert result["checked"] >= 10
-    assert result["disagreements"] == []
+    assert result.ok, result.error
+    assert result.checked >= 10
+    assert result.disagreements == ()
 
 
 def test_a_wrong_static_fact_is_reported_not_hidden():
@@ -52,8 +49,8 @@ def test_a_wrong_static_fact_is_reported_not_hidden():
     wrong_attn = dataclasses.replace(first.attentions[0], heads=("heads", 7))
     wrong = dataclasses.replace(first, length=5, attentions=(wrong_attn,) + first.attentions[1:])
     result = compare(dataclasses.replace(facts, blocks=(wrong,) + facts.blocks[1:]), probe)
-    assert any("static length 5, built 19" in d for d in result["disagreements"])
-    assert any("attn.heads`: static 7, built 24" in d for d in result["disagreements"])
+    assert any("static length 5, built 19" in d for d in result.disagreements)
+    assert any("attn.heads`: static 7, built 24" in d for d in result.disagreements)
 
 
 def test_probe_failure_is_reported_as_a_line(tmp_path):
@@ -62,4 +59,4 @@ def test_probe_failure_is_reported_as_a_line(tmp_path):
     (bad / "transformer").mkdir(parents=True)
     (bad / "transformer" / "config.json").write_text('{"num_layers": "many"}')
     result = crosscheck(facts, report.value("transformer_file"), "FluxTransformer2DModel", "diffusers", str(bad))
-    assert result["ok"] is False and "\n" not in result["error"] and "FluxTransformer2DModel" in result["error"]
+    assert result.ok is False and "\n" not in result.error and "FluxTransformer2DModel" in result.error

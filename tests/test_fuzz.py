@@ -67,20 +67,15 @@ def test_mutated_sources_never_crash(tmp_path_factory, source):
 
 def _plan_pieces(ws, src, cls, facts):
     """The parallelism readers and both charts run on whatever the analysis made of the class."""
-    from integrate.analyzers.modules import module_tree
-    from integrate.analyzers.sequence import sequence_facts
-    from integrate.analyzers.structure import _position_modules, _sequence_record, block_structure
+    from integrate.analyzers.structure import parallel_facts
     from integrate.decisions.cp import decide_cp
     from integrate.decisions.tp import decide_tp
-    from integrate.records import ParallelFacts
+    from integrate.gate.records import Fact, GateReport
 
-    tree = module_tree(ws, src, cls, {})
-    blocks = tuple(block_structure(ws, tree, bl.attr, bl.block_class) for bl in facts.block_lists if bl.is_blocks)
-    seq = sequence_facts(ws, src, cls, tree, facts.block_lists)
-    pf = ParallelFacts(config={}, blocks=blocks, sequence=_sequence_record(seq) if seq else None, top_modules=(),
-                       position_modules=_position_modules(ws, tree, seq), diffusers_cp_plan=None,
-                       diffusers_cp_plan_at=None, pipeline_masks=(), pipeline_arg_ndims={}, pipeline_arg_ndims_at={},
-                       text_encoders=(), vae=None, crosscheck={})
+    gate = GateReport({"model_path": Fact(None, "test"), "pipeline_class": Fact(None, "test"),
+                       "transformer_class": Fact(cls.name.value, "test"), "pipeline_file": Fact(None, "test"),
+                       "transformer_file": Fact(str(src.path), "test")}, "__call__")
+    pf = parallel_facts(gate, ws, facts)
     cp = decide_cp(pf)
-    assert cp["approach"] in ("hook", "hybrid", "unknown")
+    assert cp.approach in ("hook", "hybrid", "unknown")
     decide_tp(pf)

@@ -234,15 +234,17 @@ def test_patch_functor_rewrites_pitfalls_a_and_c_and_keeps_the_numbers(tmp_path,
     ("Flux2Pipeline", "Flux2Transformer2DModel"),
 ])
 def test_generated_code_is_ruff_clean_across_models(tmp_path, pipeline, transformer):
-    from integrate.cli import _analysis_for_plan, build_plan
-    from integrate.gate import GateFlags
+    from integrate.decisions.records import Approval
     from integrate.templates import build
 
+    from integrate import api
+
     model = make_model_dir(tmp_path / "m", pipeline, transformer)
-    plan = build_plan(GateFlags(model_path=str(model)), probe=False)
-    analysis, ws, src, cls = _analysis_for_plan(plan)
-    name = f"integrate_{plan['model']['example_name']}"
-    gen = build(plan, {"reviewer": "t", "approved_at": "now", "plan_sha256": "0" * 64}, analysis, ws, src, cls,
+    plan = api.plan(api.flags_for(str(model)), probe=False)
+    analysis, ws = api.analysis_for_plan(plan)
+    src = ws.load(Path(plan.model.transformer_file))
+    name = f"integrate_{plan.model.example_name}"
+    gen = build(plan, Approval("t", "now", "0" * 64), analysis, ws, src, src.classes[plan.model.transformer_class],
                 f"{name}.patch_functor", name)
     for rel, text in ({f"{name}/{p.module}.py": p.text for p in gen.pieces} | gen.extra).items():
         (tmp_path / "out" / rel).parent.mkdir(parents=True, exist_ok=True)

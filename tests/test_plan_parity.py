@@ -73,8 +73,8 @@ def oracle():
 
 @pytest.fixture(scope="session")
 def plan():
-    from integrate.cli import build_plan
-    from integrate.gate import GateFlags
+    from integrate import api
+    from integrate.records import to_json
 
     memo: dict = {}
     tmp = Path(tempfile.mkdtemp())
@@ -82,7 +82,7 @@ def plan():
     def get(pipeline: str, transformer: str) -> dict:
         if transformer not in memo:
             d = make_model_dir(tmp / pipeline, pipeline, transformer)
-            memo[transformer] = build_plan(GateFlags(model_path=str(d)), probe=False)
+            memo[transformer] = to_json(api.plan(api.flags_for(str(d)), probe=False))
         return memo[transformer]
 
     return get

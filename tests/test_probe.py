@@ -7,9 +7,8 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
-
-from integrate import probe
-from integrate.probe import probe_transformer
+from integrate.decisions import probe
+from integrate.decisions.probe import probe_transformer
 
 ROOT = Path(__file__).resolve().parent.parent
 MOTIF_CONFIG = ROOT / "examples" / "motif-video" / "transformer" / "config.json"
@@ -57,7 +56,7 @@ def flux(tmp_path_factory):
 
 
 def test_probe_module_does_not_import_torch():
-    code = "import sys, integrate.probe; assert 'torch' not in sys.modules and 'diffusers' not in sys.modules"
+    code = "import sys, integrate.decisions.probe; assert 'torch' not in sys.modules and 'diffusers' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
 
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
-
 from integrate.analyzers.ndim import ndim_of
 from integrate.analyzers.sequence import mask_kind
 from integrate.analyzers.values import UNKNOWN, evaluate
+
 from integrate.resolve import Workspace
 from integrate.source import parse_source
 

@@ -151,15 +151,15 @@ def test_bad_input_exits_2(args):
 
 
 def test_a_failing_row_is_an_error_row_not_a_crash(tmp_path):
-    from integrate import survey as survey_mod
+    from integrate.survey import rows as survey_rows
 
     bad = tmp_path / "broken.py"
     bad.write_text("from diffusers import ModelMixin\nclass Broken(ModelMixin:\n    pass\n")
     odd = tmp_path / "odd.py"  # a class whose transformer file the gate cannot read back
     odd.write_text("from diffusers import ModelMixin\n\nclass Odd(ModelMixin):\n    forward = None\n")
-    survey_mod._init_worker([], str(tmp_path))
-    broken = survey_mod.survey_file(survey_mod.Task(str(bad), str(tmp_path)))
+    survey_rows.init_worker([], str(tmp_path))
+    broken = survey_rows.survey_file(survey_rows.Task(str(bad), str(tmp_path)))
     assert [r["status"] for r in broken["rows"]] == ["error"]
     assert "syntax error" in broken["rows"][0]["error"] and "\n" not in broken["rows"][0]["error"]
-    rows = survey_mod.survey_file(survey_mod.Task(str(odd), str(tmp_path)))["rows"]
+    rows = survey_rows.survey_file(survey_rows.Task(str(odd), str(tmp_path)))["rows"]
     assert [r["transformer_class"] for r in rows] == ["Odd"] and rows[0]["status"] in ("ok", "error")

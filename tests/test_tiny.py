@@ -8,7 +8,6 @@ import json
 
 import pytest
 from conftest import EXAMPLE
-
 from integrate.verify.tiny import HEAD_DIM, MAX_PARAMS, derive
 
 MODELS = ["FluxTransformer2DModel", "Flux2Transformer2DModel", "WanTransformer3DModel", "QwenImageTransformer2DModel",

@@ -36,7 +36,6 @@ def derive(job: dict) -> dict:
     import inspect
 
     import torch
-
     from integrate.verify.inputs import synthesize
     from integrate.verify.tiny import derive as tiny_derive
 
@@ -214,7 +213,6 @@ def _stats(model) -> dict:
 def run(job: dict) -> dict:
     import numpy as np
     import torch
-
     from integrate.verify.fixture import load
 
     torch.set_num_threads(1)
@@ -227,9 +225,9 @@ def run(job: dict) -> dict:
         sys.path.insert(0, job["plugin"]["path"])
     kind = job["kind"]
     if kind == "parallel":
-        import torch.distributed as dist
-
         from datetime import timedelta
+
+        import torch.distributed as dist
 
         dist.init_process_group("gloo", timeout=timedelta(seconds=job.get("timeout", 120)))
     arrays: dict[str, np.ndarray] = {}

@@ -120,14 +120,3 @@ def _table(rows: list[dict], first: dict | None) -> list[dict]:
         at = next(i for i, r in enumerate(keep) if r["module"] == first["module"])
         keep = keep[max(0, at - TABLE_ROWS // 2): at + TABLE_ROWS // 2]
     return keep[:TABLE_ROWS]
-
-
-def format_table(table: list[dict]) -> str:
-    if not table:
-        return ""
-    width = max(len(r["module"]) for r in table)
-    lines = [f"    {'module':<{width}}  {'max-abs':>10}  {'cosine':>9}"]
-    for r in table:
-        mark = "" if r["ok"] else "  <- differs"
-        lines.append(f"    {r['module']:<{width}}  {r['max_abs']:>10.3g}  {r['cosine']:>9.6f}{mark}")
-    return "\n".join(lines)

@@ -1,13 +1,16 @@
 """The fixture file: an editable Python module holding the tiny config and the forward inputs.
 
-`integrate verify` writes it beside the generated plugin. A checksum of its body is written into it;
-when the text no longer matches, a person has edited it and the file is used as it stands.
+`integrate verify` writes it beside the generated plugin (`Maker`). A checksum of its body is written into
+it; when the text no longer matches, a person has edited it and the file is used as it stands.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
+import json
+import os
 import pprint
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,8 @@ import jinja2
 
 from integrate import __version__
 from integrate.errors import InputError
+
+from .records import FixtureReport
 
 FILENAME = "verify_fixture.py"
 _MARK = "# integrate-fixture sha256="
@@ -69,3 +74,96 @@ def load(path: Path):
         if not hasattr(module, name):
             raise InputError(f"{path}: the fixture has no `{name}`")
     return module
+
+
+class Maker:
+    """Derives the fixture for a plan (in a worker: the tiny model is built on the meta device there), writes
+    it, and rewrites its masks when the plain model wants another dtype."""
+
+    def __init__(self, plan, ws, path: Path, module: str, search_path: str | None, env: dict, *, steps: int,
+                 progress) -> None:
+        self.plan, self.ws, self.path, self.module, self.search_path, self.env = plan, ws, path, module, search_path, env
+        self.steps, self.progress = steps, progress
+        self._derived: tuple[dict, str] | None = None
+        self._report: FixtureReport | None = None
+
+    def passed(self) -> dict[str, int | None]:
+        """What the pipeline passes the transformer: keyword -> dims (None: not read)."""
+        from integrate.analyzers.structure import pipeline_arg_ndims, pipeline_call_keywords
+        from integrate.gate import run_gate
+
+        gate = run_gate(self.plan.model.gate_flags, self.ws)
+        ndims = {k: v[0] for k, v in pipeline_arg_ndims(self.ws, gate).items()}
+        passed = {k: ndims.get(k) for k in pipeline_call_keywords(self.ws, gate)}
+        # masks the forward takes: pipelines often pass them through `**kwargs`, and they are what a CP
+        # mask reorder is about, so the fixture always has them
+        seq = self.plan.facts.sequence
+        for mask in seq.masks if seq else ():
+            if mask.name in seq.forward_params:
+                passed.setdefault(mask.name, None)
+        return passed
+
+    def ensure(self) -> FixtureReport:
+        """The fixture as it stands when a person edited it; otherwise derived and written anew."""
+        from integrate.analyzers.structure import load_config
+
+        from .processes import read, spawn
+
+        path = self.path
+        if edited(path):
+            load(path)  # a broken edit is the user's input error: say so now
+            self._report = FixtureReport(str(path), "edited")
+            return self._report
+        self.progress("deriving the tiny fixture")
+        m = self.plan.model
+        config = load_config(m.model_path)
+        job = {"mode": "derive", "transformer_module": self.module, "transformer_class": m.transformer_class,
+               "search_path": self.search_path, "config": config, "passed": self.passed()}
+        proc = spawn(job, self.env)
+        proc.wait()
+        out, err = read(proc.out_file), read(proc.err_file)
+        if proc.returncode != 0 or not out.strip():
+            tail = (err.strip().splitlines() or ["no output"])[-1]
+            return FixtureReport(str(path), "error", (f"deriving the fixture failed: {tail}",))
+        d = json.loads(out)
+        source = f"{m.model_path}/transformer/config.json" if config else "the class defaults"
+        self._derived = (d, source)
+        self._write(d, source)
+        errors = tuple(f"`{s['name']}`: {s['error']}" for s in d["slots"] if s.get("error"))
+        if d.get("error"):
+            self._report = FixtureReport(str(path), "needs-edit", (f"CONFIG: {d['error']}",),
+                                         parameters=d["parameters"], changes=d["changes"])
+        else:
+            self._report = FixtureReport(str(path), "needs-edit" if errors else "derived", errors,
+                                         parameters=d["parameters"], changes=dict(d["changes"]),
+                                         image_tokens=d["image_tokens"], text_tokens=d["text_tokens"])
+        return self._report
+
+    def _write(self, d: dict, source: str, mask_dtype: str | None = None) -> None:
+        slots = d["slots"]
+        if mask_dtype:  # masks as the model wants them, found by running it
+            slots = [{**x, "expr": f"{x['expr']}.to(torch.{mask_dtype})"} if (x.get("expr") or "").startswith("_mask(")
+                     else x for x in slots]
+        text = render(transformer_class=self.plan.model.transformer_class, transformer_module=self.module,
+                      config=d["config"], changes=d["changes"], slots=slots, image_tokens=d.get("image_tokens"),
+                      text_tokens=d.get("text_tokens", 0), steps=self.steps, config_source=source,
+                      problems=[d["error"]] if d.get("error") else [])
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.path)
+
+    def has_masks(self) -> bool:
+        d = self._derived[0] if self._derived else None
+        return bool(d) and any((x.get("expr") or "").startswith("_mask(") for x in d["slots"])
+
+    def rewrite_masks(self, dtype: str) -> FixtureReport:
+        """The derived fixture written again with its masks cast to `dtype`."""
+        self._write(*self._derived, mask_dtype=dtype)
+        self._report = dataclasses.replace(self._report, masks=dtype)
+        return self._report
+
+    def streams(self) -> tuple[int, int] | None:
+        """(text tokens, image tokens) of the fixture, to line up shards of a joint sequence."""
+        fx = load(self.path)
+        img, txt = getattr(fx, "IMAGE_TOKENS", None), getattr(fx, "TEXT_TOKENS", None)
+        return (txt, img) if img and txt else None

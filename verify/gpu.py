@@ -15,6 +15,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from integrate.decisions.records import Plan
+
+from integrate.records import OMIT
+
+from .records import GPU_SCHEMA, GPU_SCHEMA_VERSION, GpuReport, GpuResult
+
 # thresholds of the skill's results table: cache vs baseline, parallel vs baseline
 CACHE_MIN_PSNR, PARALLEL_MIN_PSNR, MIN_SSIM = 30.0, 35.0, 0.90
 
@@ -32,25 +38,26 @@ class Row:
         return " ".join([launch, *map(shlex.quote, self.args), "--track-memory", "--save-path", self.output])
 
 
-def matrix(plan: dict, out: str) -> list[Row]:
+def matrix(plan: Plan, out: str) -> list[Row]:
     """Baseline, cache, Ulysses 2, ring 2, TP 2, TP + TE-P, TP + VAE-P, Ulysses + TP: the rows the plan
     allows (TE-P only with a text-encoder plan, ring not when a mask must be reordered)."""
-    video = "V" in (plan["model"].get("example_type_guess") or "")
+    video = "V" in (plan.model.example_type_guess or "")
     ext = "mp4" if video else "png"
-    cp = plan["parallelism"]["cp"]
-    uaa = ["--ulysses-anything"] if (cp.get("ulysses_anything") or {}).get("2", {}).get("needed") else []
+    cp = plan.parallelism.cp
+    two = cp.ulysses_anything.get("2")
+    uaa = ["--ulysses-anything"] if two is not None and two.needed else []
     rows = [Row("baseline", 1, (), f"{out}/base.{ext}"), Row("cache", 1, ("--cache", "--summary"), f"{out}/cache.{ext}")]
-    if cp.get("plan"):
+    if cp.plan:
         rows.append(Row("ulysses2", 2, ("--parallel", "ulysses", *uaa), f"{out}/ulysses2.{ext}"))
-        if not (cp.get("mask_reorder") or {}).get("needed"):
+        if not cp.mask_reorder.needed:
             rows.append(Row("ring2", 2, ("--parallel", "ring"), f"{out}/ring2.{ext}"))
-    if plan["parallelism"]["tp"].get("block_lists"):
+    if plan.parallelism.tp.block_lists:
         rows.append(Row("tp2", 2, ("--parallel", "tp"), f"{out}/tp2.{ext}"))
-        if plan.get("text_encoders"):
+        if plan.text_encoders:
             rows.append(Row("tp2+te-p", 2, ("--parallel", "tp", "--parallel-text"), f"{out}/tp2_tep.{ext}"))
-        if plan.get("vae"):
+        if plan.vae:
             rows.append(Row("tp2+vae-p", 2, ("--parallel", "tp", "--parallel-vae"), f"{out}/tp2_vaep.{ext}"))
-        if cp.get("plan"):
+        if cp.plan:
             # cache-dit derives the degrees from the process count: 2 x 2 needs 4 processes
             rows.append(Row("ulysses2+tp2", 4, ("--parallel", "ulysses_tp", *uaa), f"{out}/ulysses_tp.{ext}"))
     return rows
@@ -70,8 +77,8 @@ _TIME = re.compile(r"Inference Time:\s*([0-9.]+)s")
 _MEMORY = re.compile(r"Memory Usage:\s*([0-9.]+)GiB")
 
 
-def run_matrix(rows: list[Row], import_name: str, example: str, env: dict, progress) -> list[dict]:
-    from integrate.verify.metrics import compare
+def run_matrix(rows: list[Row], import_name: str, example: str, env: dict, progress) -> list[GpuResult]:
+    from .metrics import compare
 
     results = []
     base = None
@@ -96,19 +103,49 @@ def run_matrix(rows: list[Row], import_name: str, example: str, env: dict, progr
         else:
             res["status"] = "error"
             res["why"] = "no baseline or no output to compare"
-        results.append(res)
+        results.append(GpuResult(**res))
     return results
 
 
-def results_table(results: list[dict]) -> str:
+def results_table(results: list[GpuResult]) -> str:
     """The skill's results table: configuration, latency, peak memory, PSNR, SSIM, verdict."""
     lines = ["| config | latency (s) | peak memory (GiB) | PSNR (dB) | SSIM | status |", "|---|---|---|---|---|---|"]
 
     def fmt(v, spec):
-        return "n/a" if v is None else format(v, spec)
+        return "n/a" if v is None or v is OMIT else format(v, spec)
 
     for r in results:
-        psnr = "inf" if r.get("psnr") is None and "ssim" in r else fmt(r.get("psnr"), ".2f")
-        lines.append(f"| {r['name']} | {fmt(r['latency_s'], '.2f')} | {fmt(r['peak_memory_gib'], '.2f')} | {psnr} | "
-                     f"{fmt(r.get('ssim'), '.4f')} | {r['status']} |")
+        psnr = "inf" if r.psnr is None and r.ssim is not OMIT else fmt(r.psnr, ".2f")
+        lines.append(f"| {r.name} | {fmt(r.latency_s, '.2f')} | {fmt(r.peak_memory_gib, '.2f')} | {psnr} | "
+                     f"{fmt(r.ssim, '.4f')} | {r.status} |")
     return "\n".join(lines)
+
+
+def run_or_print(plan_dir: Path, generated: Path, *, out: str, print_only: bool, trust_code: bool = False,
+                 progress) -> GpuReport:
+    """The matrix's commands (`print_only`), or their results where CUDA GPUs are (skipped, with why, where
+    there is none: no figure is ever made up)."""
+    import os
+
+    from .run import Verifier
+
+    v = Verifier(plan_dir, generated, trust_code=trust_code, progress=progress)
+    m = v.plan.model
+    rows = matrix(v.plan, out)
+    commands = tuple(r.command(v.import_name, m.example_name) for r in rows)
+    setup = (f"export PYTHONPATH={v.generated.resolve()}${{PYTHONPATH:+:$PYTHONPATH}}",
+             f"export {m.env_var}={m.model_path}", f"mkdir -p {out}")
+    head = dict(schema=GPU_SCHEMA, schema_version=GPU_SCHEMA_VERSION, setup=setup, commands=commands)
+    if print_only:
+        return GpuReport(**head)
+    count = gpu_count()
+    if count < 1:
+        return GpuReport(**head, status="skipped",
+                         why="no CUDA GPU on this machine: nothing was run, no figures reported")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(v.generated.resolve()), os.environ.get("PYTHONPATH", "")]),
+               **{m.env_var: m.model_path})
+    Path(out).mkdir(parents=True, exist_ok=True)
+    results = run_matrix([r for r in rows if r.gpus <= count], v.import_name, m.example_name, env, progress)
+    results += [GpuResult(r.name, r.command(v.import_name, m.example_name), "skipped", None, None,
+                          why=f"needs {r.gpus} GPUs, {count} present") for r in rows if r.gpus > count]
+    return GpuReport(**head, results=tuple(results), table=results_table(results))

@@ -20,9 +20,9 @@ from typing import Any
 
 import libcst as cst
 
-from integrate.syntax import find_all, self_member
 from integrate.resolve import Workspace
 from integrate.source import find_method
+from integrate.syntax import find_all, self_member
 
 TEXT_TOKENS = 6
 TEXT_PADDING = 2  # masked-out text tokens at the end of the prompt

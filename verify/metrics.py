@@ -13,6 +13,8 @@ from pathlib import Path
 
 from integrate.errors import InputError
 
+from .records import FrameMetrics, MetricsReport, Scores
+
 GARBLED_SSIM = 0.5  # below this the structure is gone, whatever PSNR says
 GARBLED_PSNR = 25.0  # ... and a PSNR this high would otherwise look acceptable
 THRESHOLDS = {"cache": (30.0, 0.90), "parallel": (35.0, 0.90)}  # the skill's bars: (PSNR dB, SSIM)
@@ -109,3 +111,13 @@ def side_by_side(a: Path, b: Path, frame: int, out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray((strip * 255).round().astype(np.uint8)).save(out)
     return out
+
+
+def report(baseline: Path, candidate: Path, side: Path | None = None) -> MetricsReport:
+    """`compare` as a record, with the side-by-side picture written (default: beside the candidate)."""
+    scores = compare(baseline, candidate)
+    default = (candidate.with_name(candidate.name + ".compare.png") if candidate.is_file()
+               else candidate / "compare.png")
+    picture = side_by_side(baseline, candidate, scores["worst_frame"], side or default)
+    per_frame = tuple(FrameMetrics(**f) for f in scores.pop("per_frame"))
+    return MetricsReport("1.0", Scores(**scores, per_frame=per_frame, side_by_side=str(picture)))

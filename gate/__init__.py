@@ -7,15 +7,14 @@ package that the model's own metadata names, by following that package's imports
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from integrate.errors import InputError
-from integrate.records import Fact, GateReport
 from integrate.resolve import Workspace
 from integrate.source import base_names, find_method
 
-FACTS = ("model_path", "pipeline_class", "transformer_class", "pipeline_file", "transformer_file")
+from .records import FACTS, Fact, GateFlags, GateReport
+
 FLAGS = {
     "model_path": "--model-path",
     "pipeline_class": "--pipeline-class",
@@ -24,21 +23,6 @@ FLAGS = {
     "transformer_file": "--transformer-file",
 }
 MAX_METADATA_BYTES = 4 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class GateFlags:
-    model_path: str | None = None
-    pipeline_class: str | None = None
-    transformer_class: str | None = None
-    pipeline_file: str | None = None
-    transformer_file: str | None = None
-
-    @classmethod
-    def of_plan(cls, model: dict) -> GateFlags:
-        """The five facts a plan recorded (plan.json's `model`), to re-run the gate on the same model."""
-        return cls(**{f: model[f] for f in ("model_path", "pipeline_class", "transformer_class", "pipeline_file",
-                                            "transformer_file")})
 
 
 def _read_json(path: Path) -> dict:

@@ -1,6 +1,6 @@
 """Compare the static facts with the model built from config.json on the meta device.
 
-The probe (integrate.probe) builds the transformer without weights in a subprocess and reports its
+The probe (integrate.decisions.probe) builds the transformer without weights in a subprocess and reports its
 real module tree, list lengths, Linear shapes and integer attributes. Each static fact that the build
 can confirm is compared; a disagreement is reported, never hidden, and the static plan is not
 silently replaced by the build's numbers.
@@ -11,13 +11,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from integrate.records import ParallelFacts
+from integrate.analyzers.records import Analysis, ParallelFacts
+
+from integrate.resolve import Workspace
+
+from .probe import probe_transformer
+from .records import CrossCheck
+
+SKIPPED = CrossCheck(None, "skipped (--no-probe)", (), 0)
+
+
+def check_on_meta(analysis: Analysis, ws: Workspace) -> CrossCheck:
+    """The analysis's parallelism facts against the transformer built from its config on the meta device."""
+    gate = analysis.gate
+    t_file = gate.value("transformer_file")
+    t_src = ws.load(Path(t_file))
+    return crosscheck(analysis.parallel, t_file, gate.value("transformer_class"), t_src.dotted_name,
+                      gate.value("model_path"), package_root=t_src.package_root)
 
 
 def crosscheck(facts: ParallelFacts, transformer_file: str, transformer_class: str, dotted_module: str | None,
-               model_path: str | None, timeout: float = 180, package_root: Path | None = None) -> dict[str, Any]:
-    from integrate.probe import probe_transformer
-
+               model_path: str | None, timeout: float = 180, package_root: Path | None = None) -> CrossCheck:
     config = Path(model_path) / "transformer" / "config.json" if model_path else None
     if config is not None and not config.is_file():
         config = None
@@ -31,11 +45,11 @@ def crosscheck(facts: ParallelFacts, transformer_file: str, transformer_class: s
     if result is None:
         result = probe_transformer("", transformer_class, config, lists, timeout=timeout, file=Path(transformer_file))
     if not result.get("ok"):
-        return {"ok": False, "error": result.get("error", "probe failed"), "disagreements": [], "checked": 0}
+        return CrossCheck(False, result.get("error", "probe failed"), (), 0)
     return compare(facts, result)
 
 
-def compare(facts: ParallelFacts, probe: dict[str, Any]) -> dict[str, Any]:
+def compare(facts: ParallelFacts, probe: dict[str, Any]) -> CrossCheck:
     out: list[str] = []
     checked = 0
     for b in facts.blocks:
@@ -85,5 +99,4 @@ def compare(facts: ParallelFacts, probe: dict[str, Any]) -> dict[str, Any]:
                     out.append(f"`{b.attr}.0.{a.path}.{pair[0]}`: not computed statically, built {real}")
                 elif pair[1] != real:
                     out.append(f"`{b.attr}.0.{a.path}.{pair[0]}`: static {pair[1]}, built {real}")
-    return {"ok": True, "error": None, "disagreements": out, "checked": checked,
-            "built_cp_plan": probe.get("cp_plan")}
+    return CrossCheck(True, None, tuple(out), checked, built_cp_plan=probe.get("cp_plan"))

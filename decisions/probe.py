@@ -2,32 +2,22 @@
 
 :func:`probe_transformer` builds the transformer class from its ``config.json`` with
 ``torch.device("meta")`` (no weights, no memory) in a worker subprocess
-(:mod:`integrate._probe_worker`) and reports its structure. This process never imports torch or
+(:mod:`integrate.decisions._probe_worker`) and reports its structure. This process never imports torch or
 diffusers; every failure comes back as ``{"ok": False, "error": "<one line>"}``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-WORKER = "integrate._probe_worker"
+from integrate.workers import worker_env
+
+WORKER = "integrate.decisions._probe_worker"
 DEFAULT_TIMEOUT = 120.0
-
-# Quiet libraries in the worker unless the user says otherwise; it never needs the network.
-_WORKER_ENV_DEFAULTS = {
-    "DIFFUSERS_VERBOSITY": "error",
-    "TRANSFORMERS_VERBOSITY": "error",
-    "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-    "HF_HUB_OFFLINE": "1",
-    "PYTHONWARNINGS": "ignore",
-}
-
 
 def _one_line(text: str, limit: int = 400) -> str:
     text = " ".join(str(text).split())
@@ -36,22 +26,6 @@ def _one_line(text: str, limit: int = 400) -> str:
 
 def _fail(error: str) -> dict:
     return {"ok": False, "error": _one_line(error)}
-
-
-def _worker_env(search_path: Path | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    for key, value in _WORKER_ENV_DEFAULTS.items():
-        env.setdefault(key, value)
-    # The worker runs as ``-m integrate._probe_worker``: make sure this very package is the one found,
-    # whether or not it is installed.
-    root = str(Path(__file__).resolve().parent.parent)
-    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in parts:
-        parts = [root, *parts]
-    if search_path is not None and str(search_path) not in parts:
-        parts.append(str(search_path))  # where a source checkout's package can be imported from
-    env["PYTHONPATH"] = os.pathsep.join(parts)
-    return env
 
 
 def probe_transformer(
@@ -106,7 +80,7 @@ def probe_transformer(
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=_worker_env(search_path),
+            env=worker_env(search_path),
         )
     except subprocess.TimeoutExpired:
         return _fail(f"probing {cls} timed out after {timeout:g}s")

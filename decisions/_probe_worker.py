@@ -1,13 +1,13 @@
-"""Worker for :mod:`integrate.probe`: build a transformer on torch's meta device and describe it.
+"""Worker for :mod:`integrate.decisions.probe`: build a transformer on torch's meta device and describe it.
 
-Run as ``python -m integrate._probe_worker`` with one JSON request on stdin::
+Run as ``python -m integrate.decisions._probe_worker`` with one JSON request on stdin::
 
     {"module": "diffusers", "cls": "FluxTransformer2DModel", "config_path": "/path/config.json" | null,
      "list_attrs": ["transformer_blocks", ...], "file": "/path/model.py" | null}
 
 Writes exactly one JSON object to stdout and nothing else: everything the imported libraries print
 (warnings, logging, stray ``print`` calls, even at the file-descriptor level) goes to stderr. The
-answer is ``{"ok": false, "error": "<one line>"}`` for every failure; see :func:`integrate.probe.probe_transformer`
+answer is ``{"ok": false, "error": "<one line>"}`` for every failure; see :func:`integrate.decisions.probe.probe_transformer`
 for the success schema.
 
 Only this process imports torch and the model code; the caller stays free of both.

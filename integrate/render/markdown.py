@@ -1,15 +1,14 @@
-"""PLAN.md from plan.json, with a jinja2 template (decisions/templates/PLAN.md.j2)."""
+"""PLAN.md from plan.json's data, with a jinja2 template (PLAN.md.j2 beside this module)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
 _ENV = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+    loader=jinja2.FileSystemLoader(str(Path(__file__).parent)),
     undefined=jinja2.StrictUndefined,
     keep_trailing_newline=True,
     trim_blocks=False,
@@ -37,8 +36,8 @@ def cp_code(plan: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(plan: dict[str, Any]) -> str:
+def plan_markdown(plan: dict[str, Any]) -> str:
+    """PLAN.md for plan.json's data (`to_json(plan)`)."""
     cp = plan["parallelism"]["cp"]
-    return _ENV.get_template("PLAN.md.j2").render(
-        plan=json.loads(json.dumps(plan)), m=plan["model"], cp=cp, tp=plan["parallelism"]["tp"],
-        cp_code=cp_code(cp.get("plan", {})))
+    return _ENV.get_template("PLAN.md.j2").render(plan=plan, m=plan["model"], cp=cp, tp=plan["parallelism"]["tp"],
+                                                  cp_code=cp_code(cp.get("plan", {})))

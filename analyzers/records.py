@@ -1,0 +1,373 @@
+"""What the analysers establish: the records `integrate.analyzers.analyze` returns.
+
+Cache facts (block lists, ForwardPattern, call-site pitfalls, CFG style) are what `integrate analyze`
+prints; parallelism facts (attention, block structure, sequence flow, encoders) are gathered on top of
+them when a plan is to be made (`analyze(..., parallel=True)`). Field order is the JSON key order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from integrate.gate.records import GateReport
+
+from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
+
+ANALYSIS_SCHEMA_VERSION = "1.1"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one detector (a rule in integrate/analyzers/rules/) found about a block list or the pipeline.
+
+    `message` is the line a reader sees (in `patch_functor_reasons`, `call_site.walk` or the notes);
+    `rule` is what code switches on."""
+
+    rule: str  # the rule's code, e.g. "pitfall-a", "walk-slice"
+    attr: str  # the block list it is about ("" for the pipeline)
+    message: str
+    patch: bool  # a PatchFunctor must handle it
+    line: int = 0
+    kind: str = ""  # what the rule saw, when it tells several things apart (list-use: "len", "sliced", "indexed")
+    evidence: tuple[Evidence, ...] = ()
+    confidence: Confidence = "high"  # "unknown": the rule cannot tell (and says so rather than guess)
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: Literal["positional_only", "positional_or_keyword", "var_positional", "keyword_only", "var_keyword"]
+    default: str | None = None  # source text of the default, None when required
+    annotation: str | None = None
+
+
+@dataclass(frozen=True)
+class ReturnSite:
+    line: int
+    values: tuple[str, ...]  # source text of each returned element, in order
+    roles: tuple[str, ...]  # the input parameter each element carries, "?" when untraced
+    guards: tuple[str, ...] = ()  # conditions under which this return runs ("not x" for else)
+
+
+@dataclass(frozen=True)
+class ForwardSummary:
+    """A block's forward: signature and what it returns, in order."""
+
+    cls: str
+    file: str
+    line: int
+    params: tuple[Param, ...]
+    returns: tuple[ReturnSite, ...]
+    return_roles: tuple[str, ...] | None  # agreed order over all return sites; None if unknown
+    returns_agree: bool
+    annotation: str | None
+    annotation_tensor_count: int | None  # what cache-dit's pattern check counts
+    annotation_agrees: bool | None
+    evidence: tuple[Evidence, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExtraOp:
+    """A statement in a block loop's body other than the block call and trivial guards."""
+
+    line: int
+    code: str
+    kind: Literal["hoistable", "index_dependent", "residual_injection", "other"]
+    active_by_default: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Pitfall A: the call site bound to the block directly and through cache-dit's wrapper."""
+
+    pattern: str
+    binds: bool
+    error: str | None
+    changed: tuple[str, ...]  # block parameters that would receive another argument
+
+
+@dataclass(frozen=True)
+class CallSite:
+    file: str
+    line: int
+    loop_line: int
+    call: str
+    stream_args: dict[str, str]  # block parameter -> loop-carried variable passed to it
+    outputs: tuple[str, ...]  # assignment targets of the call, in order
+    keyword_positional_mismatch: bool | None
+    bindings: tuple[Binding, ...]
+    loop_extra_ops: tuple[ExtraOp, ...]
+    in_place_input_mutation: tuple[Evidence, ...]
+    walk: tuple[str, ...]  # how the list is walked: slices, len(), several loops, ...
+
+
+@dataclass(frozen=True)
+class BlockList:
+    attr: str
+    container: str  # "ModuleList", "ModuleDict[...] of ModuleList", "ModuleList of ModuleList"
+    is_blocks: bool | None  # None: cannot tell
+    why: str
+    block_class: str | None
+    block_classes: tuple[str, ...]
+    block_file: str | None
+    length: str | None  # expression that sets the length
+    length_config_fields: tuple[str, ...]
+    forward_pattern: str | None
+    alternatives: tuple[str, ...]  # other patterns that also bind as is
+    confidence: Confidence
+    check_forward_pattern: bool | None
+    roles: dict[str, str]  # "hidden_states"/"encoder_hidden_states" -> the block's parameter
+    forward: ForwardSummary | None
+    call_site: CallSite | None
+    evidence: tuple[Evidence, ...]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TransformerFacts:
+    cls: str
+    file: str
+    line: int
+    block_lists: tuple[BlockList, ...]
+    needs_patch_functor: bool
+    patch_functor_reasons: tuple[str, ...]  # the `patch` findings, as "<list>: <message>"
+    unknowns: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = field(default=(), metadata=IN_PROCESS)  # typed, for code to switch on
+
+
+@dataclass(frozen=True)
+class PipelineFacts:
+    cls: str | None
+    entry: str
+    file: str | None
+    has_separate_cfg: bool | None
+    confidence: Confidence
+    transformer_calls: int | None
+    evidence: tuple[Evidence, ...]
+    findings: tuple[Finding, ...] = field(default=(), metadata=IN_PROCESS)  # the pipeline rules' findings
+
+
+@dataclass(frozen=True)
+class ModuleFact:
+    """One sub-module of a block, read from `__init__` (sizes traced from config.json where possible)."""
+
+    path: str  # relative to the block: "attn.to_q", "ff.net.2"
+    cls: str
+    kind: Literal["linear", "container", "module", "library", "parameter", "unknown"]
+    shape: tuple[int | None, int | None] | None  # Linear (in, out) or a norm's (size, None)
+    conditional: bool
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
+class AttentionFact:
+    block_list: str = field(kw_only=True)  # the block list whose element 0 holds it
+    path: str  # relative to the block
+    cls: str
+    processor: str | None
+    processor_at: Evidence | None
+    in_projs: tuple[str, ...]  # called before the attention kernel
+    out_projs: tuple[str, ...]  # called after it
+    fused: dict[str, str]  # projection -> how its output is split into several tensors
+    fused_equal_split: bool  # every fused projection is split into equal parts (QKV), not QKV+MLP
+    reshape_attrs: dict[str, int]  # attention attribute used in a reshape/split -> line
+    heads: tuple[str, int | None] | None  # (attribute, value)
+    kv_heads: tuple[str, int | None] | None
+    head_dim: tuple[str, int | None] | None
+    mask_at: Evidence | None  # the processor takes and uses an attention mask
+    rope_at: Evidence | None
+    kernel: Evidence | None  # the attention kernel call
+    qk_norms: dict[str, int | None]  # q/k norm -> normalised size
+    evidence: tuple[Evidence, ...] = ()
+    unknowns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LinearRole:
+    path: str
+    role: Literal["attention_in", "attention_out", "ffn_in", "ffn_out", "modulation", "block_in", "block_out",
+                  "unknown"]
+    why: str
+    fused_out_down: bool = False  # its input joins attention output and another projection's output
+
+
+@dataclass(frozen=True)
+class SubModuleCall:
+    """A call the block's forward makes to one of its attention / FFN sub-modules."""
+
+    path: str
+    inputs: dict[str, str]  # the sub-module's parameter -> "stream" | "position" | "other"
+    at: Evidence
+
+
+@dataclass(frozen=True)
+class BlockStructure:
+    """What TP needs to know about one block list's element 0."""
+
+    attr: str
+    block_class: str | None
+    length: int | None
+    modules: tuple[ModuleFact, ...]
+    attentions: tuple[AttentionFact, ...]
+    linears: tuple[LinearRole, ...]
+    tables: tuple[str, ...]  # nn.Parameter modulation tables (kept replicated)
+    kernels: tuple[Evidence, ...]  # fused / env-gated kernels in the block's sources
+    evidence: tuple[Evidence, ...] = ()
+    unknowns: tuple[str, ...] = ()
+    built: bool = True  # element 0 exists for this config (False: a branch not taken, e.g. an optional list)
+    surgery: tuple[Evidence, ...] = ()  # the block splits/slices its stream by a length from a non-tensor input
+    calls: tuple[SubModuleCall, ...] = ()
+
+
+@dataclass(frozen=True)
+class BlockInputFact:
+    param: str
+    arg: str
+    role: Literal["stream", "position", "mask", "other"]
+    producer_kind: str  # "param", "module", "method", "function", "expression", "unknown"
+    producer: str | None
+    producer_at: Evidence | None
+    producer_outputs: int | None
+    in_loop: bool
+    from_params: tuple[str, ...]
+    local_length: tuple[Evidence, ...]
+    token_params: tuple[str, ...] = ()  # forward parameters whose dim 1 (a per-token axis) feeds it
+
+
+@dataclass(frozen=True)
+class SideModule:
+    module: str
+    indexed: bool  # called as `self.<module>[i](...)`: one per block
+    at: Evidence
+
+
+@dataclass(frozen=True)
+class MaskFact:
+    name: str  # the variable, parameter or dict key
+    where: Literal["forward", "pipeline"]
+    layout: str | None  # "1-D key mask [B, 1, 1, S]", "2-D mask [B, 1, S, S]", None when not read
+    at: Evidence
+
+
+@dataclass(frozen=True)
+class ListFlowFact:
+    attr: str
+    loop_line: int
+    streams: dict[str, str]  # block parameter -> loop variable
+    inputs: tuple[BlockInputFact, ...]
+    fresh: bool  # its streams are not the previous list's outputs (per token)
+    after: str | None
+    mixed_after: bool
+    mixing: tuple[Evidence, ...]
+    side_modules: tuple[SideModule, ...] = ()  # modules whose output the loop body joins into a stream
+    fresh_streams: tuple[str, ...] = ()  # block parameters whose stream is not split yet (to split here)
+    offset: int | None = 0  # first block index this walk visits (a walk over `lst[-k:]` starts at n - k)
+    last: int | None = None  # last block index it visits (None: not known statically)
+
+
+@dataclass(frozen=True)
+class SequenceFact:
+    file: str
+    forward_line: int
+    forward_params: tuple[str, ...]
+    lists: tuple[ListFlowFact, ...]
+    root_blockers: tuple[Evidence, ...]
+    root_params: dict[str, str]  # loop variable -> forward parameter
+    root_risks: tuple[Evidence, ...]  # per-token inputs built from a local length under a root split
+    gather: str | None
+    gather_at: Evidence | None
+    gather_blocked: tuple[Evidence, ...]  # the sequence is cut by a global length before any output module
+    gather_blocked_unless_root: tuple[Evidence, ...]  # cut by lengths read before the loop: fine after a root split
+    masks: tuple[MaskFact, ...]
+    batch_dropped: dict[str, Evidence] = field(default_factory=dict)  # `if ids.ndim == 3: ids = ids[0]`
+    annotations: dict[str, str] = field(default_factory=dict)  # forward parameter -> its annotation
+    unknowns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TextEncoderFacts:
+    """One text encoder named in model_index.json and what TE-P needs to know about it."""
+
+    component: str  # the model_index key: "text_encoder", "text_encoder_2", ...
+    cls: str | None  # class name from model_index.json
+    library: str | None  # "transformers", "diffusers", ...
+    supported: bool | None  # the installed cache-dit registers a TE-P planner for it (None: cache-dit not found)
+    supported_by: str | None  # "file:line" of that registration
+    tp_plan: dict[str, str]  # HF `base_model_tp_plan` (module pattern -> "colwise"/"rowwise"/...), {} when none
+    tp_plan_source: Evidence | None  # where tp_plan was read
+    evidence: tuple[Evidence, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VaeFacts:
+    component: str  # "vae"
+    cls: str | None
+    library: str | None
+    supported: bool | None  # the installed cache-dit registers a VAE-P planner for it
+    supported_by: str | None
+    evidence: tuple[Evidence, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PositionLayout:
+    """What a position module (RoPE, position embedding) returns, read from its last reshape."""
+
+    outputs: int | None  # tensors in the returned tuple
+    split_dim: int
+    expected_dims: int
+    confidence: str
+    why: str
+
+
+@dataclass(frozen=True)
+class ParallelFacts:
+    """Everything the CP / TP / TE-P / VAE-P decisions read, gathered statically."""
+
+    config: dict[str, Any]  # transformer config.json values used to size modules
+    blocks: tuple[BlockStructure, ...]
+    sequence: SequenceFact | None
+    top_modules: tuple[ModuleFact, ...]  # the transformer's own direct sub-modules
+    position_modules: dict[str, PositionLayout]  # module -> how many tensors it returns and their layout
+    diffusers_cp_plan: dict[str, Any] | None  # `_cp_plan` declared on the class, read statically
+    diffusers_cp_plan_at: Evidence | None
+    pipeline_masks: tuple[MaskFact, ...]
+    pipeline_arg_ndims: dict[str, int]  # transformer keyword argument -> dims of what the pipeline passes
+    pipeline_arg_ndims_at: dict[str, Evidence]
+    text_encoders: tuple[TextEncoderFacts, ...]
+    vae: VaeFacts | None
+
+
+@dataclass(frozen=True)
+class SupportMatch:
+    cls: str  # the pipeline or transformer class that matched
+    prefix: str  # cache-dit's registered name prefix
+    adapter: str  # "file:line" of its adapter
+    accepts: tuple[str, ...]  # transformer classes that adapter asserts ((): it asserts none)
+
+
+@dataclass(frozen=True)
+class SupportNote:
+    """What the installed cache-dit already registers: reported beside the analysis, never used as it."""
+
+    label: str
+    cache_dit_found: bool
+    registered: bool
+    matches: tuple[SupportMatch, ...]
+    prefix_only: str | Omit = OMIT  # why a prefix match is not support, when its adapter asserts other classes
+
+
+@dataclass(frozen=True)
+class Analysis:
+    schema_version: str
+    tool_version: str
+    gate: GateReport
+    transformer: TransformerFacts
+    pipeline: PipelineFacts
+    already_supported: SupportNote | None
+    files_read: tuple[str, ...] = ()
+    parallel: ParallelFacts | Omit = OMIT  # gathered for `plan` (analyze(..., parallel=True)), not by `analyze`

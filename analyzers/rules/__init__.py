@@ -1,0 +1,164 @@
+"""Detectors as rules: one file per detector, each with examples that must fire and examples that must not.
+
+A rule is a small class registered with `@register`: its `code`, the `scope` it runs in ("block_list":
+once per chain of blocks the analysis found; "list": once per list whose block class resolved, chained
+or not; "pipeline": once per denoising entry), an `order` (the position of its findings in the report),
+and `check(ctx)`, which yields `Finding`s. The facts a rule reads come from its context (`ctx.verdict`,
+`ctx.extra_ops`, ...), computed by the readers in `integrate.analyzers` and shared by every rule, the way
+Fixit rules read libcst metadata providers.
+
+Every rule carries `VALID` examples (sources it must stay silent on), `INVALID` examples (sources it must
+fire on) and, where the honest answer can be "cannot tell", `UNKNOWN` examples (it must report a finding
+of confidence "unknown"). `check_example` runs one of them through the same analysis a model gets;
+tests/test_rules.py turns every example of every registered rule into a test.
+
+Adding a detector is adding one file to this folder: the package imports every module in it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import libcst as cst
+
+from integrate.records import Evidence
+from integrate.resolve import Workspace
+from integrate.source import SourceFile
+
+from ..blocks import ListDef
+from ..loops import ListUse, Loop, classify_body
+from ..patterns import PatternVerdict
+from ..records import ExtraOp, Finding, ForwardSummary, PipelineFacts
+
+Scope = Literal["list", "block_list", "pipeline"]
+
+
+@dataclass(frozen=True)
+class Example:
+    """A small module for a rule to read. `cls` names the class to analyse (the transformer, or the
+    pipeline for pipeline rules; default: the first class that builds a ModuleList, or defines `__call__`).
+    `expect`, for an INVALID example, is a phrase the finding's message must contain."""
+
+    code: str
+    cls: str | None = None
+    expect: str | None = None
+
+
+@dataclass
+class ListContext:
+    """One block list of the transformer, with the facts the readers established about it."""
+
+    ws: Workspace
+    src: SourceFile  # the transformer's source
+    attr: str
+    definition: ListDef  # how `__init__` builds it
+    use: ListUse  # every walk over it in the transformer's methods, and every other read
+    loop: Loop | None = None  # the walk whose block call the analysis read (chains only)
+    forward: ForwardSummary | None = None  # the block's forward
+    verdict: PatternVerdict | None = None  # the ForwardPattern decision, with the wrapper bindings
+    mutations: tuple[tuple[str, Evidence], ...] = ()  # (input, where) the block's forward writes in place
+    optional_inputs: frozenset[str] = frozenset()  # transformer forward inputs that default to None
+
+    @cached_property
+    def extra_ops(self) -> tuple[ExtraOp, ...]:
+        """Every statement of the walk's body besides the block call (classified by the loop reader)."""
+        return classify_body(self.src, self.loop, set(self.optional_inputs)) if self.loop is not None else ()
+
+    @property
+    def streams(self) -> set[str]:
+        """The block parameters that carry the streams (hidden, encoder)."""
+        return set(self.verdict.roles.values()) if self.verdict is not None else set()
+
+
+@dataclass
+class PipelineContext:
+    """The denoising entry (a pipeline method or a function) and the CFG reader's verdict on it."""
+
+    ws: Workspace
+    src: SourceFile
+    entry: str
+    facts: PipelineFacts
+
+
+class Rule:
+    code: ClassVar[str]
+    scope: ClassVar[Scope]
+    order: ClassVar[int]  # findings of a list are reported in this order
+    summary: ClassVar[str]
+    VALID: ClassVar[tuple[Example, ...]] = ()
+    INVALID: ClassVar[tuple[Example, ...]] = ()
+    UNKNOWN: ClassVar[tuple[Example, ...]] = ()
+
+    def check(self, ctx) -> Iterator[Finding]:
+        raise NotImplementedError
+
+    def finding(self, ctx, message: str, *, patch: bool = True, line: int = 0, kind: str = "",
+                evidence: tuple[Evidence, ...] = (), confidence: str = "high") -> Finding:
+        attr = getattr(ctx, "attr", "")
+        return Finding(self.code, attr, message, patch, line, kind, evidence, confidence)
+
+
+RULES: list[type[Rule]] = []
+
+
+def register(rule: type[Rule]) -> type[Rule]:
+    """Class decorator: add a rule to the registry (kept sorted by scope, then order)."""
+    if any(r.code == rule.code for r in RULES):
+        raise ValueError(f"rule {rule.code!r} is registered twice")
+    RULES.append(rule)
+    RULES.sort(key=lambda r: (r.scope, r.order, r.code))
+    return rule
+
+
+def rules(scope: Scope) -> list[Rule]:
+    return [r() for r in RULES if r.scope == scope]
+
+
+def run(scope: Scope, ctx) -> list[Finding]:
+    """Every finding of the registered rules of `scope`, in their order."""
+    return [f for rule in rules(scope) for f in rule.check(ctx)]
+
+
+# -- the harness: one example through the same analysis a model gets -------------------------------
+
+
+def check_example(rule: type[Rule], example: Example) -> list[Finding]:
+    """The findings `rule` reports on `example` (written to a scratch module and analysed statically)."""
+    from .. import analyze_transformer
+    from ..cfg import analyze_pipeline
+
+    with tempfile.TemporaryDirectory(prefix="integrate-rule-") as tmp:
+        path = Path(tmp) / "example.py"
+        path.write_text(textwrap.dedent(example.code).lstrip())
+        ws = Workspace()
+        src = ws.load(path)
+        if rule.scope == "pipeline":
+            name = example.cls or next((n for n, c in src.classes.items() if _defines(c, "__call__")), None)
+            entry = "__call__" if name is not None else next(iter(src.functions))
+            facts = analyze_pipeline(ws, src, name, entry)
+            return [f for f in rule().check(PipelineContext(ws, src, entry, facts))]
+        name = example.cls or next(n for n, c in src.classes.items() if "ModuleList" in src.code(c))
+        facts = analyze_transformer(ws, src, src.classes[name])
+        return [f for f in facts.findings if f.rule == rule.code]
+
+
+def _defines(cls: cst.ClassDef, method: str) -> bool:
+    return any(isinstance(s, cst.FunctionDef) and s.name.value == method for s in cls.body.body)
+
+
+def _load_all() -> None:
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        importlib.import_module(f"{__name__}.{info.name}")
+
+
+_load_all()
+
+__all__ = ["Example", "ListContext", "PipelineContext", "RULES", "Rule", "check_example", "register", "rules", "run"]

@@ -1,0 +1,33 @@
+"""The list is read outside a loop header (`len(self.blocks)`, `self.blocks[0]`, `self.blocks[-2:]`).
+
+cache-dit swaps the list for a one-element list holding its wrapper, so such a read evaluates differently
+(a length of 1, the wrapper instead of the first block) once the model is cached.
+"""
+
+from __future__ import annotations
+
+from . import Example, Rule, register
+from .skeletons import transformer
+
+INIT = "self.blocks = nn.ModuleList([Block() for _ in range(layers)])"
+LOOP = "for block in self.blocks:\n    hidden_states = block(hidden_states, temb)"
+
+
+@register
+class ListUse(Rule):
+    code = "list-use"
+    scope = "list"
+    order = 90
+    summary = "the list's length or elements are read outside the loop header"
+
+    VALID = (Example(transformer(INIT, LOOP)),)
+    INVALID = (
+        Example(transformer(INIT, "temb = temb * len(self.blocks)\n" + LOOP), expect="`len(self.blocks)`"),
+        Example(transformer(INIT, "first = self.blocks[0]\nhidden_states = first(hidden_states, temb)\n" + LOOP),
+                expect="indexed as `self.blocks[0]`"),
+    )
+
+    def check(self, ctx):
+        for line, kind, what in ctx.use.notes:
+            yield self.finding(ctx, f"restructure: {what} (line {line}) evaluates differently once the list holds one "
+                                    "wrapper", line=line, kind=kind)

@@ -1,0 +1,26 @@
+"""A ModuleList of ModuleLists: cache-dit wraps one flat list of blocks."""
+
+from __future__ import annotations
+
+from . import Example, Rule, register
+from .skeletons import transformer
+
+
+@register
+class WalkNested(Rule):
+    code = "walk-nested"
+    scope = "list"
+    order = 50
+    summary = "the blocks live in a ModuleList of ModuleLists"
+
+    VALID = (Example(transformer("self.blocks = nn.ModuleList([Block() for _ in range(layers)])",
+                                 "for block in self.blocks:\n    hidden_states = block(hidden_states, temb)")),)
+    INVALID = (Example(transformer(
+        "self.stages = nn.ModuleList([nn.ModuleList([Block() for _ in range(2)]) for _ in range(layers)])",
+        "for stage in self.stages:\n    for block in stage:\n        hidden_states = block(hidden_states, temb)"),
+        expect="ModuleLists"),)
+
+    def check(self, ctx):
+        if ctx.definition.container == "ModuleList of ModuleList":
+            yield self.finding(ctx, "restructure: a ModuleList of ModuleLists; cache-dit wraps one flat list of blocks",
+                               line=ctx.definition.line)

@@ -1,0 +1,296 @@
+"""The plan: what the decisions stage produces and every later stage reads (plan.json, docs/schema.md).
+
+Field order is the JSON key order. Loading plan.json (`Plan.load`) checks every value against these
+types, so a hand-edited plan with a wrong type or a missing key is refused with the path of the fault.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from integrate.analyzers.records import (
+    AttentionFact,
+    LinearRole,
+    PositionLayout,
+    SequenceFact,
+    SupportNote,
+    TextEncoderFacts,
+    VaeFacts,
+)
+from integrate.gate.records import GateFlags
+
+from integrate.records import OMIT, Confidence, Evidence, Omit
+
+PLAN_SCHEMA = "integrate.plan"
+PLAN_SCHEMA_VERSION = "1.1"
+
+
+@dataclass(frozen=True)
+class PlanModel:
+    model_path: str | None
+    pipeline_class: str | None
+    transformer_class: str | None
+    pipeline_file: str | None
+    transformer_file: str | None
+    example_name: str | None
+    env_var: str | None
+    example_type_guess: str
+
+    @property
+    def gate_flags(self) -> GateFlags:
+        """The five facts the plan was made from, to run the gate again on the same model."""
+        return GateFlags(self.model_path, self.pipeline_class, self.transformer_class, self.pipeline_file,
+                         self.transformer_file)
+
+
+# -- cache -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CacheList:
+    attr: str
+    block_class: str | None
+    forward_pattern: str | None
+    alternatives: tuple[str, ...]
+    confidence: Confidence
+    check_forward_pattern: bool | None
+    roles: dict[str, str]
+
+
+@dataclass(frozen=True)
+class NotBlocks:
+    attr: str
+    why: str
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    block_lists: tuple[CacheList, ...]
+    not_blocks: tuple[NotBlocks, ...]
+    needs_patch_functor: bool
+    patch_functor_reasons: tuple[str, ...]
+    has_separate_cfg: bool | None
+    cfg_confidence: Confidence
+
+
+# -- context parallelism ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Split:
+    """cache-dit's `_ContextParallelInput`: cut a tensor along `split_dim`."""
+
+    split_dim: int
+    expected_dims: int
+    split_output: bool
+
+
+@dataclass(frozen=True)
+class Gather:
+    """cache-dit's `_ContextParallelOutput`: put the sequence back together along `gather_dim`."""
+
+    gather_dim: int
+    expected_dims: int
+
+
+# A hook key's value: a gather, or {parameter name or output index: a split (one per tuple element)}.
+Hook = Gather | dict[str, Split | tuple[Split, ...]]
+
+
+@dataclass(frozen=True)
+class MaskSite:
+    name: str
+    built_in: str
+    layout: str | None
+    file: str
+    line: int
+    why: str
+
+
+@dataclass(frozen=True)
+class MaskReorder:
+    needed: bool
+    kind: str | None
+    where: tuple[MaskSite, ...]
+    why: str
+    mechanism: str | Omit = OMIT  # present when needed
+
+
+@dataclass(frozen=True)
+class RopeDriftFix:
+    needed: bool
+    evidence: tuple[Evidence, ...]
+    why: str
+
+
+@dataclass(frozen=True)
+class UlyssesAnything:
+    needed: bool
+    why: tuple[str, ...]
+    note: str | None
+
+
+@dataclass(frozen=True)
+class HybridPatch:
+    needed: bool
+    method: str | None
+    why: str
+
+
+@dataclass(frozen=True)
+class DiffusersPlan:
+    """A `_cp_plan` diffusers declares on the class, compared with ours."""
+
+    plan: dict[str, Any]
+    at: Evidence | None
+    same_keys: bool
+    only_ours: tuple[str, ...]
+    only_diffusers: tuple[str, ...]
+    note: str
+
+
+@dataclass(frozen=True)
+class CpPlan:
+    approach: str
+    shape: str | None
+    plan: dict[str, Hook]
+    confidence: Confidence
+    evidence: tuple[Evidence, ...]
+    risks: tuple[str, ...]
+    unknowns: tuple[str, ...]
+    mask_reorder: MaskReorder
+    rope_drift_fix: RopeDriftFix
+    ulysses_anything: dict[str, UlyssesAnything]
+    hybrid_patch: HybridPatch
+    diffusers_plan: DiffusersPlan | None
+
+
+# -- tensor parallelism ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TpReason:
+    role: str
+    why: str
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Heads:
+    heads: tuple[str, int | None] | None
+    kv_heads: tuple[str, int | None] | None
+    head_dim: tuple[str, int | None] | None
+
+
+@dataclass(frozen=True)
+class TpList:
+    attr: str
+    block_class: str | None
+    layer_plan: dict[str, str]
+    reasons: dict[str, TpReason]
+    shard_div_attr: dict[str, tuple[str, ...]]
+    strategy: str
+    confidence: Confidence
+    risks: tuple[str, ...]
+    notes: tuple[str, ...]
+    evidence: tuple[Evidence, ...]
+    heads: dict[str, Heads]
+
+
+@dataclass(frozen=True)
+class TpPlan:
+    block_lists: tuple[TpList, ...]
+    strategy: str
+    patch_kernels_first: tuple[Evidence, ...]
+    confidence: Confidence
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    cp: CpPlan
+    tp: TpPlan
+
+
+# -- encoders, VAE -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextEncoderPlan(TextEncoderFacts):
+    action: str = field(kw_only=True)
+
+
+@dataclass(frozen=True)
+class VaePlan(VaeFacts):
+    action: str = field(kw_only=True)
+
+
+# -- facts the decisions read, and the meta-device check -------------------------------------------
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    ok: bool | None
+    error: str | None
+    disagreements: tuple[str, ...]
+    checked: int
+    built_cp_plan: dict[str, Any] | None | Omit = OMIT
+
+
+@dataclass(frozen=True)
+class PlanFacts:
+    config: dict[str, Any]
+    attention: tuple[AttentionFact, ...]
+    linears: dict[str, tuple[LinearRole, ...]]
+    sequence: SequenceFact | None
+    position_modules: dict[str, PositionLayout]
+    crosscheck: CrossCheck
+
+
+@dataclass(frozen=True)
+class Phase:
+    id: int
+    title: str
+    steps: tuple[str, ...]
+    commands: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    schema: str
+    schema_version: str
+    tool_version: str
+    model: PlanModel
+    cache: CachePlan
+    parallelism: Parallelism
+    text_encoders: tuple[TextEncoderPlan, ...]
+    vae: VaePlan | None
+    already_supported: SupportNote | None
+    facts: PlanFacts
+    unknowns: tuple[str, ...]
+    phases: tuple[Phase, ...] = ()
+
+
+# -- approval ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Approval:
+    """APPROVAL.json: who approved which plan.json (its SHA-256), when."""
+
+    reviewer: str
+    approved_at: str
+    plan_sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalStatus:
+    """Whether plan.json is approved as it stands (`integrate approve --json`)."""
+
+    reviewer: str | Omit = OMIT
+    approved_at: str | Omit = OMIT
+    plan_sha256: str | Omit = OMIT  # what was approved (or, with no approval, the plan as it stands)
+    approved: bool
+    why: str | Omit = OMIT
+    plan_sha256_now: str | Omit = OMIT  # the plan as it stands, when it changed after approval

@@ -1,0 +1,42 @@
+"""What the gate takes (the five flags) and what it establishes (five facts, each with its source)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GATE_SCHEMA_VERSION = "1.1"
+FACTS = ("model_path", "pipeline_class", "transformer_class", "pipeline_file", "transformer_file")
+
+
+@dataclass(frozen=True)
+class GateFlags:
+    """The five gate flags as the user gave them (None: not given)."""
+
+    model_path: str | None = None
+    pipeline_class: str | None = None
+    transformer_class: str | None = None
+    pipeline_file: str | None = None
+    transformer_file: str | None = None
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One gate fact: its value and where it came from (a flag, a metadata file, a lookup)."""
+
+    value: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class GateReport:
+    inputs: dict[str, Fact]  # model_path, pipeline_class, transformer_class, pipeline_file, transformer_file
+    pipeline_entry: str  # "__call__", a method name, or a module-level function name
+    notes: tuple[str, ...] = ()
+
+    def value(self, fact: str) -> str | None:
+        return self.inputs[fact].value
+
+    @property
+    def flags(self) -> GateFlags:
+        """The facts as flags: the gate run again with these reaches the same model."""
+        return GateFlags(**{f: self.value(f) for f in FACTS})

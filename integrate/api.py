@@ -1,0 +1,219 @@
+"""The pipeline as functions over typed records: what the CLI, the survey, verify and tests call.
+
+    gate -> analyze -> plan -> (a reviewer approves) -> generate -> verify
+
+Each function takes the previous stage's record (or the gate's flags) and returns its own record; the
+JSON a command prints is `integrate.records.to_json` of that record. Nothing here prints: `progress`
+callbacks report long work, and `integrate.render` turns records into text for people.
+
+A `Workspace` parses each source file once; pass one to several calls (the survey does) to share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from integrate import cache
+from integrate.analyzers import analyze as _analyze_gate
+from integrate.analyzers.records import Analysis
+from integrate.decisions import make_plan
+from integrate.decisions.approval import approval_status, require_approved
+from integrate.decisions.approval import approve as _record_approval
+from integrate.decisions.crosscheck import SKIPPED, check_on_meta
+from integrate.decisions.records import ApprovalStatus, Plan
+from integrate.errors import InputError
+from integrate.files import write_tree
+from integrate.gate import run_gate
+from integrate.gate.records import FACTS, GateFlags, GateReport
+from integrate.records import to_json
+from integrate.resolve import Workspace
+
+Progress = Callable[[str], None]
+
+
+def _quiet(message: str) -> None:
+    pass
+
+
+def flags_for(target: str | None = None, **flags: str | None) -> GateFlags:
+    """The gate flags, with a positional TARGET (a model folder or a transformer source file) folded in."""
+    values = {k: flags.get(k) for k in FACTS}
+    if target is not None:
+        path = Path(target)
+        if not path.exists():
+            raise InputError(f"{target}: no such file or directory")
+        key = "model_path" if path.is_dir() else "transformer_file"
+        other = values.get(key)
+        if other and Path(other).resolve() != path.resolve():
+            raise InputError(f"{target} and --{key.replace('_', '-')} {other} name different {key.split('_')[0]}s")
+        values[key] = str(path)
+    return GateFlags(**values)
+
+
+def gate(flags: GateFlags, ws: Workspace | None = None) -> GateReport:
+    """The five facts, each with where it came from; an InputError when one cannot be established."""
+    return run_gate(flags, ws or Workspace())
+
+
+def analyze(model: GateFlags | GateReport, *, parallel: bool = False, ws: Workspace | None = None,
+            progress: Progress = _quiet) -> Analysis:
+    """The static analysis (never imports the analysed code); `parallel` adds what the plan needs."""
+    ws = ws or Workspace()
+    if isinstance(model, GateFlags):
+        progress("gate: locating classes and source files")
+        model = run_gate(model, ws)
+    progress("analyzing transformer and pipeline sources" + (", attention, blocks and sequence flow"
+                                                             if parallel else ""))
+    return _analyze_gate(model, ws, parallel=parallel)
+
+
+def analysis_json(flags: GateFlags, *, use_cache: bool = True, progress: Progress = _quiet) -> dict:
+    """`analyze`'s JSON form through the content-keyed result cache (a warm run parses nothing)."""
+    request = {k: (str(Path(v).resolve()) if v and k.endswith(("_path", "_file")) else v)
+               for k, v in flags.__dict__.items()}
+    key = cache.key_for("analyze", request)
+    if use_cache:
+        hit = cache.load(key)
+        if hit is not None:
+            return hit
+    ws = Workspace()
+    progress("gate: locating classes and source files")
+    report = run_gate(flags, ws)
+    result = to_json(analyze(report, ws=ws, progress=progress))
+    deps = list(result["files_read"])
+    model = report.value("model_path")
+    for meta in ("model_index.json", "transformer/config.json"):
+        if model and (Path(model) / meta).is_file():
+            deps.append(str(Path(model) / meta))
+    if use_cache:
+        cache.store(key, result, deps)
+    return result
+
+
+def plan(model: GateFlags | GateReport, *, probe: bool = True, ws: Workspace | None = None,
+         progress: Progress = _quiet) -> Plan:
+    """Gate, analysis with the parallelism facts, the meta-device check (`probe`), and the decisions."""
+    ws = ws or Workspace()
+    analysis = analyze(model, parallel=True, ws=ws, progress=progress)
+    if probe:
+        progress("cross-checking on the meta device (builds the model without weights)")
+        check = check_on_meta(analysis, ws)
+    else:
+        check = SKIPPED
+    progress("deciding CP / TP / TE-P / VAE-P")
+    return make_plan(analysis, check)
+
+
+def write_plan(plan: Plan, out_dir: Path) -> list[str]:
+    """PLAN.md (for a reviewer) and plan.json (for agents), both or neither."""
+    import json
+
+    from integrate.render.markdown import plan_markdown
+
+    check_out_dir(out_dir)
+    data = to_json(plan)
+    return write_tree(out_dir, {"plan.json": json.dumps(data, indent=2) + "\n", "PLAN.md": plan_markdown(data)})
+
+
+def check_out_dir(out_dir: Path) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"--out {out_dir} exists and is not a folder")
+
+
+def approve(plan_dir: Path, reviewer: str) -> ApprovalStatus:
+    """Record `reviewer`'s approval of plan.json as it stands."""
+    a = _record_approval(plan_dir, reviewer)
+    return ApprovalStatus(reviewer=a.reviewer, approved_at=a.approved_at, plan_sha256=a.plan_sha256, approved=True)
+
+
+def approval(plan_dir: Path) -> ApprovalStatus:
+    """The plan's approval as it stands; an InputError when it is not approved."""
+    require_approved(plan_dir)
+    return approval_status(plan_dir)
+
+
+def analysis_for_plan(plan: Plan, ws: Workspace | None = None) -> tuple[Analysis, Workspace]:
+    """Re-read the model the plan was made for; an InputError when its source no longer matches the plan."""
+    ws = ws or Workspace()
+    analysis = _analyze_gate(run_gate(plan.model.gate_flags, ws), ws)
+    now = [(b.attr, b.forward_pattern) for b in analysis.transformer.block_lists if b.is_blocks]
+    planned = [(b.attr, b.forward_pattern) for b in plan.cache.block_lists]
+    if now != planned:
+        raise InputError(f"the model's source changed since the plan was made (block lists {planned} -> {now}): "
+                         "run `integrate plan` again and have it approved")
+    return analysis, ws
+
+
+def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", cache_dit_src: Path | None = None,
+             dry_run: bool = False, progress: Progress = _quiet):
+    """Write the code the approved plan calls for; returns the `GenerateReport` (its `manual` lists what the
+    templates could not write)."""
+    from integrate.templates import build, checkout_layout
+    from integrate.templates.checkout import apply_checkout
+    from integrate.templates.records import GenerateReport, PluginInfo
+
+    plan_rec, approval_rec = require_approved(plan_dir)
+    if mode == "plugin" and out is None:
+        raise InputError("--out DIR is required in plugin mode")
+    if mode == "checkout" and cache_dit_src is None:
+        raise InputError("--cache-dit-src PATH is required in checkout mode")
+    if dry_run and mode != "checkout":
+        raise InputError("--dry-run applies to --mode checkout")
+    name = plan_rec.model.example_name
+    if not name:
+        raise InputError("the plan names no example (pipeline class unknown): cannot name the generated code")
+    progress("re-reading the model sources the plan was made from")
+    analysis, ws = analysis_for_plan(plan_rec)
+    src = ws.load(Path(plan_rec.model.transformer_file))
+    cls = src.classes[plan_rec.model.transformer_class]
+    if mode == "plugin":
+        import_name = f"integrate_{name}"
+        gen = build(plan_rec, approval_rec, analysis, ws, src, cls, f"{import_name}.patch_functor", import_name)
+        files = {f"{import_name}/{p.module}.py": p.text for p in gen.pieces} | gen.extra
+        written = write_tree(out, files)
+        return GenerateReport("plugin", plugin=PluginInfo(import_name, str(out.resolve()),
+                                                          f"python -m {import_name} {name}"),
+                              files=tuple(written), registered=gen.registered, notes=gen.notes, manual=gen.manual)
+    gen = build(plan_rec, approval_rec, analysis, ws, src, cls, f"cache_dit.caching.patch_functors.functor_{name}",
+                "cache_dit.generate")
+    artifacts, registrations = checkout_layout(gen, plan_rec)
+    result = apply_checkout(cache_dit_src, artifacts, registrations, dry_run=dry_run)
+    written = []
+    if out is not None and not dry_run:
+        written = write_tree(out, {"test_matrix.sh": gen.extra["test_matrix.sh"]})
+    return GenerateReport("checkout", checkout=result, files=tuple(written), registered=gen.registered,
+                          notes=gen.notes, manual=gen.manual)
+
+
+def verify(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] | None = None, trust_code: bool = False,
+           progress: Progress = _quiet):
+    """The CPU proofs of a generated plugin (a `VerifyReport`)."""
+    from integrate.verify.run import Verifier
+
+    return Verifier(plan_dir, generated, trust_code=trust_code, proofs=proofs, progress=progress).run()
+
+
+def verify_gpu(plan_dir: Path, generated: Path, *, out: str, print_only: bool, trust_code: bool = False,
+               progress: Progress = _quiet):
+    """The GPU matrix (a `GpuReport`): its commands (`print_only`), or their results where CUDA GPUs are."""
+    from integrate.verify.gpu import run_or_print
+
+    return run_or_print(plan_dir, generated, out=out, print_only=print_only, trust_code=trust_code,
+                        progress=progress)
+
+
+def metrics(baseline: Path, candidate: Path, side_by_side: Path | None = None):
+    """PSNR and SSIM of `candidate` against `baseline`, and a side-by-side picture (a `MetricsReport`)."""
+    from integrate.verify.metrics import report
+
+    return report(baseline, candidate, side_by_side)
+
+
+def survey(paths: list[str] | tuple[str, ...] = (), *, jobs: int | None = None, use_cache: bool = True,
+           verify_only: tuple[str, ...] | None = None, progress: Progress = _quiet):
+    """One row per transformer class in the installed diffusers (and `paths`); `verify_only` (a tuple of class
+    names, empty for all) adds each row's CPU proof."""
+    from integrate.survey import run_survey
+
+    return run_survey(list(paths), jobs=jobs, use_cache=use_cache, verify_only=verify_only, progress=progress)

@@ -1,0 +1,225 @@
+"""Every command's output for a terminal, rendered from the JSON form of its record (`to_json`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _short(path: str | None) -> str:
+    if not path:
+        return "?"
+    marker = os.sep + "site-packages" + os.sep
+    return path.split(marker, 1)[1] if marker in path else os.path.relpath(path) if path.startswith(os.getcwd()) else path
+
+
+def gate(gate: dict) -> list[str]:
+    lines = ["Gate: all five facts known"]
+    for name, fact in gate["inputs"].items():
+        value = _short(fact["value"]) if name.endswith("_file") else fact["value"]
+        lines.append(f"  {name:<18} {value}")
+        lines.append(f"  {'':<18} from {fact['source']}")
+    if gate.get("pipeline_entry") not in (None, "__call__"):
+        lines.append(f"  denoising entry    {gate['pipeline_entry']}")
+    lines += [f"  note: {n}" for n in gate.get("notes", [])]
+    return lines
+
+
+def analysis(data: dict, markdown: bool = False) -> str:
+    t, p = data["transformer"], data["pipeline"]
+    h = (lambda s: f"## {s}") if markdown else (lambda s: s.upper())
+    lines = [h(f"Analysis of {t['class']}") if markdown else f"{t['class']}  ({_short(t['file'])}:{t['line']})", ""]
+    lines += gate(data["gate"]) + [""]
+    lines.append(h("Block lists"))
+    for bl in t["block_lists"]:
+        mark = {True: "BLOCKS", False: "not blocks", None: "unknown"}[bl["is_blocks"]]
+        head = f"- {bl['attr']} [{bl['container']}] -> {mark}"
+        if bl["is_blocks"]:
+            head += f": {bl['block_class']} x {bl['length'] or '?'}"
+            if bl["length_config_fields"]:
+                head += f" (config: {', '.join(bl['length_config_fields'])})"
+        lines.append(head)
+        lines.append(f"    why: {bl['why']}")
+        if bl["is_blocks"]:
+            alt = f" (also binds: {', '.join(bl['alternatives'])})" if bl["alternatives"] else ""
+            lines.append(f"    ForwardPattern: {bl['forward_pattern'] or 'unknown'}{alt}, confidence {bl['confidence']}")
+            lines.append(f"    roles: {bl['roles']}; check_forward_pattern={bl['check_forward_pattern']}")
+            fwd = bl["forward"]
+            sig = ", ".join(
+                ("*" if q["kind"] == "var_positional" else "**" if q["kind"] == "var_keyword" else "")
+                + q["name"] + ("" if q["default"] is None else f"={q['default']}")
+                for q in fwd["params"]
+            )
+            lines.append(f"    forward({sig})")
+            lines.append(f"    returns {fwd['return_roles']}" + ("" if fwd["returns_agree"] else " (return sites disagree)"))
+            cs = bl["call_site"]
+            lines.append(f"    call site line {cs['line']}: pitfall A = {cs['keyword_positional_mismatch']}")
+            for b in cs["bindings"]:
+                state = "binds as is" if b["binds"] else (b["error"] or f"changes {', '.join(b['changed'])}")
+                lines.append(f"      {b['pattern']}: {state}")
+            for op in cs["loop_extra_ops"]:
+                flag = "" if op["active_by_default"] else " [inactive by default]"
+                lines.append(f"    loop body line {op['line']}: {op['kind']}{flag}: {op['code']}")
+                lines.append(f"      {op['why']}")
+            for ev in cs["in_place_input_mutation"]:
+                lines.append(f"    pitfall C line {ev['line']}: {ev['why']}")
+            for w in cs["walk"]:
+                lines.append(f"    walk: {w}")
+        for n in bl.get("notes", []):
+            lines.append(f"    note: {n}")
+        ev = bl["evidence"]
+        if markdown and ev:
+            lines += [f"    - `{_short(e['file'])}:{e['line']}` {e['why']}" for e in ev]
+    lines.append("")
+    lines.append(f"needs_patch_functor: {t['needs_patch_functor']}")
+    lines += [f"  - {r}" for r in t["patch_functor_reasons"]]
+    lines += [f"  unknown: {u}" for u in t["unknowns"]]
+    lines.append("")
+    lines.append(h("Pipeline"))
+    lines.append(f"{p['class']}.{p['entry']} ({_short(p['file'])}): has_separate_cfg = {p['has_separate_cfg']}"
+                 f" (confidence {p['confidence']})")
+    lines += [f"  {_short(e['file'])}:{e['line']}  {e['why']}" for e in p["evidence"]]
+    sup = data.get("already_supported") or {}
+    if sup:
+        lines.append("")
+        lines.append(f"[{sup['label']}]")
+        if sup["matches"]:
+            for m in sup["matches"]:
+                lines.append(f"  cache-dit already registers prefix {m['prefix']!r} ({_short(m['adapter'])})")
+        else:
+            lines.append("  no cache-dit adapter is registered for this pipeline or transformer")
+    return "\n".join(lines)
+
+
+def plan(data: dict, out_dir) -> str:
+    cp, tp = data["parallelism"]["cp"], data["parallelism"]["tp"]
+    lines = [f"plan written to {out_dir}/PLAN.md and plan.json",
+             f"  CP: {cp['approach']}, {cp['shape']}: " + ", ".join(cp["plan"]),
+             f"  TP: {tp['strategy']}: " + ", ".join(f"{x['attr']} ({x['strategy']})" for x in tp["block_lists"])]
+    if data["unknowns"]:
+        lines.append(f"  {len(data['unknowns'])} open question(s): see PLAN.md")
+    lines.append(f"next: review PLAN.md, then `integrate approve {out_dir} --reviewer <name>`")
+    return "\n".join(lines)
+
+
+def approval(data: dict) -> str:
+    return (f"approved by {data.get('reviewer')} at {data.get('approved_at')} (plan.json sha256 "
+            f"{data.get('plan_sha256', '')[:12]}...)")
+
+
+def generate(data: dict) -> str:
+    lines = [f"{data['mode']}: {len(data['files']) or len(data.get('checkout', {}).get('changed', []))} file(s)"]
+    lines += [f"  registered {k}: {v}" for k, v in data["registered"].items()]
+    lines += [f"  note: {n}" for n in data["notes"]] + [f"  MANUAL: {x}" for x in data["manual"]]
+    return "\n".join(lines)
+
+
+def metrics(scores: dict) -> str:
+    psnr = float("inf") if scores["psnr"] is None else scores["psnr"]
+    return (f"PSNR {'inf (identical)' if scores['psnr'] is None else f'{psnr:.2f} dB'}, SSIM {scores['ssim']:.4f}"
+            + (f" (minimum over {scores['frames']} frames, worst frame {scores['worst_frame']})"
+               if scores["frames"] > 1 else "")
+            + ("  GARBLED: PSNR looks fine but the structure is gone (SSIM < 0.5)" if scores["garbled"] else "")
+            + f"\nside by side: {scores['side_by_side']}")
+
+
+def verify(report: dict) -> str:
+    from integrate.verify.proofs import REPORTED
+
+    fx = report["fixture"]
+    lines = [f"fixture: {fx['status']} ({fx['path']})"]
+    lines += [f"  cannot derive {e}" for e in fx.get("errors", [])]
+    for name in REPORTED:
+        r = report[name]
+        head = f"{name}: {r['status'].upper()}"
+        if r.get("why"):
+            head += f" - {r['why']}"
+        lines.append(head)
+        for vname, vr in (r.get("variants") or {}).items():
+            fig = f" max-abs {vr['max_abs']:.3g}, cosine {vr['cosine']:.6f}" if "max_abs" in vr else ""
+            lines.append(f"  {vname}: {vr['status']}{fig}" + (f" - {vr['why']}" if vr.get("why") else ""))
+        if name == "cache" and "caching_on" in r:
+            on = r["caching_on"]
+            lines.append(f"  caching off: {'bit-identical' if r['caching_off']['bitwise'] else 'differs'}; caching on: "
+                         f"steps {on['cached_steps']} cached, max relative drift {on.get('max_rel_l2')}")
+            lines += [f"  list {p['list']} {p['pattern']}: {p['status']} ({p['why']})" for p in r.get("patterns", [])]
+        first = r.get("first_divergence")
+        if first:
+            where = first.get("module") or "unknown module"
+            lines.append(f"  first divergence: {where}" + (f" ({first['error']['type']} raised {first.get('raised', '')})"
+                                                           if first.get("error") else ""))
+            if first.get("table"):
+                lines.append(layer_table(first["table"]))
+    lines.append(f"{report.get('seconds', 0)} s")
+    return "\n".join(lines)
+
+
+def layer_table(table: list[dict]) -> str:
+    """Per-layer parity around the first divergent module."""
+    if not table:
+        return ""
+    width = max(len(r["module"]) for r in table)
+    lines = [f"    {'module':<{width}}  {'max-abs':>10}  {'cosine':>9}"]
+    for r in table:
+        mark = "" if r["ok"] else "  <- differs"
+        lines.append(f"    {r['module']:<{width}}  {r['max_abs']:>10.3g}  {r['cosine']:>9.6f}{mark}")
+    return "\n".join(lines)
+
+
+def verify_gpu(data: dict) -> str:
+    if "results" in data:
+        return data["table"]
+    if data.get("status") == "skipped":
+        return data["why"] + "\n(print the commands with --gpu --print and run them where GPUs are)"
+    return "\n".join(data["setup"] + data["commands"])
+
+
+def _short_survey(path: str, data: dict) -> str:
+    p = Path(path)
+    for root in (Path(data["diffusers"]["path"]), Path.cwd()):
+        try:
+            return str(p.relative_to(root))
+        except ValueError:
+            continue
+    return str(p)
+
+
+def survey(data: dict) -> str:
+    header = ["transformer", "file:line", "pipeline(s)", "cache-dit*", "block lists: pattern", "separate CFG",
+              "PatchFunctor", "CP", "TP"]
+    table = [header]
+    for r in data["rows"]:
+        where = f"{_short_survey(r['file'], data)}:{r['line'] or '?'}"
+        pipes = r["pipelines"]
+        shown = r["analysed_pipeline"] or (pipes[0]["class"] if pipes else "-")
+        pipe = shown + (f" +{len(pipes) - 1}" if len(pipes) > 1 else "") if pipes else "-"
+        sup = r["already_supported"]
+        supported = "?" if sup is None else ("yes" if sup.get("registered") else "no")
+        if r["status"] == "error":
+            table.append([r["transformer_class"] or "?", where, pipe, supported, f"error: {r['error']}"])
+            continue
+        lists = ", ".join(f"{b['attr']}: {(b['forward_pattern'] or '?').replace('Pattern_', 'P')}"
+                          for b in r["block_lists"]) or "none found"
+        cfg = {True: "yes", False: "no", None: "?" if r["analysed_pipeline"] else "-"}[r["has_separate_cfg"]]
+        pf = {True: "needed", False: "no", None: "?"}[r["needs_patch_functor"]]
+        cp = r["cp"] or {}
+        cp_text = f"{cp.get('approach')}, {cp.get('shape')}" if cp.get("shape") else str(cp.get("approach"))
+        table.append([r["transformer_class"], where, pipe, supported, lists, cfg, pf, cp_text,
+                      str((r["tp"] or {}).get("strategy"))])
+    widths = [max((len(row[i]) for row in table if i < len(row) - 1), default=0) for i in range(len(header))]
+    lines = []
+    for row in table:
+        cells = [c.ljust(widths[i]) if i < len(row) - 1 else c for i, c in enumerate(row)]
+        lines.append("  ".join(cells).rstrip())
+    errors = sum(r["status"] == "error" for r in data["rows"])
+    lines.append("")
+    lines.append(f"{len(data['rows'])} transformer class(es), {errors} error(s); diffusers "
+                 f"{data['diffusers']['version']}, cache-dit {data['cache_dit']['version']}")
+    lines.append(f"* {data['cache_dit']['label']}")
+    for s in data["skipped"]:
+        lines.append(f"skipped {s['file']}: {s['why']}")
+    lines += [f"verify {r['transformer_class']}: " + ", ".join(
+        f"{k} {v}" for k, v in r["verify"].items() if k in ("status", "fixture", "state_dict", "cache", "cp", "tp",
+                                                            "why"))
+        for r in data["rows"] if "verify" in r]
+    return "\n".join(lines)

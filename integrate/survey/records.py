@@ -1,0 +1,104 @@
+"""One survey row per transformer class, and the survey report (`integrate survey --json`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from integrate.analyzers.records import SupportNote
+from integrate.records import OMIT, Confidence, Omit
+
+SURVEY_SCHEMA = "integrate.survey"
+SURVEY_SCHEMA_VERSION = "1.1"
+SUPPORT_LABEL = "cache-dit: registered in the installed cache-dit's adapter registry (read statically; a label, " \
+                "not analysis)"
+
+
+@dataclass(frozen=True)
+class PipelineRef:
+    cls: str
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
+class RowList:
+    attr: str
+    block_class: str | None
+    forward_pattern: str | None
+    confidence: Confidence
+    check_forward_pattern: bool | None
+
+
+@dataclass(frozen=True)
+class RowCp:
+    approach: str
+    shape: str | None
+    confidence: Confidence
+
+
+@dataclass(frozen=True)
+class RowTp:
+    strategy: str
+    confidence: Confidence
+
+
+@dataclass(frozen=True)
+class RowVerify:
+    status: str  # "pass" | "fail" | "error" | "skipped"
+    why: str | Omit = OMIT
+    state_dict: str | Omit = OMIT
+    cache: str | Omit = OMIT
+    cp: str | Omit = OMIT
+    tp: str | Omit = OMIT
+    fixture: str | Omit = OMIT
+    first_divergence: dict[str, str | None] | Omit = OMIT  # proof -> module
+    seconds: float | Omit = OMIT
+
+
+@dataclass(frozen=True)
+class SurveyRow:
+    transformer_class: str | None  # None only when the file itself could not be read
+    file: str
+    line: int | None
+    status: str = "ok"  # "ok" | "error"
+    error: str | None = None
+    pipelines: tuple[PipelineRef, ...] = ()
+    analysed_pipeline: str | None = None
+    already_supported: SupportNote | None = None
+    block_lists: tuple[RowList, ...] = ()
+    not_blocks: tuple[str, ...] = ()
+    has_separate_cfg: bool | None = None
+    cfg_confidence: Confidence | None = None
+    needs_patch_functor: bool | None = None
+    patch_functor_reasons: tuple[str, ...] = ()
+    cp: RowCp | None = None
+    tp: RowTp | None = None
+    unknowns: tuple[str, ...] = ()
+    verify: RowVerify | Omit = OMIT
+
+
+@dataclass(frozen=True)
+class Skipped:
+    file: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Package:
+    version: str | None
+    path: str | Omit = OMIT
+    label: str | Omit = OMIT
+
+
+@dataclass(frozen=True)
+class SurveyReport:
+    schema: str
+    schema_version: str
+    tool_version: str
+    diffusers: Package
+    cache_dit: Package
+    paths: tuple[str, ...]
+    rows: tuple[SurveyRow, ...]
+    skipped: tuple[Skipped, ...]
+    files_read: tuple[str, ...]
+    pipeline_files_indexed: tuple[str, ...]

@@ -1,0 +1,117 @@
+"""Cache: the generated adapter (and PatchFunctor) through cache-dit, in one process.
+
+- each list's first block returns its streams in the order its ForwardPattern says (shapes tell them apart);
+- the patched forward, and caching registered but off, are bit-identical to the plain model;
+- caching on caches steps, with finite residual diffs, and each call stays within a few times the step's
+  own move of the plain model (a cached step reuses the last step's residual: its error is of that order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import compare
+from ..records import CacheProof, CachingOn, PatternCheck, StateDictProof
+from . import state_dict
+from .locate import Baseline, compared, worker_error
+
+NAME = "cache"
+RECORD = CacheProof  # the record in the report
+REQUESTABLE = True
+SUMMARY = "block contracts observed, caching off bit-identical, caching on really caching"
+THRESHOLD = 0.8  # permissive: tiny random models change a lot between steps
+CACHED_SLACK, CACHED_FLOOR = 3.0, 0.02  # a cached step may be off by a few times the step's own move
+STEPS = 4
+
+
+def judge(base: Baseline, rep: dict | None, arrays: dict, tail: str | None) -> tuple[StateDictProof, CacheProof]:
+    if rep is None:
+        err = worker_error({"stage": "start", "module": None, "type": "NoReport", "message": tail or ""})
+        return (StateDictProof("error", why=tail), CacheProof("error", why=tail, error=err))
+    v = rep["variants"]["cache"]
+    sd = state_dict.judge(base.report.get("state_dict", {}), v)
+    if "error" in v and "patterns" not in v:
+        err = worker_error(v["error"])
+        return sd, CacheProof("error", why=f"{err.type}: {err.message}", error=err,
+                              first_divergence=base.locate([arrays], "cache", err))
+    fields: dict = {"block_counts": v.get("block_counts"), "has_separate_cfg": v.get("has_separate_cfg"),
+                    "patterns": tuple(pattern_check(p) for p in v.get("patterns", []))}
+    problems = [f"list {p.list}: {p.why}" for p in fields["patterns"] if p.status == "fail"]
+    if "cache/patched" in arrays:
+        fields["patched_forward"] = compared(compare.figures(base.out, arrays["cache/patched"], rtol=0, atol=0))
+    if "error" in v:
+        err = worker_error(v["error"])
+        place = err.module or (f"cache-dit's code after `{err.after}`" if err.after else err.stage)
+        return sd, CacheProof("error", why=f"{err.type} in {place}: {err.message}", error=err,
+                              first_divergence=base.locate([arrays], "cache", err), **fields)
+    calls = v.get("calls_per_step", 1)
+    ref = base.reference(STEPS, calls)
+    off = compare.figures(ref, arrays["cache/out"], rtol=0, atol=0)
+    fields["caching_off"] = compared(off)
+    if off.max_abs != 0:
+        problems.append(f"with caching off the output differs from the plain model (max-abs {off.max_abs:.3g})")
+    fields["caching_on"], more = _caching_on(base, ref, v.get("stats", {}), arrays.get("cache/cached"), calls)
+    problems += more
+    if problems:
+        return sd, CacheProof("fail", why="; ".join(problems), first_divergence=base.locate([arrays], "cache", None),
+                              **fields)
+    return sd, CacheProof("pass", **fields)
+
+
+def _caching_on(base: Baseline, ref: np.ndarray, stats: dict, cached: np.ndarray | None,
+                calls: int) -> tuple[CachingOn, list[str]]:
+    problems: list[str] = []
+    on: dict = {"threshold": THRESHOLD, "cached_steps": tuple(stats.get("cached_steps", [])),
+                "residual_diffs": tuple(round(d, 6) for d in stats.get("residual_diffs", [])),
+                "finite": stats.get("finite", True)}
+    if cached is not None:
+        warm = compare.figures(ref[:calls], cached[:calls], rtol=0, atol=0)
+        on["warmup_bitwise"] = warm.max_abs == 0
+        if warm.max_abs != 0:
+            problems.append("a warm-up step with caching on differs from the plain model")
+        rels = [compare.figures(ref[i], cached[i]).rel_l2 for i in range(len(ref))]
+        # how far the plain model's output moves from one step to the next: a cached step reuses the last
+        # step's residual, so its error is of that order; a wrong residual is far beyond it
+        out = base.out
+        moves = [0.0] + [compare.figures(out[s - 1], out[s]).rel_l2 for s in range(1, len(out))]
+        allowed = [CACHED_SLACK * moves[i // calls] + CACHED_FLOOR for i in range(len(ref))]
+        on["rel_l2_per_call"] = tuple(round(r, 6) for r in rels)
+        on["step_move_rel_l2"] = tuple(round(m, 6) for m in moves)
+        on["max_rel_l2"] = round(max(rels), 6)
+        on["finite_output"] = bool(np.isfinite(cached).all())
+        worst = max(range(len(rels)), key=lambda i: rels[i] - allowed[i])
+        if not on["finite_output"] or not on["finite"]:
+            problems.append("non-finite values with caching on (an in-place write into a block input?)")
+        elif rels[worst] > allowed[worst]:
+            problems.append(f"with caching on, call {worst} is {rels[worst]:.3f} (relative L2) from the plain model, "
+                            f"beyond {allowed[worst]:.3f} ({CACHED_SLACK:g} x the step's own move + "
+                            f"{CACHED_FLOOR:g}): the cached residual is wrong")
+    if not on["cached_steps"]:
+        problems.append(f"no step was cached at threshold {THRESHOLD}: the cache is not engaged")
+    return CachingOn(**on), problems
+
+
+def pattern_check(p: dict) -> PatternCheck:
+    """Does the first block of a list return its streams in the order the declared pattern says?"""
+    from cache_dit.caching.forward_pattern import ForwardPattern
+
+    pattern = ForwardPattern[p["pattern"]]
+    seen_in, seen_out = p.get("in"), p.get("out")
+
+    def check(status: str, why: str) -> PatternCheck:
+        return PatternCheck(p["list"], p["pattern"], seen_in, seen_out, status, why)
+
+    if seen_in is None or seen_out is None:
+        return check("unknown", "the first block was not called")
+    shapes = {"hidden_states": seen_in[0], "encoder_hidden_states": seen_in[1]}
+    if shapes["hidden_states"] == shapes["encoder_hidden_states"]:
+        return check("unknown", "both streams have the same shape: order not observable")
+    if len(seen_out) < len(pattern.Out):
+        return check("fail", f"{p['pattern']} returns {len(pattern.Out)} tensors, the block returned {len(seen_out)}")
+    for i, name in enumerate(pattern.Out):
+        want = shapes.get(name)
+        if want is not None and seen_out[i] != want:
+            other = next((n for n, s in shapes.items() if s == seen_out[i]), "neither stream")
+            return check("fail", f"{p['pattern']} says output {i} is `{name}` {want}, the block returned "
+                                 f"{seen_out[i]} (`{other}`)")
+    return check("pass", "outputs come back in the declared order (shapes differ)")

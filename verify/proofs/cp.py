@@ -1,0 +1,28 @@
+"""Context parallelism: Ulysses over 2 gloo processes, with and without the cache, ring where no mask is
+reordered (its CPU kernel may be missing: then `skipped`), Ulysses-anything when the plan calls for it."""
+
+from __future__ import annotations
+
+from integrate.decisions.records import Plan
+
+from ..records import ParallelProof
+
+NAME = "cp"
+RECORD = ParallelProof  # the record in the report
+REQUESTABLE = True
+SUMMARY = "Ulysses (and ring) over 2 gloo processes against the 1-process run"
+
+
+def variants(plan: Plan) -> list[dict]:
+    cp = plan.parallelism.cp
+    two = cp.ulysses_anything.get("2")
+    anything = bool(two and two.needed)
+    out = [{"name": "ulysses2", "ulysses": 2, "anything": anything},
+           {"name": "ulysses2+cache", "ulysses": 2, "anything": anything, "cache": True}]
+    if not cp.mask_reorder.needed:
+        out.append({"name": "ring2", "ring": 2})
+    return out
+
+
+def progress(variants: list[dict]) -> str:
+    return "cp: Ulysses over 2 gloo processes" + (", then ring" if any("ring" in v for v in variants) else "")

@@ -1,0 +1,63 @@
+"""Judging a proof run over 2 gloo processes (CP and TP): every variant's output against the 1-process run.
+
+A variant passes when every output element is within `1e-5 + 1e-4 * max|reference|` of the baseline. An
+error that is this machine's limit (a kernel with no CPU implementation, a library refusing CPU tensors)
+is `skipped`, never a verdict on the integration.
+"""
+
+from __future__ import annotations
+
+from .. import compare
+from ..records import ParallelProof, Variant, WorkerError
+from .locate import Baseline, worker_error
+
+
+def judge(base: Baseline, variants: list[dict], runs: dict[str, tuple[list, list, list]]) -> ParallelProof:
+    rows: dict[str, Variant] = {}
+    for variant in variants:
+        key = variant["name"]
+        reps, arrays, tails = runs[key]
+        if any(r is None for r in reps) and not any(r is not None and "error" in r for r in reps):
+            rows[key] = Variant("error", why="; ".join(t for t in tails if t) or "a rank did not report",
+                                first_divergence=None)
+            continue
+        errors = [worker_error(r["error"]) for r in reps if r is not None and "error" in r]
+        # a rank that lost its peer ("connection closed") reports the consequence; the other, the cause
+        errors.sort(key=lambda e: "closed by peer" in e.message or "Connection reset" in e.message)
+        err = errors[0] if errors else None
+        if err is not None:
+            why = f"{err.type} in {err.module or err.stage}: {err.message}"
+            cpu_only = _cpu_only(err)
+            if cpu_only:  # a limit of this machine, not a verdict on the integration
+                rows[key] = Variant("skipped", why=f"{cpu_only}: run this configuration on GPUs", error=err)
+            else:
+                good = [a for a, r in zip(arrays, reps) if r is not None and "error" not in r] or arrays[:1]
+                rows[key] = Variant("error", why=why, error=err, first_divergence=base.locate(good, key, err))
+            continue
+        f = [compare.figures(base.out, a[f"{key}/out"]) for a in arrays]
+        worst = max(f, key=lambda x: x.max_abs).as_dict()
+        if worst["ok"]:
+            rows[key] = Variant("pass", **worst)
+        else:
+            rows[key] = Variant("fail", **worst, first_divergence=base.locate(arrays, key, None))
+    statuses = [v.status for v in rows.values()]
+    status = ("error" if "error" in statuses else "fail" if "fail" in statuses else
+              "skipped" if all(x == "skipped" for x in statuses) else "pass")
+    bad = next((v for v in rows.values() if v.status in ("fail", "error")), None)
+    if bad is not None:
+        why = bad.why if isinstance(bad.why, str) else f"differs from the 1-process run (max-abs {bad.max_abs:.3g})"
+        return ParallelProof(status, why=why, first_divergence=bad.first_divergence, variants=rows)
+    if status == "skipped":
+        return ParallelProof(status, why=next(v.why for v in rows.values()), variants=rows)
+    return ParallelProof(status, variants=rows)
+
+
+def _cpu_only(err: WorkerError) -> str | None:
+    """Why an error is the CPU's, not the integration's: a kernel with no CPU implementation, or a
+    library's own assertion that refuses CPU tensors."""
+    if err.type == "NotImplementedError" and "'CPU' backend" in err.message:
+        return "the attention kernel has no CPU implementation in this torch"
+    last = " ".join(err.trace[-4:])
+    if err.type == "AssertionError" and "cpu" in last and "site-packages" in (err.at or ""):
+        return f"library code refuses CPU tensors ({err.at})"
+    return None

@@ -1,0 +1,20 @@
+"""Tensor parallelism: 2 gloo processes with the device mesh on "cpu", with and without the cache."""
+
+from __future__ import annotations
+
+from integrate.decisions.records import Plan
+
+from ..records import ParallelProof
+
+NAME = "tp"
+RECORD = ParallelProof  # the record in the report
+REQUESTABLE = True
+SUMMARY = "TP over 2 gloo processes against the 1-process run"
+
+
+def variants(plan: Plan) -> list[dict]:
+    return [{"name": "tp2", "tp": 2}, {"name": "tp2+cache", "tp": 2, "cache": True}]
+
+
+def progress(variants: list[dict]) -> str:
+    return "tp: 2 gloo processes, device mesh on cpu"

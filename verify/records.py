@@ -1,0 +1,254 @@
+"""What `integrate verify` reports (docs/schema.md, `integrate.verify` 1.0): one record per proof.
+
+Keys that a proof only has in some outcomes (an error, a variant that did not run) are optional: their
+value is OMIT and they are left out of the JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from integrate.records import OMIT, Omit
+
+VERIFY_SCHEMA = "integrate.verify"
+VERIFY_SCHEMA_VERSION = "1.0"
+GPU_SCHEMA = "integrate.verify.gpu"
+GPU_SCHEMA_VERSION = "1.0"
+
+Status = Literal["pass", "fail", "skipped", "error"]
+
+
+@dataclass(frozen=True)
+class WorkerError:
+    """An exception inside the model or the integration, caught in a worker and located."""
+
+    stage: str  # what the worker was doing: "import the plugin", "set up the integration", "run the model", ...
+    module: str | None  # the module whose forward raised (its path in the plain model)
+    after: str | None  # the last module that returned before it
+    at: str  # "file:line" of the raise
+    type: str
+    message: str
+    trace: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    module: str
+    how: str  # how the shards were put back together: "whole", "sequence", "streams", "last dim", ...
+    max_abs: float
+    cosine: float
+    rel_l2: float
+    ok: bool
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first module whose output differs from the 1-process run, with the per-layer table around it."""
+
+    module: str | None
+    table: tuple[LayerRow, ...]
+    compared: int
+    not_comparable: int
+    max_abs: float | Omit = OMIT
+    cosine: float | Omit = OMIT
+    error: WorkerError | Omit = OMIT
+    raised: str | Omit = OMIT  # where it was raised, in words
+
+
+@dataclass(frozen=True)
+class Figures:
+    max_abs: float
+    cosine: float
+    rel_l2: float
+    ok: bool
+
+
+@dataclass(frozen=True)
+class Compared:
+    """An output compared bit for bit (`bitwise`) with the plain model's, and its figures."""
+
+    bitwise: bool
+    max_abs: float
+    cosine: float
+    rel_l2: float
+    ok: bool
+
+
+@dataclass(frozen=True)
+class PatternCheck:
+    """Does a list's first block return its streams in the order its ForwardPattern says?"""
+
+    list: str
+    pattern: str
+    seen_in: list[Any] | None = field(metadata={"name": "in"})  # the input shapes (hidden, encoder)
+    seen_out: list[Any] | None = field(metadata={"name": "out"})  # the output shapes, in order
+    status: Literal["pass", "fail", "unknown"]
+    why: str
+
+
+@dataclass(frozen=True)
+class CachingOn:
+    threshold: float
+    cached_steps: tuple[int, ...]
+    residual_diffs: tuple[float, ...]
+    finite: bool
+    warmup_bitwise: bool | Omit = OMIT
+    rel_l2_per_call: tuple[float, ...] | Omit = OMIT
+    step_move_rel_l2: tuple[float, ...] | Omit = OMIT
+    max_rel_l2: float | Omit = OMIT
+    finite_output: bool | Omit = OMIT
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One configuration of a parallel proof (`ulysses2`, `ring2`, `tp2+cache`, ...)."""
+
+    status: Status
+    why: str | Omit = OMIT
+    max_abs: float | Omit = OMIT
+    cosine: float | Omit = OMIT
+    rel_l2: float | Omit = OMIT
+    ok: bool | Omit = OMIT
+    error: WorkerError | Omit = OMIT
+    first_divergence: Divergence | None | Omit = OMIT
+
+
+@dataclass(frozen=True)
+class StateDictProof:
+    status: Status
+    why: str | Omit = OMIT
+    first_divergence: Divergence | None = None
+    keys: int | Omit = OMIT
+    renamed_by_patch_functor: str | Omit = OMIT
+    note: str | Omit = OMIT
+
+
+@dataclass(frozen=True)
+class CacheProof:
+    status: Status
+    why: str | Omit = OMIT
+    first_divergence: Divergence | None = None
+    error: WorkerError | Omit = OMIT
+    block_counts: dict[str, int] | None | Omit = OMIT
+    has_separate_cfg: bool | None | Omit = OMIT
+    patterns: tuple[PatternCheck, ...] | Omit = OMIT
+    patched_forward: Compared | Omit = OMIT
+    caching_off: Compared | Omit = OMIT
+    caching_on: CachingOn | Omit = OMIT
+
+
+@dataclass(frozen=True)
+class ParallelProof:
+    status: Status
+    why: str | Omit = OMIT
+    first_divergence: Divergence | None = None
+    variants: dict[str, Variant] | Omit = OMIT
+
+
+@dataclass(frozen=True)
+class FixtureReport:
+    path: str
+    status: Literal["derived", "edited", "needs-edit", "error"]
+    errors: tuple[str, ...] = ()
+    parameters: int | None | Omit = OMIT
+    changes: dict[str, Any] | Omit = OMIT  # config key -> [before, after]
+    image_tokens: int | None | Omit = OMIT
+    text_tokens: int | Omit = OMIT
+    masks: str | Omit = OMIT  # the dtype the plain model wanted its masks in, when not the default
+
+
+@dataclass(frozen=True)
+class VerifyModel:
+    transformer_class: str | None
+    pipeline_class: str | None
+
+
+@dataclass(frozen=True)
+class PluginRef:
+    path: str
+    import_name: str
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    schema: str
+    schema_version: str
+    model: VerifyModel
+    plugin: PluginRef
+    fixture: FixtureReport
+    state_dict: StateDictProof
+    cache: CacheProof
+    cp: ParallelProof
+    tp: ParallelProof
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        """A proof that ran failed or erred (`integrate verify` exits 1)."""
+        return any(getattr(self, name).status in ("fail", "error") for name in ("state_dict", "cache", "cp", "tp"))
+
+
+# -- the GPU matrix -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuResult:
+    name: str
+    command: str
+    status: Literal["pass", "fail", "error", "skipped"]
+    latency_s: float | None
+    peak_memory_gib: float | None
+    exit: int | Omit = OMIT
+    psnr: float | None | Omit = OMIT
+    ssim: float | Omit = OMIT
+    garbled: bool | Omit = OMIT
+    why: str | Omit = OMIT
+
+
+@dataclass(frozen=True)
+class GpuReport:
+    schema: str
+    schema_version: str
+    setup: tuple[str, ...]
+    commands: tuple[str, ...]
+    status: str | Omit = OMIT  # "skipped" when no CUDA GPU is present
+    why: str | Omit = OMIT
+    results: tuple[GpuResult, ...] | Omit = OMIT
+    table: str | Omit = OMIT  # the results as a Markdown table
+
+    @property
+    def failed(self) -> bool:
+        if self.results is OMIT:
+            return self.status is not OMIT and self.status == "skipped"
+        return any(r.status in ("fail", "error") for r in self.results)
+
+
+# -- metrics --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FrameMetrics:
+    frame: int
+    psnr: float | None
+    ssim: float
+
+
+@dataclass(frozen=True)
+class Scores:
+    kind: Literal["image", "video"]
+    frames: int
+    psnr: float | None  # minimum over frames, dB; None: identical (infinite)
+    ssim: float  # minimum over frames
+    worst_frame: int
+    per_frame: tuple[FrameMetrics, ...]
+    garbled: bool  # PSNR >= 25 but SSIM < 0.5
+    identical: bool
+    passes: dict[str, bool]
+    side_by_side: str | Omit = OMIT
+
+
+@dataclass(frozen=True)
+class MetricsReport:
+    schema_version: str
+    metrics: Scores
