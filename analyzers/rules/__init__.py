@@ -131,7 +131,8 @@ def run(scope: Scope, ctx) -> list[Finding]:
 
 
 def check_example(rule: type[Rule], example: Example) -> list[Finding]:
-    """The findings `rule` reports on `example` (written to a scratch module and analysed statically)."""
+    """The findings `rule` reports on `example` (written to a scratch module and analysed statically). A
+    block-list rule's example must hold a chain of blocks (ValueError otherwise: the example is broken)."""
     from .. import analyze_transformer
     from ..cfg import analyze_pipeline
 
@@ -146,7 +147,17 @@ def check_example(rule: type[Rule], example: Example) -> list[Finding]:
             facts = analyze_pipeline(ws, src, name, entry)
             return [f for f in rule().check(PipelineContext(ws, src, entry, facts))]
         name = example.cls or next(n for n, c in src.classes.items() if "ModuleList" in src.code(c))
-        facts = analyze_transformer(ws, src, src.classes[name])
+        cls = src.classes[name]
+        if rule.scope == "list":  # every list, chained or not (a list that is no chain reports it as a note)
+            from ..blocks import find_module_lists
+            from ..loops import find_list_uses
+
+            lists = find_module_lists(ws, src, cls)
+            uses = find_list_uses(src, cls, [d.attr for d in lists])
+            return [f for d in lists for f in rule().check(ListContext(ws, src, d.attr, d, uses[d.attr]))]
+        facts = analyze_transformer(ws, src, cls)
+        if not any(bl.is_blocks for bl in facts.block_lists):  # else a silent rule would prove nothing
+            raise ValueError(f"{rule.code} example: no chain of blocks found in `{name}`")
         return [f for f in facts.findings if f.rule == rule.code]
 
 
