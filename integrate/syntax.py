@@ -46,7 +46,8 @@ def target_names(target: cst.BaseExpression) -> list[str]:
 
 
 def assigned_names(stmt: cst.CSTNode) -> set[str]:
-    """Names a statement binds at its own level (assignments, for targets, with-as)."""
+    """Names a statement binds in its own scope: assignments (`=`, `+=`, `:=`), `for` targets, `as` names
+    (with, except, import), imports, and the names of functions and classes it defines (not their insides)."""
     out: set[str] = set()
 
     class V(cst.CSTVisitor):
@@ -63,14 +64,24 @@ def assigned_names(stmt: cst.CSTNode) -> set[str]:
         def visit_For(self, node: cst.For) -> None:
             out.update(target_names(node.target))
 
-        def visit_WithItem(self, node: cst.WithItem) -> None:
-            if node.asname is not None:
-                out.update(target_names(node.asname.name))
+        def visit_AsName(self, node: cst.AsName) -> None:
+            out.update(target_names(node.name))
 
         def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
             out.update(target_names(node.target))
 
+        def visit_Import(self, node: cst.Import) -> None:
+            out.update((dotted(a.name) or "").split(".")[0] for a in node.names if a.asname is None)
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+            if not isinstance(node.names, cst.ImportStar):
+                out.update(dotted(a.name) or "" for a in node.names if a.asname is None)
+
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            out.add(node.name.value)
+            return False
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
             out.add(node.name.value)
             return False
 
@@ -78,6 +89,7 @@ def assigned_names(stmt: cst.CSTNode) -> set[str]:
             return False
 
     stmt.visit(V())
+    out.discard("")
     return out
 
 
