@@ -1,0 +1,102 @@
+"""The tree keeps its shape: data flows one way through the stages, and private names stay private.
+
+Stages, in pipeline order: gate -> analyzers -> decisions -> templates -> verify. The core
+(`integrate/*.py`: records, source reading, name resolution, the def-use index, the cache) serves every
+stage and imports none; the front ends (`integrate.api`, `cli`, `render`, `survey`) may import anything and
+no stage imports them. Read with libcst, like every other source in this project.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from conftest import ROOT
+
+from integrate.source import dotted
+
+STAGES = ["gate", "analyzers", "decisions", "templates", "verify"]
+FRONT = ["api", "cli", "render", "survey"]
+PACKAGES = {"integrate": ROOT / "integrate", **{f"integrate.{s}": ROOT / s for s in STAGES}}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package, folder in PACKAGES.items():
+        for path in sorted(folder.rglob("*.py")):
+            rel = path.relative_to(folder).with_suffix("").parts
+            if package == "integrate" and rel[0] in STAGES:
+                continue
+            name = ".".join((package, *rel))
+            out[name.removesuffix(".__init__")] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _layer(module: str) -> tuple[str, int]:
+    """("core" | "front" | stage, rank in the pipeline)."""
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in STAGES:
+        return parts[1], STAGES.index(parts[1])
+    if len(parts) > 1 and parts[1] in FRONT:
+        return "front", len(STAGES)
+    return "core", -1
+
+
+def _imports(module: str, path: Path) -> list[tuple[str, list[str], int]]:
+    """(imported module, names taken from it, line) for every import in the file, relative ones resolved."""
+    tree = cst.parse_module(path.read_text())
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+
+    class V(cst.CSTVisitor):
+        def visit_Import(self, node: cst.Import) -> None:
+            for alias in node.names:
+                found.append((dotted(alias.name) or "", [], 0))
+
+        def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+            base = dotted(node.module) if node.module is not None else ""
+            if node.relative:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (len(node.relative) - 1)]
+                base = ".".join(parts + ([base] if base else []))
+            names = [] if isinstance(node.names, cst.ImportStar) else [dotted(a.name) or "" for a in node.names]
+            found.append((base, names, 0))
+
+    tree.visit(V())
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_stage_imports_a_later_one_or_a_front_end(module):
+    layer, rank = _layer(module)
+    if layer == "front":
+        return
+    for target, names, _ in _imports(module, MODULES[module]):
+        candidates = [target] + [f"{target}.{n}" for n in names]
+        for name in candidates:
+            if not name.startswith("integrate."):
+                continue
+            other, other_rank = _layer(name)
+            assert other != "front", f"{module} imports the front end {name}"
+            if layer == "core":
+                assert other == "core", f"core module {module} imports the stage module {name}"
+            else:
+                assert other_rank <= rank, f"{module} ({layer}) imports {name} from a later stage ({other})"
+
+
+@pytest.mark.parametrize("path", sorted({*MODULES.values(), *(ROOT / "tests").glob("*.py"),
+                                         *(ROOT / "bench").glob("*.py")}), ids=lambda p: p.name)
+def test_nothing_outside_a_module_imports_its_private_names(path):
+    module = next((m for m, p in MODULES.items() if p == path), f"tests.{path.stem}")
+    for target, names, _ in _imports(module, path):
+        if not target.startswith("integrate"):
+            continue
+        for name in names:
+            assert not (name.startswith("_") and not name.startswith("__")), \
+                f"{path.relative_to(ROOT)} imports the private name {name} from {target}"
+        assert not any(part.startswith("_") and not part.startswith("__") for part in target.split(".")), \
+            f"{path.relative_to(ROOT)} imports the private module {target}"
