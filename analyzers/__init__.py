@@ -15,7 +15,7 @@ import libcst as cst
 from integrate.gate.records import GateReport
 
 from integrate import __version__
-from integrate.records import OMIT, Evidence
+from integrate.records import Evidence
 from integrate.resolve import External, Resolved, Workspace
 from integrate.source import SourceFile, base_names, find_method
 
@@ -58,7 +58,7 @@ def analyze(gate: GateReport, ws: Workspace, *, parallel: bool = False) -> Analy
         pipeline=pipeline,
         already_supported=support,
         files_read=files,
-        parallel=parallel_facts(gate, ws, transformer) if parallel else OMIT,
+        parallel=parallel_facts(gate, ws, transformer) if parallel else None,
     )
 
 

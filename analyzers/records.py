@@ -370,4 +370,5 @@ class Analysis:
     pipeline: PipelineFacts
     already_supported: SupportNote | None
     files_read: tuple[str, ...] = ()
-    parallel: ParallelFacts | Omit = OMIT  # gathered for `plan` (analyze(..., parallel=True)), not by `analyze`
+    # gathered for `plan` (analyze(..., parallel=True)); the plan's `facts` carry what the decisions read
+    parallel: ParallelFacts | None = field(default=None, metadata=IN_PROCESS)
