@@ -158,7 +158,11 @@ def _index_module(src: SourceFile) -> None:
 
 
 def dotted(node: cst.BaseExpression | None) -> str | None:
-    """`a.b.c` for Name/Attribute chains, else None."""
+    """`a.b.c` for a pure Name/Attribute chain, else None.
+
+    Stricter than libcst's `get_full_name_for_node` on purpose: that helper names calls and subscripts by
+    what they call or index (`self.blocks[0]` -> "self.blocks", `f().x` -> "f.x"), which would read the
+    first block as the list and a call's result as the function."""
     parts: list[str] = []
     while isinstance(node, cst.Attribute):
         parts.append(node.attr.value)
