@@ -13,21 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from integrate import cache
-from integrate.analyzers import analyze as _analyze_gate
-from integrate.analyzers.records import Analysis
-from integrate.decisions import make_plan
-from integrate.decisions.approval import approval_status, require_approved
-from integrate.decisions.approval import approve as _record_approval
-from integrate.decisions.crosscheck import SKIPPED, check_on_meta
-from integrate.decisions.records import ApprovalStatus, Plan
 from integrate.errors import InputError
-from integrate.files import write_tree
-from integrate.gate import run_gate
 from integrate.gate.records import FACTS, GateFlags, GateReport
 from integrate.records import to_json
-from integrate.resolve import Workspace
+
+# Each function imports the stages it runs: a warm `integrate analyze` (answered from the result cache)
+# must not pay for importing libcst, jinja2 and numpy it never uses.
+
+if TYPE_CHECKING:
+    from integrate.analyzers.records import Analysis
+    from integrate.decisions.records import ApprovalStatus, Plan
+    from integrate.resolve import Workspace
 
 Progress = Callable[[str], None]
 
@@ -53,23 +51,32 @@ def flags_for(target: str | None = None, **flags: str | None) -> GateFlags:
 
 def gate(flags: GateFlags, ws: Workspace | None = None) -> GateReport:
     """The five facts, each with where it came from; an InputError when one cannot be established."""
+    from integrate.gate import run_gate
+    from integrate.resolve import Workspace
+
     return run_gate(flags, ws or Workspace())
 
 
 def analyze(model: GateFlags | GateReport, *, parallel: bool = False, ws: Workspace | None = None,
             progress: Progress = _quiet) -> Analysis:
     """The static analysis (never imports the analysed code); `parallel` adds what the plan needs."""
+    from integrate.analyzers import analyze as analyze_gate
+    from integrate.gate import run_gate
+    from integrate.resolve import Workspace
+
     ws = ws or Workspace()
     if isinstance(model, GateFlags):
         progress("gate: locating classes and source files")
         model = run_gate(model, ws)
     progress("analyzing transformer and pipeline sources" + (", attention, blocks and sequence flow"
                                                              if parallel else ""))
-    return _analyze_gate(model, ws, parallel=parallel)
+    return analyze_gate(model, ws, parallel=parallel)
 
 
 def analysis_json(flags: GateFlags, *, use_cache: bool = True, progress: Progress = _quiet) -> dict:
     """`analyze`'s JSON form through the content-keyed result cache (a warm run parses nothing)."""
+    from integrate import cache
+
     request = {k: (str(Path(v).resolve()) if v and k.endswith(("_path", "_file")) else v)
                for k, v in flags.__dict__.items()}
     key = cache.key_for("analyze", request)
@@ -77,6 +84,9 @@ def analysis_json(flags: GateFlags, *, use_cache: bool = True, progress: Progres
         hit = cache.load(key)
         if hit is not None:
             return hit
+    from integrate.gate import run_gate
+    from integrate.resolve import Workspace
+
     ws = Workspace()
     progress("gate: locating classes and source files")
     report = run_gate(flags, ws)
@@ -94,6 +104,10 @@ def analysis_json(flags: GateFlags, *, use_cache: bool = True, progress: Progres
 def plan(model: GateFlags | GateReport, *, probe: bool = True, ws: Workspace | None = None,
          progress: Progress = _quiet) -> Plan:
     """Gate, analysis with the parallelism facts, the meta-device check (`probe`), and the decisions."""
+    from integrate.decisions import make_plan
+    from integrate.decisions.crosscheck import SKIPPED, check_on_meta
+    from integrate.resolve import Workspace
+
     ws = ws or Workspace()
     analysis = analyze(model, parallel=True, ws=ws, progress=progress)
     if probe:
@@ -109,6 +123,7 @@ def write_plan(plan: Plan, out_dir: Path) -> list[str]:
     """PLAN.md (for a reviewer) and plan.json (for agents), both or neither."""
     import json
 
+    from integrate.files import write_tree
     from integrate.render.markdown import plan_markdown
 
     check_out_dir(out_dir)
@@ -123,20 +138,29 @@ def check_out_dir(out_dir: Path) -> None:
 
 def approve(plan_dir: Path, reviewer: str) -> ApprovalStatus:
     """Record `reviewer`'s approval of plan.json as it stands."""
-    a = _record_approval(plan_dir, reviewer)
+    from integrate.decisions.approval import approve as record_approval
+    from integrate.decisions.records import ApprovalStatus
+
+    a = record_approval(plan_dir, reviewer)
     return ApprovalStatus(reviewer=a.reviewer, approved_at=a.approved_at, plan_sha256=a.plan_sha256, approved=True)
 
 
 def approval(plan_dir: Path) -> ApprovalStatus:
     """The plan's approval as it stands; an InputError when it is not approved."""
+    from integrate.decisions.approval import approval_status, require_approved
+
     require_approved(plan_dir)
     return approval_status(plan_dir)
 
 
 def analysis_for_plan(plan: Plan, ws: Workspace | None = None) -> tuple[Analysis, Workspace]:
     """Re-read the model the plan was made for; an InputError when its source no longer matches the plan."""
+    from integrate.analyzers import analyze as analyze_gate
+    from integrate.gate import run_gate
+    from integrate.resolve import Workspace
+
     ws = ws or Workspace()
-    analysis = _analyze_gate(run_gate(plan.model.gate_flags, ws), ws)
+    analysis = analyze_gate(run_gate(plan.model.gate_flags, ws), ws)
     now = [(b.attr, b.forward_pattern) for b in analysis.transformer.block_lists if b.is_blocks]
     planned = [(b.attr, b.forward_pattern) for b in plan.cache.block_lists]
     if now != planned:
@@ -149,6 +173,8 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
              dry_run: bool = False, progress: Progress = _quiet):
     """Write the code the approved plan calls for; returns the `GenerateReport` (its `manual` lists what the
     templates could not write)."""
+    from integrate.decisions.approval import require_approved
+    from integrate.files import write_tree
     from integrate.templates import build, checkout_layout
     from integrate.templates.checkout import apply_checkout
     from integrate.templates.records import GenerateReport, PluginInfo

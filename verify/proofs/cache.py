@@ -8,12 +8,17 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
-from .. import compare
 from ..records import CacheProof, CachingOn, PatternCheck, StateDictProof
 from . import state_dict
-from .locate import Baseline, compared, worker_error
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .locate import Baseline
+
+# numpy (compare, locate) is imported when a proof is judged: the CLI reads this registry at start-up
 
 NAME = "cache"
 RECORD = CacheProof  # the record in the report
@@ -25,6 +30,9 @@ STEPS = 4
 
 
 def judge(base: Baseline, rep: dict | None, arrays: dict, tail: str | None) -> tuple[StateDictProof, CacheProof]:
+    from .. import compare
+    from .locate import compared, worker_error
+
     if rep is None:
         err = worker_error({"stage": "start", "module": None, "type": "NoReport", "message": tail or ""})
         return (StateDictProof("error", why=tail), CacheProof("error", why=tail, error=err))
@@ -60,6 +68,10 @@ def judge(base: Baseline, rep: dict | None, arrays: dict, tail: str | None) -> t
 
 def _caching_on(base: Baseline, ref: np.ndarray, stats: dict, cached: np.ndarray | None,
                 calls: int) -> tuple[CachingOn, list[str]]:
+    import numpy as np
+
+    from .. import compare
+
     problems: list[str] = []
     on: dict = {"threshold": THRESHOLD, "cached_steps": tuple(stats.get("cached_steps", [])),
                 "residual_diffs": tuple(round(d, 6) for d in stats.get("residual_diffs", [])),

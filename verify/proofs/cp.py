@@ -3,9 +3,12 @@ reordered (its CPU kernel may be missing: then `skipped`), Ulysses-anything when
 
 from __future__ import annotations
 
-from integrate.decisions.records import Plan
+from typing import TYPE_CHECKING
 
 from ..records import ParallelProof
+
+if TYPE_CHECKING:
+    from integrate.decisions.records import Plan
 
 NAME = "cp"
 RECORD = ParallelProof  # the record in the report

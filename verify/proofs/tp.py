@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from integrate.decisions.records import Plan
+from typing import TYPE_CHECKING
 
 from ..records import ParallelProof
+
+if TYPE_CHECKING:
+    from integrate.decisions.records import Plan
 
 NAME = "tp"
 RECORD = ParallelProof  # the record in the report
