@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from integrate.errors import InputError
-from integrate.records import RecordError, from_json
+from integrate.records import RecordError, from_json, to_json
 
 from .records import PLAN_SCHEMA, Approval, ApprovalStatus, Plan
 
@@ -51,7 +51,7 @@ def approve(plan_dir: Path, reviewer: str) -> Approval:
     load_plan(plan_dir)
     record = Approval(reviewer, datetime.now(timezone.utc).isoformat(timespec="seconds"), plan_hash(plan_dir))
     tmp = plan_dir / (APPROVAL_FILE + ".tmp")
-    tmp.write_text(json.dumps(record.__dict__, indent=2) + "\n")
+    tmp.write_text(json.dumps(to_json(record), indent=2) + "\n")
     tmp.replace(plan_dir / APPROVAL_FILE)
     return record
 
