@@ -22,6 +22,7 @@ from integrate.source import SourceFile, base_names, dotted, find_method
 from integrate.syntax import find_all, params_of, self_member
 
 from .modules import Node, Tree, module_tree
+from .records import AttentionFact
 from .values import is_known
 
 _RESHAPES = {"view", "reshape", "unflatten", "split", "split_with_sizes", "chunk", "rearrange", "unbind", "tensor_split"}
@@ -30,26 +31,21 @@ _KERNEL_WORDS = ("attention", "sdpa", "flash_attn", "attn_func", "xformers")
 
 
 @dataclass
-class AttentionFacts:
-    path: str  # relative to the block: "attn", "attn1", "self_attention"
-    cls: str
-    file: str
-    line: int
-    processor: str | None = None
-    processor_file: str | None = None
-    processor_line: int | None = None
+class _Reading:
+    """What reading a processor's `__call__` (and the helpers it hands the attention module to) collects.
+
+    Helpers add to the same lists as the processor, and a helper called after the kernel moves what it
+    added to the row-wise side, so the reading needs one mutable place; the frozen `AttentionFact` is built
+    from it once, when the reading is done."""
+
+    path: str  # the attention module, relative to the block: "attn", "attn1", "self_attention"
     in_projs: list[str] = field(default_factory=list)  # module paths relative to the block
     out_projs: list[str] = field(default_factory=list)
     fused: dict[str, str] = field(default_factory=dict)  # projection path -> how its output is split
     reshape_attrs: dict[str, int] = field(default_factory=dict)  # attention attribute -> line of first use
-    heads: tuple[str, Any] | None = None  # (attribute, value)
-    kv_heads: tuple[str, Any] | None = None
-    head_dim: tuple[str, Any] | None = None
+    kernel: tuple[str, int] | None = None  # (the kernel's name, line)
     mask_line: int | None = None
     rope_line: int | None = None
-    kernel: tuple[str, int] | None = None
-    qk_norms: dict[str, Any] = field(default_factory=dict)  # norm path -> normalised size
-    evidence: list[Evidence] = field(default_factory=list)
     unknowns: list[str] = field(default_factory=list)
 
 
@@ -63,44 +59,86 @@ def is_attention(ws: Workspace, node: Node) -> bool:
     return "Attention" in cls.name.value or "Attn" in cls.name.value
 
 
-def attention_facts(ws: Workspace, tree: Tree, node: Node, block_path: str) -> AttentionFacts:
+def attention_facts(ws: Workspace, tree: Tree, node: Node, block_path: str, block_list: str) -> AttentionFact:
+    """One attention module of `block_list`'s element 0 (at `block_path`), read from the processor it runs, or
+    from its own forward when it installs none. What cannot be read is said in `unknowns`, not guessed."""
     src, cls = node.cls_node
-    rel = node.path[len(block_path) + 1:] if block_path else node.path
-    facts = AttentionFacts(rel, cls.name.value, str(src.path), src.line(cls))
-    _head_attrs(facts, node)
+    reading = _Reading(node.path[len(block_path) + 1:] if block_path else node.path)
     proc = _processor_argument(ws, node) or _processor_class(ws, src, cls)
     if proc is None:
-        body_src, fn, owner = src, find_method(cls, "forward"), "self"
+        fn = find_method(cls, "forward")
         if fn is None:
-            facts.unknowns.append(f"{cls.name.value}: no processor and no forward found")
-            return facts
-    else:
-        p_src, p_cls = proc
-        facts.processor, facts.processor_file, facts.processor_line = p_cls.name.value, str(p_src.path), p_src.line(p_cls)
-        fn = find_method(p_cls, "__call__")
-        if fn is None:
-            facts.unknowns.append(f"processor {p_cls.name.value} has no __call__")
-            return facts
-        params = [p.name.value for p in params_of(fn) if p.name.value != "self"]
-        body_src, owner = p_src, (params[0] if params else "attn")
-        facts.evidence.append(Evidence(str(p_src.path), p_src.line(p_cls), f"{cls.name.value} runs {p_cls.name.value}"))
-        owned = module_tree(ws, p_src, p_cls)
-        for path, n in owned.nodes.items():
-            if n.kind == "linear":
-                tree.nodes.setdefault(f"{node.path}.processor.{path}", n)
-    _read_processor(ws, facts, tree, node, body_src, fn, owner)
+            reading.unknowns.append(f"{cls.name.value}: no processor and no forward found")
+            return _record(reading, node, block_list)
+        _read_processor(ws, reading, tree, node, src, fn, "self")
+        return _record(reading, node, block_list, qk_norms=_qk_norms(tree, node))
+    p_src, p_cls = proc
+    fn = find_method(p_cls, "__call__")
+    if fn is None:
+        reading.unknowns.append(f"processor {p_cls.name.value} has no __call__")
+        return _record(reading, node, block_list, proc)
+    params = [p.name.value for p in params_of(fn) if p.name.value != "self"]
+    runs = Evidence(str(p_src.path), p_src.line(p_cls), f"{cls.name.value} runs {p_cls.name.value}")
+    _adopt_processor_linears(ws, tree, node, p_src, p_cls)
+    _read_processor(ws, reading, tree, node, p_src, fn, params[0] if params else "attn")
+    return _record(reading, node, block_list, proc, (runs,), _qk_norms(tree, node))
+
+
+def _adopt_processor_linears(ws: Workspace, tree: Tree, node: Node, p_src: SourceFile, p_cls: cst.ClassDef) -> None:
+    """A processor that owns projections (`self.to_q_ip = nn.Linear(...)`): put them in the tree under
+    `<attention>.processor.`, so the processor's calls to them resolve like the attention module's own."""
+    for path, n in module_tree(ws, p_src, p_cls).nodes.items():
+        if n.kind == "linear":
+            tree.nodes.setdefault(f"{node.path}.processor.{path}", n)
+
+
+def _qk_norms(tree: Tree, node: Node) -> dict[str, Any]:
+    """The attention module's own q/k norms (`norm_q`, `norm_k`) -> the size they normalise."""
+    out: dict[str, Any] = {}
     for path, n in tree.nodes.items():
         if path.startswith(node.path + ".") and "norm" in path.rsplit(".", 1)[-1] and n.shape:
             short = path[len(node.path) + 1:]
             if short.count(".") == 0 and short.endswith(("_q", "_k")):
-                facts.qk_norms[short] = n.shape[0]
-    return facts
+                out[short] = n.shape[0]
+    return out
 
 
-def _head_attrs(facts: AttentionFacts, node: Node) -> None:
+def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFile, cst.ClassDef] | None = None,
+            evidence: tuple[Evidence, ...] = (), qk_norms: dict[str, Any] | None = None) -> AttentionFact:
+    """The frozen record. Sizes become ints only where they are known statically (None otherwise); the
+    fused parts are equal (Q/K/V) only when every fused projection is split in three, not QKV + MLP.
+    Mask, rope and kernel lines are in the processor's file, or the module's own without a processor."""
+    src, cls = node.cls_node
+    where = str(proc[0].path) if proc is not None else str(src.path)
+    heads, kv_heads, head_dim = _head_attrs(node)
+
+    def pair(p):
+        return None if p is None else (p[0], int_value(p[1]))
+
+    equal = all(("chunk(3" in how or "unflatten" in how or "(3," in how) for how in reading.fused.values())
+    processor = proc[1].name.value if proc is not None else None
+    return AttentionFact(
+        block_list=block_list, path=reading.path, cls=cls.name.value, processor=processor,
+        processor_at=Evidence(where, proc[0].line(proc[1]), f"processor {processor}") if proc is not None else None,
+        in_projs=tuple(reading.in_projs), out_projs=tuple(reading.out_projs), fused=dict(reading.fused),
+        fused_equal_split=equal, reshape_attrs=dict(reading.reshape_attrs), heads=pair(heads),
+        kv_heads=pair(kv_heads), head_dim=pair(head_dim),
+        mask_at=Evidence(where, reading.mask_line, "the processor takes and uses an attention mask")
+        if reading.mask_line else None,
+        rope_at=Evidence(where, reading.rope_line, "the processor applies rotary embeddings")
+        if reading.rope_line else None,
+        kernel=Evidence(where, reading.kernel[1], f"attention kernel `{reading.kernel[0]}`")
+        if reading.kernel else None,
+        qk_norms={k: int_value(v) for k, v in (qk_norms or {}).items()},
+        evidence=evidence, unknowns=tuple(reading.unknowns))
+
+
+def _head_attrs(node: Node) -> tuple[tuple[str, Any] | None, tuple[str, Any] | None, tuple[str, Any] | None]:
+    """(heads, kv_heads, head_dim) as (attribute, value), read from the attention module's attributes."""
+    heads = kv_heads = head_dim = None
     for name in ("head_dim", "dim_head", "attention_head_dim", "head_size"):
         if name in node.attrs:
-            facts.head_dim = (name, node.attrs[name])
+            head_dim = (name, node.attrs[name])
             break
     for name, value in node.attrs.items():
         low = name.lower()
@@ -109,11 +147,12 @@ def _head_attrs(facts: AttentionFacts, node: Node) -> None:
         if low.startswith("sliceable"):
             continue
         if "dim" in low or "size" in low:
-            facts.head_dim = facts.head_dim or (name, value)
+            head_dim = head_dim or (name, value)
         elif "kv" in low or "key_value" in low:
-            facts.kv_heads = (name, value)
-        elif facts.heads is None:
-            facts.heads = (name, value)
+            kv_heads = (name, value)
+        elif heads is None:
+            heads = (name, value)
+    return heads, kv_heads, head_dim
 
 
 def _processor_argument(ws: Workspace, node: Node):
@@ -158,7 +197,7 @@ def _processor_class(ws: Workspace, src: SourceFile, cls: cst.ClassDef, depth: i
     return None
 
 
-def _read_processor(ws: Workspace, facts: AttentionFacts, tree: Tree, node: Node, src: SourceFile,
+def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, src: SourceFile,
                     fn: cst.FunctionDef, owner: str, depth: int = 0) -> None:
     """Collect projection calls, reshapes, the kernel call, mask and rope use in `fn`."""
     modules = {p[len(node.path) + 1:]: n for p, n in tree.nodes.items() if p.startswith(node.path + ".")}
@@ -176,14 +215,14 @@ def _read_processor(ws: Workspace, facts: AttentionFacts, tree: Tree, node: Node
         last = name.rsplit(".", 1)[-1].lower()
         if kernel_line is None and any(w in last for w in _KERNEL_WORDS) and not name.startswith(owner + "."):
             kernel_line = src.line(call)
-            facts.kernel = (name, kernel_line)
+            reading.kernel = (name, kernel_line)
     for call in calls:
         line = src.line(call)
         proj = _projection(call, owner, modules)
         if proj is not None and call.func is not None and _is_direct(call, owner):
             if modules.get(proj) is not None and modules[proj].kind == "linear":
-                side = facts.in_projs if kernel_line is None or line < kernel_line else facts.out_projs
-                full = f"{facts.path}.{proj}"
+                side = reading.in_projs if kernel_line is None or line < kernel_line else reading.out_projs
+                full = f"{reading.path}.{proj}"
                 if full not in side:
                     side.append(full)
         method = call.func.attr.value if isinstance(call.func, cst.Attribute) else dotted(call.func) or ""
@@ -196,7 +235,7 @@ def _read_processor(ws: Workspace, facts: AttentionFacts, tree: Tree, node: Node
             sizes = {a for a in used & set(node.attrs) - called if not is_known(node.attrs[a]) or (
                 isinstance(node.attrs[a], int) and not isinstance(node.attrs[a], bool))}
             for attr in sorted(sizes):
-                facts.reshape_attrs.setdefault(attr, line)
+                reading.reshape_attrs.setdefault(attr, line)
             if method in _SPLITS or (dotted(call.func) or "") in ("torch.split", "torch.chunk"):
                 qual = dotted(call.func) or ""
                 if qual.startswith(("torch.", "einops.")) or not isinstance(call.func, cst.Attribute):
@@ -208,7 +247,7 @@ def _read_processor(ws: Workspace, facts: AttentionFacts, tree: Tree, node: Node
                     held = [d for d in index.of(target.value, ASSIGNS) if not d.unpacked and d.line <= line]
                     src_proj = _projection(held[-1].whole, owner, modules) if held else None
                 if src_proj is not None and modules.get(src_proj) is not None and modules[src_proj].kind == "linear":
-                    facts.fused.setdefault(f"{facts.path}.{src_proj}", f"`{src.code(call)[:80]}` (line {line})")
+                    reading.fused.setdefault(f"{reading.path}.{src_proj}", f"`{src.code(call)[:80]}` (line {line})")
         # helpers called with the attention module: follow one level
         if depth < 2 and call.args and any(isinstance(a.value, cst.Name) and a.value.value == owner for a in call.args):
             name = dotted(call.func) or ""
@@ -217,22 +256,22 @@ def _read_processor(ws: Workspace, facts: AttentionFacts, tree: Tree, node: Node
                 idx = next(i for i, a in enumerate(call.args) if isinstance(a.value, cst.Name) and a.value.value == owner)
                 h_params = [p.name.value for p in params_of(found.node)]
                 if idx < len(h_params):
-                    before = len(facts.in_projs)
-                    _read_processor(ws, facts, tree, node, found.src, found.node, h_params[idx], depth + 1)
+                    before = len(reading.in_projs)
+                    _read_processor(ws, reading, tree, node, found.src, found.node, h_params[idx], depth + 1)
                     if kernel_line is not None and line > kernel_line:
-                        moved = facts.in_projs[before:]
-                        del facts.in_projs[before:]
-                        facts.out_projs.extend(moved)
+                        moved = reading.in_projs[before:]
+                        del reading.in_projs[before:]
+                        reading.out_projs.extend(moved)
     if depth == 0:
         for p in params:
             used = any(isinstance(n, cst.Name) and n.value == p for c in calls for a in c.args for n in [a.value])
             low = p.lower()
             if "mask" in low and used:
-                facts.mask_line = src.line(fn)
+                reading.mask_line = src.line(fn)
             if any(w in low for w in ("rotary", "rope", "freqs", "pos_emb")) and _reads(fn, p):
-                facts.rope_line = src.line(fn)
-        if facts.kernel is None:
-            facts.unknowns.append(f"no attention kernel call found in {dotted(fn.name)}")
+                reading.rope_line = src.line(fn)
+        if reading.kernel is None:
+            reading.unknowns.append(f"no attention kernel call found in {dotted(fn.name)}")
 
 
 def _reads(fn: cst.FunctionDef, name: str) -> bool:

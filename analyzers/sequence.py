@@ -26,7 +26,7 @@ from .binding import CallArgs, bind
 from .loops import Loop, find_list_uses
 from .modules import Tree
 from .patterns import stream_params
-from .records import BlockList
+from .records import BlockInputFact, BlockList, ListFlowFact, MaskFact, SequenceFact, SideModule
 from .values import evaluate, is_known
 
 POSITION_WORDS = ("rotary", "rope", "freqs", "pos_emb", "pos_embed", "position", "pe")
@@ -37,8 +37,10 @@ _RESHAPE = {"reshape", "view", "permute", "unflatten", "flatten", "transpose", "
             "squeeze", "unsqueeze"}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Producer:
+    """What produced a value forward reads: the checks judge its kind and the names it was built from."""
+
     kind: str  # "param" | "module" | "method" | "function" | "expression" | "list_output" | "unknown"
     name: str | None
     line: int | None
@@ -47,52 +49,32 @@ class Producer:
     outputs: int | None = None  # tensors it returns when it returns a tuple (None: one value / unknown)
 
 
-@dataclass
-class BlockInput:
-    param: str
-    arg: str
-    role: str  # "stream" | "position" | "mask" | "other"
-    producer: Producer
-    in_loop: bool = False  # produced in the loop body (per block)
-    params: set[str] = field(default_factory=set)  # forward parameters it derives from
-    local_length: list[Evidence] = field(default_factory=list)  # reads of a sequence tensor's length
-    token_params: set[str] = field(default_factory=set)  # forward params whose dim 1 (a token axis) is read
+@dataclass(frozen=True)
+class _Walk:
+    """One walk over a block list, as it is read in forward order.
 
+    It holds its ListFlowFact's fields but the two the NEXT walk decides (whether this walk's output is
+    rebuilt before it: `mixed_after`, `mixing`), and what the checks after the walks read that the record
+    does not keep: the loop, where its body ends, and each input's producer."""
 
-@dataclass
-class ListFlow:
     attr: str
-    loop_line: int
-    loop_end: int
+    loop: Loop
+    loop_end: int  # last line of the loop body
     streams: dict[str, str]  # block param -> loop variable
-    inputs: list[BlockInput]
-    fresh: bool  # its streams do not come (per token) from an earlier list's output
+    inputs: tuple[BlockInputFact, ...]
+    producers: tuple[Producer, ...]  # what produced each input, in the same order
+    fresh_streams: frozenset[str]  # block params whose stream is not already split by an earlier walk
     after: str | None  # the earlier list whose outputs it continues
-    mixed_after: bool = False  # its outputs are rebuilt / concatenated before the next list
-    mixing: list[Evidence] = field(default_factory=list)
-    side_modules: list[tuple[str, bool, Evidence]] = field(default_factory=list)  # (module, indexed, where)
-    fresh_streams: set[str] = field(default_factory=set)  # block params whose stream is not already split
-    offset: int | None = 0  # index of the first block this walk visits (a slice `lst[-k:]` starts at n - k)
-    last: int | None = None  # index of the last block it visits
+    rebuilt_before: tuple[Evidence, ...]  # where the sequence is rebuilt between the previous walk and this one
+    side_modules: tuple[SideModule, ...]
+    offset: int | None  # index of the first block this walk visits (a slice `lst[-k:]` starts at n - k)
+    last: int | None  # index of the last block it visits
 
-
-@dataclass
-class SequenceFacts:
-    file: str
-    forward_line: int
-    forward_params: list[str]
-    lists: list[ListFlow]
-    root_blockers: list[Evidence]  # why a split at the root would not commute with the preprocessing
-    root_params: dict[str, str]  # loop variable -> forward parameter it comes from per token
-    root_risks: list[Evidence]  # per-token inputs built from a local length under a root split
-    gather: Producer | None  # the last module applied to the stream before reshape/return
-    gather_blocked: list[Evidence]  # sequence mixing after the last list, before any module
-    gather_blocked_unless_root: list[Evidence]  # cuts by lengths read before the loop
-    mask_inputs: list[tuple[str, str | None, Evidence]]  # (name, layout, where)
-    batch_dropped: dict[str, Evidence] = field(default_factory=dict)  # param -> `if p.ndim == 3: p = p[0]`
-    annotations: dict[str, str] = field(default_factory=dict)  # forward param -> annotation text
-    evidence: list[Evidence] = field(default_factory=list)
-    unknowns: list[str] = field(default_factory=list)
+    def record(self, rebuilt_after: tuple[Evidence, ...]) -> ListFlowFact:
+        """The frozen record, once the next walk (if any) has said where this one's output is rebuilt."""
+        return ListFlowFact(self.attr, self.loop.line, dict(self.streams), self.inputs, bool(self.fresh_streams),
+                            self.after, bool(rebuilt_after), rebuilt_after, self.side_modules,
+                            tuple(sorted(self.fresh_streams)), self.offset, self.last)
 
 
 def is_position(name: str) -> bool:
@@ -118,92 +100,71 @@ def _guarded_off(fwd: cst.FunctionDef, loop: cst.For, tree: Tree) -> bool:
 
 
 def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree,
-                   block_lists: tuple[BlockList, ...]) -> SequenceFacts | None:
+                   block_lists: tuple[BlockList, ...]) -> SequenceFact | None:
+    """The walks over chained block lists in forward order, then what a split at the root and a gather after
+    the last walk would meet. None when the class has no forward."""
     fwd = find_method(cls, "forward")
     if fwd is None:
         return None
+    loops, every = _block_loops(src, cls, fwd, tree, block_lists)
+    params = [p.name.value for p in params_of(fwd) if p.name.value != "self"]
+    flow = _Flow(ws, src, cls, fwd, tree, params, every)
+    walks: list[_Walk] = []
+    for bl, lp in loops:
+        walks.append(flow.walk(bl, lp, walks))
+    file = str(src.path)
+    if not walks:
+        return SequenceFact(file, src.line(fwd), tuple(params), (), (), {}, (), None, None, (), (), (),
+                            unknowns=("no block list is called in a loop in forward",))
+    blockers, origins, risks = flow.root_check(walks[0])
+    gather, blocked, blocked_unless_root, cut_risks = flow.gather(
+        walks[-1], {v for w in walks for v in w.streams.values()})
+    return SequenceFact(
+        file=file, forward_line=src.line(fwd), forward_params=tuple(params), lists=_list_records(walks),
+        root_blockers=tuple(blockers), root_params=origins, root_risks=tuple(_dedupe(risks + cut_risks)),
+        gather=gather.name if gather else None,
+        gather_at=Evidence(file, gather.line, gather.code[:80]) if gather and gather.line else None,
+        gather_blocked=tuple(blocked), gather_blocked_unless_root=tuple(blocked_unless_root),
+        masks=tuple(flow.masks()), batch_dropped=flow.batch_dropped(),
+        annotations={p.name.value: src.code(p.annotation.annotation) for p in params_of(fwd)
+                     if p.annotation is not None})
+
+
+def _block_loops(src: SourceFile, cls: cst.ClassDef, fwd: cst.FunctionDef, tree: Tree,
+                 block_lists: tuple[BlockList, ...]) -> tuple[list[tuple[BlockList, Loop]], list[Loop]]:
+    """The walks to read, in source order: every direct walk over a chained list in forward (a list walked in
+    slices has several), but none under a branch this config never takes. And every loop in forward that
+    calls a list, taken or not: statements inside any of them are per block, not before or after the blocks."""
     chained = [bl for bl in block_lists if bl.is_blocks and bl.call_site is not None]
     uses = find_list_uses(src, cls, [bl.attr for bl in chained])
-    loops: list[tuple[BlockList, Loop]] = []
-    spans: dict[str, tuple[int, int]] = {}
-    all_loops: dict[str, list[Loop]] = {}
+    walks: list[tuple[BlockList, Loop]] = []
+    every: list[Loop] = []
     for bl in chained:
         in_fwd = [lp for lp in uses[bl.attr].loops if lp.call is not None and lp.method == "forward"]
-        if not in_fwd:
-            continue
-        all_loops[bl.attr] = in_fwd
+        every += in_fwd
         direct = [lp for lp in in_fwd if lp.call_skip == 0] or in_fwd[:1]
-        for lp in direct:  # every walk over the list (a list may be walked in slices)
-            if not _guarded_off(fwd, lp.node, tree):
-                loops.append((bl, lp))
-        spans[bl.attr] = (min(x.line for x in in_fwd), 0)
-    loops.sort(key=lambda p: p[1].line)
-    params = [p.name.value for p in params_of(fwd) if p.name.value != "self"]
-    flow = _Flow(ws, src, cls, fwd, tree, params)
-    flow.lists = facts_lists = []
-    for attr, in_fwd in all_loops.items():
-        spans[attr] = (spans[attr][0], max(flow.end_line(x.node) for x in in_fwd))
-    flow.loop_spans = [(x.line, flow.end_line(x.node)) for v in all_loops.values() for x in v]
-    facts = SequenceFacts(str(src.path), src.line(fwd), params, [], [], {}, [], None, [], [], [])
-    prev: ListFlow | None = None
-    for bl, lp in loops:
-        end = flow.end_line(lp.node)
-        args = CallArgs.of(src, lp.call, skip=lp.call_skip)
-        try:
-            bound = bind(args, bl.forward.params) if bl.forward else {}
-        except Exception:
-            bound = {}
-        streams = {p: bound[p] for p in stream_params(bound, lp.outputs)} or dict(bl.call_site.stream_args)
-        inputs = []
-        for param, arg in bound.items():
-            if arg in ("None", "True", "False") or param in ("self",):
-                continue
-            role = "stream" if param in streams else "mask" if "mask" in param.lower() else (
-                "position" if is_position(param) or is_position(arg) else "other")
-            producer, in_loop = flow.producer_of(arg, lp)
-            bi = BlockInput(param, arg, role, producer, in_loop)
-            bi.params, bi.local_length = flow.derivation(arg, lp.line)
-            bi.token_params = flow.token_params(arg, lp.line)
-            if role == "other" and producer.kind == "module" and is_position(producer.name or ""):
-                bi.role = "position"
-            inputs.append(bi)
-        fresh_params, after = set(streams), None
-        if prev is not None:
-            fresh_params, after, mixing = flow.continues(prev, streams, lp)
-            if fresh_params:
-                prev.mixed_after = prev.mixed_after or bool(mixing)
-                prev.mixing = prev.mixing or mixing
-        lf = ListFlow(bl.attr, lp.line, end, streams, inputs, bool(fresh_params), after)
-        lf.fresh_streams = set(fresh_params)
-        lf.offset, lf.last = flow.slice_span(lp, bl.attr)
-        facts_lists.append(lf)
-        split_before = {v for earlier in facts.lists for v in earlier.streams.values()}
-        lf.side_modules = flow.side_modules(lp, set(streams.values()) | split_before)
-        facts.lists.append(lf)
-        prev = lf
-    if not facts.lists:
-        facts.unknowns.append("no block list is called in a loop in forward")
-        return facts
-    first = facts.lists[0]
-    facts.root_blockers, facts.root_params = flow.root_check(first, loops[0][1])
-    facts.root_risks = _dedupe(flow.root_risks)
-    facts.gather, facts.gather_blocked = flow.gather(facts.lists[-1], loops[-1][1])
-    facts.gather_blocked_unless_root = flow.blocked_unless_root
-    facts.root_risks = _dedupe(flow.root_risks)
-    facts.mask_inputs = flow.masks()
-    facts.batch_dropped = flow.batch_dropped()
-    facts.annotations = {p.name.value: src.code(p.annotation.annotation) for p in params_of(fwd)
-                         if p.annotation is not None}
-    return facts
+        walks += [(bl, lp) for lp in direct if not _guarded_off(fwd, lp.node, tree)]
+    walks.sort(key=lambda p: p[1].line)
+    return walks, every
+
+
+def _list_records(walks: list[_Walk]) -> tuple[ListFlowFact, ...]:
+    """Each walk's record: where its output is rebuilt is what reading the walk after it found."""
+    after = [w.rebuilt_before for w in walks[1:]] + [()]
+    return tuple(w.record(rebuilt) for w, rebuilt in zip(walks, after))
 
 
 class _Flow:
-    def __init__(self, ws, src: SourceFile, cls: cst.ClassDef, fwd: cst.FunctionDef, tree: Tree, params: list[str]):
+    """Questions about one forward: who produced a value, what it derives from, how walks continue each other.
+
+    Everything it needs is given when it is made (`loops`: every loop in forward that calls a block list,
+    whose bodies run per block); its methods return what they find and change nothing."""
+
+    def __init__(self, ws, src: SourceFile, cls: cst.ClassDef, fwd: cst.FunctionDef, tree: Tree, params: list[str],
+                 loops: list[Loop]):
         self.ws, self.src, self.cls, self.fwd, self.tree, self.params = ws, src, cls, fwd, tree, params
         self.methods = {fn.name.value for fn in iter_methods(cls)}
-        self.loop_spans: list[tuple[int, int]] = []
-        self.root_risks: list[Evidence] = []
-        self.blocked_unless_root: list[Evidence] = []
+        self.loop_spans = [(lp.line, self.end_line(lp.node)) for lp in loops]
         self.defaults = {p.name.value: (src.code(p.default) if p.default is not None else None) for p in params_of(fwd)}
         # every binding in forward, a `for` target bound to its iterable: (line, names, value, node)
         self.assigns = [(line, list(names), value, node) for line, names, value, node in defuse(src, fwd).statements()]
@@ -211,6 +172,47 @@ class _Flow:
     def end_line(self, node: cst.CSTNode) -> int:
         return max([self.src.line(node)] + [self.src.line(s) for s in walk_statements(body_of(node))
                                             if not isinstance(s, cst.IndentedBlock)])
+
+    # -- one walk -----------------------------------------------------------------------
+
+    def walk(self, bl: BlockList, loop: Loop, earlier: list[_Walk]) -> _Walk:
+        """One walk over `bl`: the streams it carries, each block input and what produced it, whether it
+        continues the walk before it (`earlier`: the walks read so far) and the modules its body joins in."""
+        end = self.end_line(loop.node)
+        args = CallArgs.of(self.src, loop.call, skip=loop.call_skip)
+        try:
+            bound = bind(args, bl.forward.params) if bl.forward else {}
+        except Exception:
+            bound = {}
+        streams = {p: bound[p] for p in stream_params(bound, loop.outputs)} or dict(bl.call_site.stream_args)
+        inputs = [self.block_input(param, arg, streams, loop) for param, arg in bound.items()
+                  if arg not in ("None", "True", "False") and param not in ("self",)]
+        split_before = {v for w in earlier for v in w.streams.values()}
+        fresh, after, rebuilt = set(streams), None, []
+        if earlier:
+            fresh, after, rebuilt = self.continues(earlier[-1], streams, loop, split_before)
+        offset, last = self.slice_span(loop, bl.attr)
+        sides = self.side_modules(loop, set(streams.values()) | split_before)
+        return _Walk(bl.attr, loop, end, streams, tuple(f for f, _ in inputs), tuple(p for _, p in inputs),
+                     frozenset(fresh), after, tuple(rebuilt), tuple(sides), offset, last)
+
+    def block_input(self, param: str, arg: str, streams: dict[str, str], loop: Loop) -> tuple[BlockInputFact, Producer]:
+        """The block parameter `param`, passed `arg`: its role, what produced it, the forward parameters it
+        derives from and the sequence lengths read on the way. A module named like a position producer makes
+        an otherwise unrecognised input a position."""
+        role = "stream" if param in streams else "mask" if "mask" in param.lower() else (
+            "position" if is_position(param) or is_position(arg) else "other")
+        producer, in_loop = self.producer_of(arg, loop)
+        params, lengths = self.derivation(arg, loop.line)
+        tokens = self.token_params(arg, loop.line)
+        if role == "other" and producer.kind == "module" and is_position(producer.name or ""):
+            role = "position"
+        at = Evidence(str(self.src.path), producer.line, producer.code[:80]) if producer.line else None
+        fact = BlockInputFact(param=param, arg=arg, role=role, producer_kind=producer.kind, producer=producer.name,
+                              producer_at=at, producer_outputs=producer.outputs, in_loop=in_loop,
+                              from_params=tuple(sorted(params)), local_length=tuple(lengths),
+                              token_params=tuple(sorted(tokens)))
+        return fact, producer
 
     # -- producers ----------------------------------------------------------------------
 
@@ -343,31 +345,35 @@ class _Flow:
 
     # -- root split ---------------------------------------------------------------------
 
-    def root_check(self, first: ListFlow, loop: Loop) -> tuple[list[Evidence], dict[str, str]]:
-        """Why splitting forward's own inputs would not commute with what runs before the first block."""
+    def root_check(self, first: _Walk) -> tuple[list[Evidence], dict[str, str], list[Evidence]]:
+        """Why splitting forward's own inputs would not commute with what runs before the first block; the
+        forward parameter each stream of the first walk comes from; and the per-token inputs built from a
+        local length (risks, not blockers: wrong only if they mark absolute spans)."""
         blockers: list[Evidence] = []
         origins: dict[str, str] = {}
+        risks: list[Evidence] = []
         path = str(self.src.path)
+        loop = first.loop
         for var in first.streams.values():
             chain_ok, origin, why = self.tokenwise_chain(var, loop.line)
             if origin:
                 origins[var] = origin
             if not chain_ok:
                 blockers += why
-        for bi in first.inputs:
+        for bi, producer in zip(first.inputs, first.producers):
             if bi.role == "other" and bi.local_length:
                 for ev in bi.local_length:
-                    self.root_risks.append(Evidence(ev.file, ev.line, f"`{bi.param}` {ev.why}: under a root split it "
+                    risks.append(Evidence(ev.file, ev.line, f"`{bi.param}` {ev.why}: under a root split it "
                                                     "is built for the local chunk; wrong if it marks absolute spans"))
             if bi.role in ("position", "mask"):
                 if bi.local_length:
                     for ev in bi.local_length:
                         blockers.append(Evidence(ev.file, ev.line, f"`{bi.param}` {ev.why}: computed from the local "
                                                  "length after a root split (position drift)"))
-                if bi.role == "position" and bi.producer.kind == "module":
-                    streams_in = [a for a in bi.producer.args if a in set(first.streams.values())]
+                if bi.role == "position" and producer.kind == "module":
+                    streams_in = [a for a in producer.args if a in set(first.streams.values())]
                     if streams_in:
-                        blockers.append(Evidence(path, bi.producer.line or 0, f"`self.{bi.producer.name}` takes the "
+                        blockers.append(Evidence(path, producer.line or 0, f"`self.{producer.name}` takes the "
                                                  f"sequence tensor `{streams_in[0]}` and derives positions from it"))
         for line, names, value, _ in self.assigns:
             if line >= loop.line:
@@ -377,7 +383,7 @@ class _Flow:
                     if len(names) >= 4:
                         blockers.append(Evidence(path, line, f"`{', '.join(names)} = {attr.value.value}.shape`: the "
                                                  "input is a spatial latent, not a [B, S, D] sequence"))
-        return _dedupe(blockers), origins
+        return _dedupe(blockers), origins, risks
 
     def tokenwise_chain(self, var: str, before: int) -> tuple[bool, str | None, list[Evidence]]:
         """Follow `var` back to a forward parameter; every step must be a per-token op."""
@@ -433,9 +439,10 @@ class _Flow:
 
     # -- between lists --------------------------------------------------------------------
 
-    def continues(self, prev: ListFlow, streams: dict[str, str], loop: Loop) -> tuple[set[str], str | None, list]:
-        """Block params of this walk whose streams do not come (per token) from split streams of earlier walks."""
-        outputs = {v for lf in self.lists for v in lf.streams.values()}
+    def continues(self, prev: _Walk, streams: dict[str, str], loop: Loop,
+                  outputs: set[str]) -> tuple[set[str], str | None, list]:
+        """Block params of this walk whose streams do not come (per token) from split streams of earlier walks
+        (`outputs`: the streams of every earlier walk), and where the sequence is rebuilt since `prev`."""
         path = str(self.src.path)
         mixing: list[Evidence] = []
         fresh: set[str] = set()
@@ -497,14 +504,20 @@ class _Flow:
 
     # -- after the last list ------------------------------------------------------------
 
-    def gather(self, last: ListFlow, loop: Loop) -> tuple[Producer | None, list[Evidence]]:
+    def gather(self, last: _Walk, streams: set[str]) -> tuple[Producer | None, list[Evidence], list[Evidence],
+                                                               list[Evidence]]:
+        """After the last walk (`streams`: those of every walk): the last module applied to the stream before a
+        reshape or the return (the gather candidate); the cuts of the sequence by a global length before it;
+        the cuts by lengths read before the loop (fine after a root split); and cuts by a parameter whose
+        default hides them (root risks)."""
         stream = next(iter(last.streams.values()), None)
         hidden = last.streams.get("hidden_states", stream)
-        streams = {v for lf in self.lists for v in lf.streams.values()}
         path = str(self.src.path)
         current = {hidden} if hidden else set()
         candidate: Producer | None = None
         blocked: list[Evidence] = []
+        blocked_unless_root: list[Evidence] = []
+        risks: list[Evidence] = []
         returns = [(self.src.line(r), ["<return>"], r.value, r) for r in find_all(self.fwd.body, cst.Return)
                    if r.value is not None]
         for ln, names, value, _ in sorted(self.assigns + returns, key=lambda a: a[0]):
@@ -542,22 +555,25 @@ class _Flow:
                 continue
             if method in ("cat", "concat", "split", "chunk") or isinstance(call, cst.Subscript) or any(
                     dotted(c.func) in ("torch.cat", "torch.concat") for c in find_all(call, cst.Call)):
-                kind = self.cut_kind(value, last, ln, streams)
+                kind, cut_risks = self.cut_kind(value, last, ln, streams)
+                risks += cut_risks
                 if kind != "local":
                     ev = Evidence(path, ln, f"`{self.src.code(value)[:70]}` slices or joins the sequence after the "
                                   f"last block ({kind})")
-                    (blocked if kind == "global" else self.blocked_unless_root).append(ev)
+                    (blocked if kind == "global" else blocked_unless_root).append(ev)
                 current |= set(names)
                 continue
             break
-        return candidate, blocked
+        return candidate, blocked, blocked_unless_root, risks
 
-    def cut_kind(self, value, last: ListFlow, line: int, streams: set[str]) -> str:
+    def cut_kind(self, value, last: _Walk, line: int, streams: set[str]) -> tuple[str, list[Evidence]]:
         """A slice/join after the blocks: "local" (lengths read from split tensors after the loop or joins of
-        split streams), "lengths read before the loop" (local only under a root split), or "global"."""
+        split streams), "lengths read before the loop" (local only under a root split), or "global"; and the
+        root risks it shows (a cut by a parameter whose default, 0 or None, makes it a no-op)."""
+        risks: list[Evidence] = []
         joined = _joined(value)
         if joined and all(j in streams for j in joined):
-            return "local"
+            return "local", risks
         bounds: set[str] = set()
         for sub in find_all(value, cst.Subscript):
             for el in sub.slice:
@@ -569,14 +585,14 @@ class _Flow:
         attrs_shape = [a for a in find_all(value, cst.Attribute) if a.attr.value == "shape"
                        and isinstance(a.value, cst.Name) and a.value.value in streams]
         if not bounds and attrs_shape:
-            return "local"
+            return "local", risks
         kinds = set()
         for name in bounds:
             defs = self.defs_before(name, line)
             if not defs:
                 default = self.defaults.get(name)
                 if default in ("0", "None"):
-                    self.root_risks.append(Evidence(str(self.src.path), line, f"the output is cut by `{name}` "
+                    risks.append(Evidence(str(self.src.path), line, f"the output is cut by `{name}` "
                                                     f"(default {default}): with a non-zero value the cut lands in "
                                                     "the wrong place on a local chunk"))
                     continue
@@ -592,8 +608,8 @@ class _Flow:
             else:
                 kinds.add("lengths read before the loop")
         if "global" in kinds:
-            return "global"
-        return "lengths read before the loop" if "lengths read before the loop" in kinds else "local"
+            return "global", risks
+        return ("lengths read before the loop" if "lengths read before the loop" in kinds else "local"), risks
 
     def _module_inside(self, value, current: set[str], line: int, names: list[str]) -> Producer | None:
         """`(self.norm_out(h.float()) * (1 + scale) + shift).type_as(h)`: an element-wise wrap of one module."""
@@ -610,7 +626,7 @@ class _Flow:
                 return Producer("module", member, line, self.src.code(value), sorted(names_read(call) - {"self"}))
         return None
 
-    def side_modules(self, loop: Loop, streams: set[str]) -> list[tuple[str, bool, Evidence]]:
+    def side_modules(self, loop: Loop, streams: set[str]) -> list[SideModule]:
         """Modules whose output the loop body joins into a stream (`cat([enc, proj_i(...)])`)."""
         path = str(self.src.path)
         body_assigns = [(ln, names, value) for ln, names, value, _ in self.assigns
@@ -623,7 +639,7 @@ class _Flow:
             if set(names) & side:
                 side |= names_read(value) - streams - {"self", loop.index_var or ""}
         closure = set(side)
-        found: list[tuple[str, bool, Evidence]] = []
+        found: list[SideModule] = []
         for _ in range(6):
             grew = False
             for stmt in walk_statements(body_of(self.fwd)):
@@ -644,9 +660,10 @@ class _Flow:
                             indexed = isinstance(func, cst.Subscript)
                             member = self_member(func.value if indexed else func)
                             if member in self.tree.nodes:
-                                entry = (member, indexed, Evidence(path, line, f"`{self.src.code(small)[:70]}` feeds "
-                                                                     "a tensor the loop body joins into a stream"))
-                                if all(e[0] != entry[0] for e in found):
+                                entry = SideModule(member, indexed, Evidence(
+                                    path, line, f"`{self.src.code(small)[:70]}` feeds a tensor the loop body joins "
+                                    "into a stream"))
+                                if all(e.module != entry.module for e in found):
                                     found.append(entry)
             if not grew:
                 break
@@ -670,16 +687,19 @@ class _Flow:
                                                f"`{self.src.code(stmt.test)}` drops the batch axis of `{base.value}`")
         return out
 
-    def masks(self) -> list[tuple[str, str | None, Evidence]]:
+    def masks(self) -> list[MaskFact]:
+        """Masks forward takes or builds, with their layout where the expression that builds one says."""
         out = []
         path = str(self.src.path)
         for p in self.params:
             if "mask" in p.lower():
-                out.append((p, None, Evidence(path, self.src.line(self.fwd), f"forward takes `{p}`")))
+                out.append(MaskFact(p, "forward", None, Evidence(path, self.src.line(self.fwd),
+                                                                 f"forward takes `{p}`")))
         for ln, names, value, _ in self.assigns:
             for n in names:
                 if "mask" in n.lower() and len(names) == 1:
-                    out.append((n, mask_kind(value), Evidence(path, ln, f"`{n} = {self.src.code(value)[:60]}`")))
+                    out.append(MaskFact(n, "forward", mask_kind(value),
+                                        Evidence(path, ln, f"`{n} = {self.src.code(value)[:60]}`")))
         return out
 
 

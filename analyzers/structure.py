@@ -23,26 +23,23 @@ from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method
 from integrate.syntax import find_all, params_of, self_member, target_names
 
-from .attention import AttentionFacts, attention_facts, int_value, is_attention
+from .attention import attention_facts, int_value, is_attention
 from .encoders import text_encoder_facts, vae_facts
 from .modules import Node, Tree, module_tree
 from .ndim import ndim_of
 from .records import (
     AttentionFact,
-    BlockInputFact,
     BlockStructure,
     LinearRole,
-    ListFlowFact,
     MaskFact,
     ModuleFact,
     ParallelFacts,
     PositionLayout,
     SequenceFact,
-    SideModule,
     SubModuleCall,
     TransformerFacts,
 )
-from .sequence import SequenceFacts, mask_kind, sequence_facts
+from .sequence import mask_kind, sequence_facts
 from .values import evaluate, jsonable
 
 _KERNEL_MODULES = ("flash_attn", "triton", "apex", "xformers", "liger_kernel", "flashinfer", "sageattention")
@@ -91,7 +88,7 @@ def parallel_facts(gate: GateReport, ws: Workspace, transformer: TransformerFact
     return ParallelFacts(
         config={k: v for k, v in config.items() if jsonable(v) is not None},
         blocks=tuple(blocks),
-        sequence=_sequence_record(seq) if seq is not None else None,
+        sequence=seq,
         top_modules=top,
         position_modules=_position_modules(ws, tree, seq),
         diffusers_cp_plan=cp_plan,
@@ -122,16 +119,18 @@ def block_structure(ws: Workspace, tree: Tree, attr: str, block_class: str | Non
                               built=container is not None)
     prefix = root + "."
     modules = tuple(_module_fact(n, root) for p, n in tree.nodes.items() if p.startswith(prefix))
-    atts: list[AttentionFacts] = []
+    atts: list[AttentionFact] = []
+    att_files: list[str] = []  # each attention class's source file: its imports may bring kernels too
     for path, node in list(tree.nodes.items()):
         if path.startswith(prefix) and node.kind == "module" and is_attention(ws, node):
             if any(path.startswith(f"{root}.{a.path}.") for a in atts):
                 continue  # an attention nested in another one
-            atts.append(attention_facts(ws, tree, node, root))
+            atts.append(attention_facts(ws, tree, node, root, attr))
+            att_files.append(str(node.cls_node[0].path))
     roles = _linear_roles(ws, tree, block, root, atts)
     tables = tuple(p[len(prefix):] for p, n in tree.nodes.items() if p.startswith(prefix) and n.kind == "parameter")
     b_src, b_cls = block.cls_node
-    kernels = _kernels(ws, [b_src] + [ws.load(Path(a.file)) for a in atts])
+    kernels = _kernels(ws, [b_src] + [ws.load(Path(f)) for f in att_files])
     unknowns = [u for a in atts for u in a.unknowns]
     if not atts:
         unknowns.append(f"no attention module found in {b_cls.name.value}")
@@ -139,7 +138,7 @@ def block_structure(ws: Workspace, tree: Tree, attr: str, block_class: str | Non
     surgery, calls = _block_surgery(ws, tree, block, root, subs)
     return BlockStructure(
         attr=attr, block_class=b_cls.name.value, length=length, modules=modules,
-        attentions=tuple(_attention_record(a, attr) for a in atts), linears=roles, tables=tables, kernels=kernels,
+        attentions=tuple(atts), linears=roles, tables=tables, kernels=kernels,
         evidence=(Evidence(str(b_src.path), b_src.line(b_cls), f"element 0 of `{attr}`: {b_cls.name.value}"),),
         unknowns=tuple(unknowns), surgery=surgery, calls=calls)
 
@@ -202,28 +201,7 @@ def _module_fact(n: Node, root: str) -> ModuleFact:
     return ModuleFact(rel, n.cls, n.kind, shape, n.conditional, n.file, n.line)
 
 
-def _attention_record(a: AttentionFacts, block_list: str) -> AttentionFact:
-    def pair(p):
-        return None if p is None else (p[0], int_value(p[1]))
-    equal = all(("chunk(3" in how or "unflatten" in how or "(3," in how) for how in a.fused.values())
-    return AttentionFact(
-        block_list=block_list, path=a.path, cls=a.cls, processor=a.processor,
-        processor_at=Evidence(a.processor_file, a.processor_line or 0, f"processor {a.processor}")
-        if a.processor else None,
-        in_projs=tuple(a.in_projs), out_projs=tuple(a.out_projs), fused=dict(a.fused), fused_equal_split=equal,
-        reshape_attrs=dict(a.reshape_attrs), heads=pair(a.heads), kv_heads=pair(a.kv_heads),
-        head_dim=pair(a.head_dim),
-        mask_at=Evidence(a.processor_file or a.file, a.mask_line, "the processor takes and uses an attention mask")
-        if a.mask_line else None,
-        rope_at=Evidence(a.processor_file or a.file, a.rope_line, "the processor applies rotary embeddings")
-        if a.rope_line else None,
-        kernel=Evidence(a.processor_file or a.file, a.kernel[1], f"attention kernel `{a.kernel[0]}`")
-        if a.kernel else None,
-        qk_norms={k: int_value(v) for k, v in a.qk_norms.items()},
-        evidence=tuple(a.evidence), unknowns=tuple(a.unknowns))
-
-
-def _linear_roles(ws: Workspace, tree: Tree, block: Node, root: str, atts: list[AttentionFacts]) -> tuple:
+def _linear_roles(ws: Workspace, tree: Tree, block: Node, root: str, atts: list[AttentionFact]) -> tuple:
     """Every Linear in element 0: attention in/out, FFN in/out, modulation, or a block-level projection."""
     prefix = root + "."
     roles: dict[str, LinearRole] = {}
@@ -373,42 +351,16 @@ def _kernels(ws: Workspace, srcs: list[SourceFile]) -> tuple[Evidence, ...]:
 # -- sequence ---------------------------------------------------------------------------------
 
 
-def _sequence_record(seq: SequenceFacts) -> SequenceFact:
-    lists = []
-    for lf in seq.lists:
-        inputs = tuple(
-            BlockInputFact(
-                param=bi.param, arg=bi.arg, role=bi.role, producer_kind=bi.producer.kind, producer=bi.producer.name,
-                producer_at=Evidence(seq.file, bi.producer.line, bi.producer.code[:80]) if bi.producer.line else None,
-                producer_outputs=bi.producer.outputs, in_loop=bi.in_loop, from_params=tuple(sorted(bi.params)),
-                local_length=tuple(bi.local_length), token_params=tuple(sorted(bi.token_params)))
-            for bi in lf.inputs)
-        sides = tuple(SideModule(m, indexed, at) for m, indexed, at in lf.side_modules)
-        lists.append(ListFlowFact(lf.attr, lf.loop_line, dict(lf.streams), inputs, lf.fresh, lf.after,
-                                  lf.mixed_after, tuple(lf.mixing), sides, tuple(sorted(lf.fresh_streams)), lf.offset, lf.last))
-    gather = seq.gather
-    return SequenceFact(
-        file=seq.file, forward_line=seq.forward_line, forward_params=tuple(seq.forward_params), lists=tuple(lists),
-        root_blockers=tuple(seq.root_blockers), root_params=dict(seq.root_params), root_risks=tuple(seq.root_risks),
-        gather=gather.name if gather else None,
-        gather_at=Evidence(seq.file, gather.line, gather.code[:80]) if gather and gather.line else None,
-        gather_blocked=tuple(seq.gather_blocked), gather_blocked_unless_root=tuple(seq.gather_blocked_unless_root),
-        masks=tuple(MaskFact(n, "forward", layout, at) for n, layout, at in seq.mask_inputs),
-        batch_dropped=dict(seq.batch_dropped), annotations=dict(seq.annotations),
-        unknowns=tuple(seq.unknowns))
-
-
-def _position_modules(ws: Workspace, tree: Tree, seq: SequenceFacts | None) -> dict[str, PositionLayout]:
+def _position_modules(ws: Workspace, tree: Tree, seq: SequenceFact | None) -> dict[str, PositionLayout]:
     """For each module that produces a position input: how many tensors it returns and their layout."""
     out: dict[str, PositionLayout] = {}
     if seq is None:
         return out
     for lf in seq.lists:
         for bi in lf.inputs:
-            if bi.role != "position" or bi.producer.kind != "module" or bi.producer.name in out:
+            if bi.role != "position" or bi.producer_kind != "module" or bi.producer in out:
                 continue
-            node = tree.nodes.get(bi.producer.name)
-            out[bi.producer.name] = _layout(node)
+            out[bi.producer] = _layout(tree.nodes.get(bi.producer))
     return out
 
 
