@@ -279,7 +279,7 @@ class _Flow:
                 continue
             ln, _, value = defs[-1]
             lengths += self.length_reads(value, ln)
-            for n in names_read(value) - {"self"}:
+            for n in sorted(names_read(value) - {"self"}):  # sorted: the evidence order must not follow hashing
                 stack.append((n, ln))
         return params, lengths
 
