@@ -60,7 +60,7 @@ def gate(flags: GateFlags, ws: Workspace | None = None) -> GateReport:
 def analyze(model: GateFlags | GateReport, *, parallel: bool = False, ws: Workspace | None = None,
             progress: Progress = _quiet) -> Analysis:
     """The static analysis (never imports the analysed code); `parallel` adds what the plan needs."""
-    from integrate.analyzers import analyze as analyze_gate
+    from integrate.analyzers.analysis import analyze as analyze_gate
     from integrate.gate import run_gate
     from integrate.resolve import Workspace
 
@@ -155,7 +155,7 @@ def approval(plan_dir: Path) -> ApprovalStatus:
 
 def analysis_for_plan(plan: Plan, ws: Workspace | None = None) -> tuple[Analysis, Workspace]:
     """Re-read the model the plan was made for; an InputError when its source no longer matches the plan."""
-    from integrate.analyzers import analyze as analyze_gate
+    from integrate.analyzers.analysis import analyze as analyze_gate
     from integrate.gate import run_gate
     from integrate.resolve import Workspace
 

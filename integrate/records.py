@@ -70,26 +70,33 @@ def json_name(f: dataclasses.Field) -> str:
 
 def to_json(record: Any) -> Any:
     """Plain JSON data for a record tree (dataclasses, tuples, lists, dicts, scalars)."""
-    if is_dataclass(record) and not isinstance(record, type):
-        out = {}
-        for f in fields(record):
-            if not f.metadata.get("json", True):
-                continue
-            value = getattr(record, f.name)
-            if value is OMIT:
-                continue
-            out[json_name(f)] = to_json(value)
-        return out
+    if isinstance(record, (str, int, float, type(None))):
+        return record
     if isinstance(record, (list, tuple)):
         return [to_json(x) for x in record]
     if isinstance(record, dict):
         return {k: to_json(v) for k, v in record.items()}
-    return record
+    names = _JSON_FIELDS.get(type(record))
+    if names is None:
+        if not (is_dataclass(record) and not isinstance(record, type)):
+            return record
+        names = _JSON_FIELDS[type(record)] = tuple((f.name, json_name(f)) for f in fields(record)
+                                                   if f.metadata.get("json", True))
+    out = {}
+    for name, key in names:
+        value = getattr(record, name)
+        if value is not OMIT:
+            out[key] = to_json(value)
+    return out
+
+
+_JSON_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {}
 
 
 # -- from JSON ---------------------------------------------------------------------------------------
 
 _HINTS: dict[type, dict[str, Any]] = {}
+_DECODERS: dict[Any, Any] = {}
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -101,79 +108,125 @@ def _hints(cls: type) -> dict[str, Any]:
 
 def from_json(tp: Any, data: Any, where: str = "$") -> Any:
     """`data` decoded as `tp` (a record class or a typing form), checked on the way."""
+    return _decoder(tp)(data, where)
+
+
+def _decoder(tp: Any):
+    """A function (data, where) -> value for `tp`, built once per type."""
+    found = _DECODERS.get(tp)
+    if found is None:
+        found = _DECODERS[tp] = _build(tp)
+    return found
+
+
+def _build(tp: Any):  # noqa: C901 - one branch per typing form
     origin = typing.get_origin(tp)
     if tp is Any:
-        return data
+        return lambda data, where: data
     if tp is type(None) or tp is None:
-        if data is not None:
-            raise RecordError(f"{where}: expected null, got {_kind(data)}")
-        return None
+        def none(data, where):
+            if data is not None:
+                raise RecordError(f"{where}: expected null, got {_kind(data)}")
+            return None
+        return none
     if origin in (typing.Union, types.UnionType):
         members = [m for m in typing.get_args(tp) if m is not Omit]
-        if data is None and type(None) in members:
-            return None
-        errors = []
-        for member in members:
-            if member is type(None):
-                continue
-            try:
-                return from_json(member, data, where)
-            except RecordError as exc:
-                errors.append(str(exc))
-        raise RecordError(errors[0] if len(errors) == 1 else f"{where}: matches none of {_names(members)}")
+        nullable = type(None) in members
+        decoders = [(m, _decoder(m)) for m in members if m is not type(None)]
+
+        def union(data, where):
+            if data is None and nullable:
+                return None
+            errors = []
+            for _, decode in decoders:
+                try:
+                    return decode(data, where)
+                except RecordError as exc:
+                    errors.append(str(exc))
+            raise RecordError(errors[0] if len(errors) == 1 else f"{where}: matches none of {_names(members)}")
+        return union
     if origin is Literal:
-        if data not in typing.get_args(tp):
-            allowed = ", ".join(repr(a) for a in typing.get_args(tp))
-            raise RecordError(f"{where}: {data!r} is not one of {allowed}")
-        return data
+        allowed = typing.get_args(tp)
+
+        def literal(data, where):
+            if data not in allowed:
+                raise RecordError(f"{where}: {data!r} is not one of {', '.join(repr(a) for a in allowed)}")
+            return data
+        return literal
     if origin is tuple:
         args = typing.get_args(tp)
-        if not isinstance(data, list):
-            raise RecordError(f"{where}: expected a list, got {_kind(data)}")
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(from_json(args[0], x, f"{where}[{i}]") for i, x in enumerate(data))
-        if len(args) != len(data):
-            raise RecordError(f"{where}: expected {len(args)} items, got {len(data)}")
-        return tuple(from_json(a, x, f"{where}[{i}]") for i, (a, x) in enumerate(zip(args, data)))
+            item = _decoder(args[0])
+
+            def many(data, where):
+                if not isinstance(data, list):
+                    raise RecordError(f"{where}: expected a list, got {_kind(data)}")
+                return tuple(item(x, f"{where}[{i}]") for i, x in enumerate(data))
+            return many
+        items = [_decoder(a) for a in args]
+
+        def fixed(data, where):
+            if not isinstance(data, list):
+                raise RecordError(f"{where}: expected a list, got {_kind(data)}")
+            if len(items) != len(data):
+                raise RecordError(f"{where}: expected {len(items)} items, got {len(data)}")
+            return tuple(d(x, f"{where}[{i}]") for i, (d, x) in enumerate(zip(items, data)))
+        return fixed
     if origin is list:
         (arg,) = typing.get_args(tp) or (Any,)
-        if not isinstance(data, list):
-            raise RecordError(f"{where}: expected a list, got {_kind(data)}")
-        return [from_json(arg, x, f"{where}[{i}]") for i, x in enumerate(data)]
+        item = _decoder(arg)
+
+        def listed(data, where):
+            if not isinstance(data, list):
+                raise RecordError(f"{where}: expected a list, got {_kind(data)}")
+            return [item(x, f"{where}[{i}]") for i, x in enumerate(data)]
+        return listed
     if origin is dict or tp is dict:
         key_t, value_t = typing.get_args(tp) or (str, Any)
-        if not isinstance(data, dict):
-            raise RecordError(f"{where}: expected an object, got {_kind(data)}")
-        return {from_json(key_t, k, where): from_json(value_t, v, f"{where}[{k!r}]") for k, v in data.items()}
+        key, value = _decoder(key_t), _decoder(value_t)
+
+        def mapping(data, where):
+            if not isinstance(data, dict):
+                raise RecordError(f"{where}: expected an object, got {_kind(data)}")
+            return {key(k, where): value(v, f"{where}[{k!r}]") for k, v in data.items()}
+        return mapping
     if is_dataclass(tp):
-        return _record(tp, data, where)
+        return _record_decoder(tp)
     if tp is float:
-        if isinstance(data, bool) or not isinstance(data, (int, float)):
-            raise RecordError(f"{where}: expected a number, got {_kind(data)}")
-        return data
+        def number(data, where):
+            if isinstance(data, bool) or not isinstance(data, (int, float)):
+                raise RecordError(f"{where}: expected a number, got {_kind(data)}")
+            return data
+        return number
     if tp in (int, str, bool):
-        if not isinstance(data, tp) or (tp is int and isinstance(data, bool)):
-            raise RecordError(f"{where}: expected {tp.__name__}, got {_kind(data)}")
-        return data
-    raise TypeError(f"{where}: cannot decode type {tp!r}")
+        def scalar(data, where):
+            if not isinstance(data, tp) or (tp is int and isinstance(data, bool)):
+                raise RecordError(f"{where}: expected {tp.__name__}, got {_kind(data)}")
+            return data
+        return scalar
+    raise TypeError(f"cannot decode type {tp!r}")
 
 
-def _record(cls: type, data: Any, where: str) -> Any:
-    if not isinstance(data, dict):
-        raise RecordError(f"{where}: expected an object ({cls.__name__}), got {_kind(data)}")
+def _record_decoder(cls: type):
     hints = _hints(cls)
     known = {json_name(f): f for f in fields(cls) if f.metadata.get("json", True)}
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise RecordError(f"{where}: unknown key {unknown[0]!r} for {cls.__name__}")
-    values = {}
-    for key, f in known.items():
-        if key not in data:
-            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
-                continue
-            raise RecordError(f"{where}: missing key {key!r} ({cls.__name__})")
-        values[f.name] = from_json(hints[f.name], data[key], f"{where}.{key}")
-    return cls(**values)
+    required = {key for key, f in known.items()
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    decoders: dict[str, tuple[str, Any]] = {}
+
+    def record(data, where):
+        if not isinstance(data, dict):
+            raise RecordError(f"{where}: expected an object ({cls.__name__}), got {_kind(data)}")
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise RecordError(f"{where}: unknown key {unknown[0]!r} for {cls.__name__}")
+        missing = sorted(required - set(data))
+        if missing:
+            raise RecordError(f"{where}: missing key {missing[0]!r} ({cls.__name__})")
+        if not decoders:  # built on first use: a record may refer to itself through its fields
+            decoders.update({key: (f.name, _decoder(hints[f.name])) for key, f in known.items()})
+        return cls(**{decoders[key][0]: decoders[key][1](value, f"{where}.{key}") for key, value in data.items()})
+    return record
 
 
 def _kind(data: Any) -> str:

@@ -42,7 +42,7 @@ def mutated(draw):
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(source=mutated())
 def test_mutated_sources_never_crash(tmp_path_factory, source):
-    from integrate.analyzers import analyze_transformer
+    from integrate.analyzers.analysis import analyze_transformer
     from integrate.analyzers.cfg import analyze_pipeline
 
     path = Path(tmp_path_factory.mktemp("fuzz")) / "model.py"

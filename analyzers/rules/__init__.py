@@ -133,7 +133,7 @@ def run(scope: Scope, ctx) -> list[Finding]:
 def check_example(rule: type[Rule], example: Example) -> list[Finding]:
     """The findings `rule` reports on `example` (written to a scratch module and analysed statically). A
     block-list rule's example must hold a chain of blocks (ValueError otherwise: the example is broken)."""
-    from .. import analyze_transformer
+    from ..analysis import analyze_transformer
     from ..cfg import analyze_pipeline
 
     with tempfile.TemporaryDirectory(prefix="integrate-rule-") as tmp:

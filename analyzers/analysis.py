@@ -1,0 +1,212 @@
+"""The analysis of one model: the readers and rules of this package, run in order.
+
+`analyze(gate, workspace)` turns the gate's five facts into an `Analysis` record: the transformer's
+block lists with their ForwardPattern, the findings of the detectors in `rules/` (call-site pitfalls,
+walks a wrapper breaks) with their evidence, and the pipeline's CFG style. With `parallel=True` it also
+gathers what the CP / TP / TE-P / VAE-P decisions read (`structure.parallel_facts`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import libcst as cst
+from integrate.gate.records import GateReport
+
+from integrate import __version__
+from integrate.records import Evidence
+from integrate.resolve import External, Resolved, Workspace
+from integrate.source import SourceFile, base_names, find_method
+
+from . import rules
+from .binding import CallArgs, bind
+from .blocks import ListDef, find_module_lists
+from .cfg import analyze_pipeline
+from .forward import in_place_input_mutations, signature, summarize_forward
+from .loops import ListUse, find_list_uses
+from .patterns import decide, stream_params
+from .records import (
+    ANALYSIS_SCHEMA_VERSION,
+    Analysis,
+    BlockList,
+    CallSite,
+    Finding,
+    PipelineFacts,
+    TransformerFacts,
+)
+from .rules.pitfall_c import PitfallC
+from .structure import parallel_facts
+from .support import support_note
+
+__all__ = ["analyze", "analyze_transformer"]
+
+
+def analyze(gate: GateReport, ws: Workspace, *, parallel: bool = False) -> Analysis:
+    """The analysis of the model the gate established; `parallel` adds the parallelism facts."""
+    t_src = ws.load(Path(gate.value("transformer_file")))
+    t_name = gate.value("transformer_class")
+    transformer = analyze_transformer(ws, t_src, t_src.classes[t_name])
+    pipeline = _pipeline(ws, gate)
+    support = support_note(ws, gate.value("pipeline_class"), t_name)
+    files = tuple(ws.files_read)
+    return Analysis(
+        schema_version=ANALYSIS_SCHEMA_VERSION,
+        tool_version=__version__,
+        gate=gate,
+        transformer=transformer,
+        pipeline=pipeline,
+        already_supported=support,
+        files_read=files,
+        parallel=parallel_facts(gate, ws, transformer) if parallel else None,
+    )
+
+
+def _pipeline(ws: Workspace, gate: GateReport) -> PipelineFacts:
+    """The CFG reader's facts on the denoising entry, and the pipeline rules' findings on them."""
+    p_file = gate.value("pipeline_file")
+    if not p_file:  # a gate without a pipeline (the survey's transformer-only rows): its source says why
+        why = gate.inputs["pipeline_file"].source
+        return PipelineFacts(None, gate.pipeline_entry, None, None, "unknown", None,
+                             (Evidence(gate.value("transformer_file") or "", 0, why),))
+    p_src = ws.load(Path(p_file))
+    p_cls = (gate.value("pipeline_class") or "").split(".")[0]
+    facts = analyze_pipeline(ws, p_src, p_cls if p_cls in p_src.classes else None, gate.pipeline_entry)
+    found = rules.run("pipeline", rules.PipelineContext(ws, p_src, gate.pipeline_entry, facts))
+    return dataclasses.replace(facts, findings=tuple(found))
+
+
+def analyze_transformer(ws: Workspace, src: SourceFile, cls: cst.ClassDef) -> TransformerFacts:
+    lists = find_module_lists(ws, src, cls)
+    uses = find_list_uses(src, cls, [d.attr for d in lists])
+    forward = find_method(cls, "forward")
+    optional = frozenset()
+    if forward is not None:
+        optional = frozenset(p.name for p in signature(src, forward) if p.default == "None")
+    results = [_block_list(ws, src, d, uses[d.attr], optional) for d in lists]
+    findings: list[Finding] = []
+    unknowns: list[str] = []
+    for bl, found in results:
+        if bl.is_blocks is None:
+            unknowns.append(f"{bl.attr}: {bl.why}")
+        if bl.is_blocks:
+            findings += found
+    if forward is None:
+        unknowns.append(f"{cls.name.value} defines no forward of its own")
+    reasons = tuple(f"{f.attr}: {f.message}" for f in findings if f.patch)
+    return TransformerFacts(
+        cls=cls.name.value,
+        file=str(src.path),
+        line=src.line(cls),
+        block_lists=tuple(bl for bl, _ in results),
+        needs_patch_functor=bool(reasons),
+        patch_functor_reasons=reasons,
+        unknowns=tuple(unknowns),
+        findings=tuple(findings),
+    )
+
+
+def _resolve_block(ws: Workspace, el_target) -> tuple[SourceFile, cst.ClassDef] | None:
+    if isinstance(el_target, Resolved) and isinstance(el_target.node, cst.ClassDef):
+        return el_target.src, el_target.node
+    return None
+
+
+def _forward_owner(ws: Workspace, src: SourceFile, cls: cst.ClassDef, depth: int = 0):
+    """The class (itself or a base) that defines forward."""
+    if find_method(cls, "forward") is not None or depth > 6:
+        return src, cls
+    for base in base_names(cls):
+        found = ws.resolve(src, base)
+        if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef):
+            return _forward_owner(ws, found.src, found.node, depth + 1)
+    return src, cls
+
+
+def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
+                optional: frozenset[str]) -> tuple[BlockList, list[Finding]]:
+    """The verdict on one list, and the findings of the rules on it (block-list rules, then list rules)."""
+    path = str(src.path)
+    evidence = [Evidence(path, d.line, f"`self.{d.attr}` = {d.container}" + (" (conditional)" if d.conditional else ""))]
+    names = tuple(e.name for e in d.elements)
+    externals = [e for e in d.elements if isinstance(e.target, External)]
+    resolved = [(e, _resolve_block(ws, e.target)) for e in d.elements]
+    first = next(((e, r) for e, r in resolved if r is not None), None)
+    base = dict(attr=d.attr, container=d.container, block_classes=names, length=d.length,
+                length_config_fields=d.length_fields)
+
+    def verdict(is_blocks, why, **kw):
+        fields = dict(block_class=names[0] if names else None, block_file=None, forward_pattern=None, alternatives=(),
+                      confidence="unknown" if is_blocks is None else "high", check_forward_pattern=None, roles={},
+                      forward=None, call_site=None, evidence=tuple(evidence), notes=())
+        fields.update(kw)
+        return BlockList(is_blocks=is_blocks, why=why, **base, **fields)
+
+    if not d.elements:
+        return verdict(None, "its elements could not be traced to a class"), []
+    if externals and first is None:
+        kinds = ", ".join(sorted({e.target.qualname for e in externals}))
+        return verdict(False, f"holds library modules ({kinds}): projections, embedders or norms, not blocks"), []
+    if first is None:
+        reasons = "; ".join(getattr(e.target, "reason", "unresolved") for e in d.elements)
+        return verdict(None, f"block class not traced: {reasons}"), []
+    ctx = rules.ListContext(ws, src, d.attr, d, use, optional_inputs=optional)
+    walk = rules.run("list", ctx)
+    walk_text = tuple(f.message for f in walk)
+    loops = [lp for lp in use.loops if lp.call is not None]
+    b_src, b_cls = first[1]
+    o_src, o_cls = _forward_owner(ws, b_src, b_cls)
+    summary = summarize_forward(ws, o_src, o_cls)
+    if not loops:
+        where = "; ".join(w for _, _, w in use.notes) or "never looped over in the transformer's methods"
+        return verdict(False, f"not iterated as a chain of blocks ({where})", block_file=str(b_src.path),
+                       forward=summary, notes=walk_text), walk
+    loop = loops[0]
+    evidence.append(Evidence(path, loop.line, f"looped in {loop.method}: `for ... in {loop.iter_code}`"))
+    if summary is None:
+        return verdict(None, f"{o_cls.name.value} has no forward to read", block_file=str(b_src.path)), walk
+    args = CallArgs.of(src, loop.call, skip=loop.call_skip)
+    call_code = src.code(loop.call)
+    evidence.append(Evidence(path, src.line(loop.call), f"block call `{call_code.splitlines()[0]}...`"
+                             if "\n" in call_code else f"block call `{call_code}`"))
+    try:
+        direct = bind(args, summary.params)
+    except Exception:
+        direct = {}
+    streams = stream_params(direct, loop.outputs)
+    if not streams:
+        return verdict(False, "called in a loop, but its output does not feed the next call: not a block chain",
+                       block_file=str(b_src.path), forward=summary, notes=walk_text), walk
+    pv = decide(summary, args, loop.outputs)
+    ctx.loop, ctx.forward, ctx.verdict = loop, summary, pv
+    ctx.mutations = tuple(in_place_input_mutations(o_src, o_cls))
+    found = rules.run("block_list", ctx)
+    pitfall_c = next((f.evidence for f in found if f.rule == PitfallC.code), ())
+    notes = list(pv.why) + [f"{m.why} (line {m.line}); not a stream input" for _, m in ctx.mutations
+                            if m not in pitfall_c]
+    if len(names) > 1:
+        notes.append(f"holds several block classes: {', '.join(names)}")
+    evidence += list(summary.evidence)
+    evidence += [Evidence(path, src.line(loop.call), w) for w in pv.why]
+    evidence += list(pitfall_c)
+    call_site = CallSite(
+        file=path,
+        line=src.line(loop.call),
+        loop_line=loop.line,
+        call=call_code,
+        stream_args={p: direct[p] for p in streams},
+        outputs=loop.outputs,
+        keyword_positional_mismatch=pv.mismatch,
+        bindings=pv.bindings,
+        loop_extra_ops=ctx.extra_ops,
+        in_place_input_mutation=pitfall_c,
+        walk=walk_text,
+    )
+    confidence = pv.confidence
+    if len(names) > 1 and confidence == "high":
+        confidence = "medium"
+    return verdict(True, "a chain of blocks: each call's output feeds the next",
+                   block_class=first[0].name, block_file=str(b_src.path), forward_pattern=pv.pattern,
+                   alternatives=pv.alternatives, confidence=confidence if pv.pattern else "unknown",
+                   check_forward_pattern=pv.check_forward_pattern, roles=pv.roles, forward=summary,
+                   call_site=call_site, evidence=tuple(evidence), notes=tuple(notes)), found + walk
