@@ -189,6 +189,9 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
     name = plan_rec.model.example_name
     if not name:
         raise InputError("the plan names no example (pipeline class unknown): cannot name the generated code")
+    from integrate.escape import ident
+
+    ident(name)  # it names the plugin package and its modules
     progress("re-reading the model sources the plan was made from")
     analysis, ws = analysis_for_plan(plan_rec)
     src = ws.load(Path(plan_rec.model.transformer_file))

@@ -39,6 +39,13 @@ def gate_options(fn):
     return fn
 
 
+def _named(ctx, param, value):
+    """An empty folder name would mean the working directory: refuse it."""
+    if value is not None and not str(value).strip():
+        raise click.BadParameter("must name a folder, not an empty string")
+    return value
+
+
 class _Group(click.Group):
     """Turns click's usage errors into one line and exit code 2, like every other bad input."""
 
@@ -108,12 +115,13 @@ def analyze(target: str | None, as_json: bool, markdown: bool, no_cache: bool, *
 @main.command()
 @click.argument("target", required=False)
 @gate_options
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=str), required=True, callback=_named,
               help="Folder to write PLAN.md and plan.json into (created if missing).")
 @click.option("--json", "as_json", is_flag=True, help="Also print plan.json (schema: docs/schema.md).")
 @click.option("--no-probe", is_flag=True, help="Skip the meta-device cross-check (no torch/diffusers import).")
-def plan(target: str | None, out_dir: Path, as_json: bool, no_probe: bool, **flags) -> int:
+def plan(target: str | None, out_dir: str, as_json: bool, no_probe: bool, **flags) -> int:
     """Decide CP / TP / TE-P / VAE-P with evidence; write PLAN.md for review and plan.json for agents."""
+    out_dir = Path(out_dir)
     api.check_out_dir(out_dir)  # before the analysis, not after it
     record = api.plan(api.flags_for(target, **flags), probe=not no_probe, progress=_progress)
     api.write_plan(record, out_dir)
@@ -142,7 +150,7 @@ def approve(plan_dir: Path, reviewer: str | None, check: bool, as_json: bool) ->
 
 @main.command()
 @click.argument("plan_dir", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=str), callback=_named,
               help="Folder for the plugin package and the GPU test script (plugin mode: required).")
 @click.option("--mode", type=click.Choice(["plugin", "checkout"]), default="plugin", show_default=True,
               help="plugin: an importable package that registers into cache-dit; checkout: edit a cache-dit tree.")
@@ -150,9 +158,10 @@ def approve(plan_dir: Path, reviewer: str | None, check: bool, as_json: bool) ->
               help="checkout mode: a cache-dit source tree (repository root, src/, or the package folder).")
 @click.option("--dry-run", is_flag=True, help="checkout mode: print the unified diff, change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Report what was written as JSON.")
-def generate(plan_dir: Path, out_dir: Path | None, mode: str, cache_dit_src: Path | None, dry_run: bool,
+def generate(plan_dir: Path, out_dir: str | None, mode: str, cache_dit_src: Path | None, dry_run: bool,
              as_json: bool) -> int:
     """Write the cache-dit code an approved plan calls for (refuses an unapproved or edited plan)."""
+    out_dir = Path(out_dir) if out_dir is not None else None
     report = api.generate(plan_dir, out=out_dir, mode=mode, cache_dit_src=cache_dit_src, dry_run=dry_run,
                           progress=_progress)
     data = to_json(report)

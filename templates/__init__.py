@@ -13,7 +13,6 @@ Which findings the PatchFunctor answers is decided by rule code (`Finding.rule` 
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ import libcst as cst
 from integrate.analyzers.records import Analysis, Finding
 from integrate.decisions.records import Approval, Plan
 
-from integrate import __version__
+from integrate import __version__, escape
 from integrate.records import to_json
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method
@@ -32,15 +31,19 @@ from integrate.source import SourceFile, dotted, find_method
 from .forward_patch import ForwardPatch, import_block, patch_forward
 from .records import Generated, Piece
 
+# Every `{{ ... }}` goes through integrate.escape: `finalize` refuses a plain string, so each insertion
+# names where its value lands (py, ident, dotted, text, sh); see that module.
 _ENV = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(Path(__file__).parent)),
     undefined=jinja2.StrictUndefined,
     trim_blocks=True,
     lstrip_blocks=True,
     keep_trailing_newline=True,
+    finalize=escape.finalize,
 )
-_ENV.filters["basename"] = lambda p: Path(str(p)).name
-_ENV.filters["pykey"] = lambda k: k if k.isdigit() else json.dumps(k)
+_ENV.filters.update(escape.FILTERS)
+_ENV.filters["basename"] = lambda p: escape.text(Path(str(p)).name)
+_ENV.filters["pykey"] = lambda k: escape.Code(k) if isinstance(k, str) and k.isdigit() else escape.py(k)
 
 # Findings a slice split answers for its list: the slice itself, the several walks it becomes, and
 # `len()` / slices of the list outside the loop header.
@@ -52,8 +55,11 @@ def camel(name: str) -> str:
 
 
 def _render(template: str, **ctx: Any) -> str:
-    text = _ENV.get_template(template).render(version=__version__, **ctx)
-    return re.sub(r"\n{3,}(?=\S)", "\n\n\n", text).rstrip() + "\n"
+    text = _ENV.get_template(template).render(version=escape.Code(__version__), **ctx)
+    text = re.sub(r"\n{3,}(?=\S)", "\n\n\n", text).rstrip() + "\n"
+    if template.endswith(".py.j2"):
+        escape.check_python(text, template.removesuffix(".j2"))
+    return text
 
 
 @dataclass
@@ -82,7 +88,10 @@ class _Build:
         self.name = self.m.example_name
         self.base = camel(self.name)
         support = self.plan.already_supported
-        self.common = {"m": self.data["model"], "plan_sha": self.approval.plan_sha256,
+        sha = self.approval.plan_sha256
+        if not re.fullmatch(r"[0-9a-f]{64}", sha):
+            raise escape.UnsafeValue(f"the approval's plan_sha256 {sha[:80]!r} is not a SHA-256")
+        self.common = {"m": self.data["model"], "plan_sha": escape.Code(sha[:12]),
                        "supported": bool(support and support.registered)}
 
     def piece(self, role: str, module: str, symbol: str, template: str, **ctx: Any) -> None:
@@ -248,7 +257,7 @@ def _encoders(b: _Build) -> list[str]:
     for te, data in zip(b.plan.text_encoders, b.data["text_encoders"]):
         if te.supported is False and te.tp_plan:
             te_cls = f"{camel(te.cls)}TensorParallelismPlanner"
-            module = f"te_{te.component}"
+            module = escape.ident(f"te_{te.component}")
             source = te.tp_plan_source
             imports = [("cache_dit.distributed.text_encoders.register", n) for n in
                        ("TextEncoderTensorParallelismPlanner", "TextEncoderTensorParallelismPlannerRegister")] + [
@@ -480,8 +489,9 @@ def checkout_layout(gen: Generated, plan: Plan):
     return artifacts, registrations
 
 
-def _package_imports(modules: list[str]) -> str:
+def _package_imports(modules: list[str]) -> escape.Code:
+    modules = [escape.ident(m) for m in modules]
     line = f"from . import {', '.join(modules)}  # noqa: F401"
     if len(line) <= 88:
-        return line
-    return "from . import (  # noqa: F401\n" + "".join(f"    {m},\n" for m in modules) + ")"
+        return escape.Code(line)
+    return escape.Code("from . import (  # noqa: F401\n" + "".join(f"    {m},\n" for m in modules) + ")")

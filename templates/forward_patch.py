@@ -19,6 +19,8 @@ from pathlib import Path
 import libcst as cst
 from integrate.analyzers.records import BlockList
 
+from integrate import escape
+from integrate.escape import Code
 from integrate.source import SourceFile, dotted, find_method
 from integrate.syntax import find_all, names_read, params_of, self_member
 
@@ -29,9 +31,14 @@ class Split:
 
     attr: str  # the original list attribute
     new_attr: str  # the list this walk iterates after the patch
-    slice_code: str  # the model's slice expression, with `self` spelled `transformer`
-    guards: tuple[str, ...]  # enclosing `if` conditions in forward, with `self` spelled `transformer`
+    slice_code: Code  # the model's slice expression, with `self` spelled `transformer`
+    guards: tuple[Code, ...]  # enclosing `if` conditions in forward, with `self` spelled `transformer`
     var: str  # the local name the PatchFunctor gives this part
+
+    @property
+    def condition(self) -> Code:
+        """The guards as one condition (libcst wrote each from the model's own expression)."""
+        return Code(" and ".join(self.guards))
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,7 @@ class BlockPatch:
 
     attr: str  # the block list
     func: str  # name of the patched function
-    code: str
+    code: Code  # libcst's rewrite of the block's own forward
 
 
 @dataclass(frozen=True)
@@ -68,8 +75,8 @@ class _SelfToTransformer(cst.CSTTransformer):
         return updated.with_changes(value="transformer") if updated.value == "self" else updated
 
 
-def _as_transformer(src: SourceFile, node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node.visit(_SelfToTransformer()))
+def _as_transformer(src: SourceFile, node: cst.CSTNode) -> Code:
+    return Code(cst.Module(body=[]).code_for_node(node.visit(_SelfToTransformer())))
 
 
 def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[BlockList, ...]) -> ForwardPatch:
@@ -95,7 +102,7 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
             code = src.code(sub)
             replace[code] = f"self.{new_attr}"
             guards = tuple(_as_transformer(src, g) for g in _guards(fwd, sub))
-            rendered = cst.Module(body=[]).code_for_node(_rebase(sub, aliases, attr).visit(_SelfToTransformer()))
+            rendered = Code(cst.Module(body=[]).code_for_node(_rebase(sub, aliases, attr).visit(_SelfToTransformer())))
             splits.append(Split(attr, new_attr, rendered, guards, f"part_{len(splits)}"))
     changes = [Change("walk-slice", s.attr, f"`{s.slice_code}` is walked as `{s.new_attr}`") for s in splits]
     rewritten = fwd.visit(_Rewrite(src, replace, block_lists, aliases, changes))
@@ -106,7 +113,7 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
                                        if rewritten.returns is not None else None)
     rewritten = rewritten.with_changes(name=cst.Name("patched_forward"))
     forward_changed = bool(changes)
-    code = cst.Module(body=[]).code_for_node(rewritten) if forward_changed else ""
+    code = Code(cst.Module(body=[]).code_for_node(rewritten) if forward_changed else "")
     imports = _imports(ws, src, rewritten) if forward_changed else []
     blocks: list[BlockPatch] = []
     for bl in block_lists:
@@ -119,7 +126,7 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
             continue
         streams = set(bl.roles.values())
         fixed = b_fwd.visit(_OutOfPlace(streams)).with_changes(name=cst.Name(f"patched_{bl.attr}_forward"))
-        blocks.append(BlockPatch(bl.attr, f"patched_{bl.attr}_forward", cst.Module(body=[]).code_for_node(fixed)))
+        blocks.append(BlockPatch(bl.attr, f"patched_{bl.attr}_forward", Code(cst.Module(body=[]).code_for_node(fixed))))
         imports += _imports(ws, b_src, fixed)
         changes.append(Change("pitfall-c", bl.attr, f"`{bl.block_class}.forward` adds residuals out of place "
                                                     "instead of writing into its inputs (pitfall C)"))
@@ -354,13 +361,20 @@ def _imports(ws, src: SourceFile, fwd: cst.FunctionDef) -> list[tuple[str, str |
     return sorted(out)
 
 
-def import_block(pairs, local: tuple[str, ...] = ()) -> str:
+def import_block(pairs, local: tuple[str, ...] = ()) -> Code:
     """Import statements grouped the way isort (and ruff's I001) expects: stdlib, then third party;
-    plain imports before from-imports; modules and names sorted; one statement per module."""
+    plain imports before from-imports; modules and names sorted; one statement per module. Every module
+    and name is checked to be a dotted name / identifier first (`import x.y as z` allowed)."""
     import sys
 
     groups: dict[int, dict[str, set[str] | None]] = {0: {}, 1: {}, 2: {}}
     for module, name in pairs:
+        path, _, alias = module.partition(" as ")
+        escape.dotted(path)
+        if alias:
+            escape.ident(alias)
+        if name is not None:
+            escape.ident(name)
         top = module.split(".")[0].split(" ")[0]
         bucket = groups[0 if top in sys.stdlib_module_names else 2 if top in local else 1]
         if name is None:
@@ -375,7 +389,7 @@ def import_block(pairs, local: tuple[str, ...] = ()) -> str:
         lines = plain + [_from_line(k, sorted(bucket[k])) for k in froms]
         if lines:
             blocks.append("\n".join(lines))
-    return "\n\n".join(blocks)
+    return Code("\n\n".join(blocks))
 
 
 def _from_line(head: str, names: list[str], width: int = 88) -> str:

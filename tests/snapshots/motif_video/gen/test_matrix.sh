@@ -3,7 +3,8 @@
 # Each configuration is compared with the 1-GPU baseline by PSNR and SSIM; cache needs PSNR > 30,
 # parallel configurations PSNR > 35; SSIM > 0.90 for all. Run from a machine with 2 GPUs.
 set -euo pipefail
-export MOTIF_VIDEO_DIR="${MOTIF_VIDEO_DIR:-<repo>/examples/motif-video}"
+DEFAULT_MODEL=<repo>/examples/motif-video
+export MOTIF_VIDEO_DIR="${MOTIF_VIDEO_DIR:-$DEFAULT_MODEL}"
 OUT="${OUT:-.tmp/motif_video}"
 mkdir -p "$OUT"
 run1() { python -m integrate_motif_video motif_video "$@"; }

@@ -3,7 +3,8 @@
 # Each configuration is compared with the 1-GPU baseline by PSNR and SSIM; cache needs PSNR > 30,
 # parallel configurations PSNR > 35; SSIM > 0.90 for all. Run from a machine with 2 GPUs.
 set -euo pipefail
-export SANA_VIDEO_DIR="${SANA_VIDEO_DIR:-<work>/model}"
+DEFAULT_MODEL=<work>/model
+export SANA_VIDEO_DIR="${SANA_VIDEO_DIR:-$DEFAULT_MODEL}"
 OUT="${OUT:-.tmp/sana_video}"
 mkdir -p "$OUT"
 run1() { python -m integrate_sana_video sana_video "$@"; }

@@ -1,0 +1,160 @@
+"""The one way a value reaches generated code or a shell line.
+
+Everything a template prints comes from the model (class names, module paths, source excerpts), the plan
+(keys, values a reviewer may have edited) or the user (a reviewer's name, a folder): none of it may become
+code. The templates' environment refuses to print a plain string (`finalize`): every `{{ ... }}` names the
+context its value lands in, with one of these filters, and each filter either makes the value harmless
+there or refuses it (`UnsafeValue`, an input error: exit 2, nothing written).
+
+- `py`: a Python literal (str, int, float, bool, None, lists and dicts of them), checked by
+  `ast.literal_eval` to read back as the value itself;
+- `ident`: one Python identifier (`str.isidentifier`, not a keyword); `dotted`: identifiers joined by dots;
+- `text`: prose inside a docstring or a comment: one line, control characters and line breaks turned into
+  spaces, backslashes doubled, no `\"\"\"` left to end the docstring;
+- `sh`: one shell word (`shlex.quote`);
+- `joined` and `wrapped`: several `text` values on one line, or one wrapped over several;
+- `Code`: text integrate itself made as code from checked parts (an import block, libcst's rewrite of the
+  model's own forward); `macro` marks what one of our template macros rendered, each of its insertions
+  escaped in turn.
+
+Numbers and booleans print as they are. `check_python` compiles a generated module before it is written.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import keyword
+import shlex
+import textwrap
+from typing import Any
+
+from integrate.errors import InputError
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+class Code(str):
+    """Text that is code integrate wrote from checked parts: printed as it is."""
+
+
+class UnsafeValue(InputError):
+    """A value from the model, the plan or the user that cannot be written where a template needs it."""
+
+
+def _quoted(value: Any) -> str:
+    return json.dumps(value)[:80] if isinstance(value, str) else repr(value)[:80]
+
+
+def py(value: Any) -> Code:
+    """A Python literal for `value`; strings in double quotes (JSON's escapes are Python's too)."""
+    text = _literal(value)
+    try:
+        back = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        raise UnsafeValue(f"cannot write {_quoted(value)} as a Python literal") from None
+    if _plain(back) != _plain(value):
+        raise UnsafeValue(f"{_quoted(value)} does not read back as itself in Python")
+    return Code(text)
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, int):
+        return repr(int(value))
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise UnsafeValue(f"{value!r} has no Python literal")
+        return repr(float(value))
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        if not all(isinstance(k, _SCALARS) for k in value):
+            raise UnsafeValue("a dict key that is not a plain value")
+        return "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in value.items()) + "}"
+    raise UnsafeValue(f"a {type(value).__name__} is not a plain value")
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists, so a tuple and the list literal it is written as compare equal."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def ident(value: Any) -> Code:
+    if not isinstance(value, str) or not value.isidentifier() or keyword.iskeyword(value):
+        raise UnsafeValue(f"{_quoted(value)} is not a Python identifier")
+    return Code(value)
+
+
+def dotted(value: Any) -> Code:
+    """`a.b.c`, each part an identifier (a module path, an attribute path)."""
+    if not isinstance(value, str) or not value:
+        raise UnsafeValue(f"{_quoted(value)} is not a dotted Python name")
+    for part in value.split("."):
+        ident(part)
+    return Code(value)
+
+
+def text(value: Any) -> Code:
+    """`value` as prose safe inside a docstring or a comment, on one line."""
+    if not isinstance(value, _SCALARS):
+        raise UnsafeValue(f"a {type(value).__name__} is not text")
+    out = "".join(ch if ch.isprintable() else " " for ch in str(value))
+    out = out.replace("\\", "\\\\").replace('"""', '"\\""')
+    if out.endswith('"'):  # right before a closing """ it would end the docstring early
+        out = out[:-1] + '\\"'
+    return Code(out)
+
+
+def sh(value: Any) -> Code:
+    """One shell word."""
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise UnsafeValue(f"{_quoted(value)} is not a shell word")
+    return Code(shlex.quote(str(value)))
+
+
+def joined(values: Any, sep: str) -> Code:
+    """Several values as prose, each escaped as `text`."""
+    return Code(sep.join(text(v) for v in values))
+
+
+def wrapped(value: Any, width: int, indent: str) -> Code:
+    """`text`, wrapped at spaces to `width` columns, continuation lines indented."""
+    wrapper = textwrap.TextWrapper(width=width, expand_tabs=False, replace_whitespace=False,
+                                   break_long_words=False, break_on_hyphens=True)
+    return Code(("\n" + indent).join(wrapper.wrap(text(value))))
+
+
+def macro(value: Any) -> Code:
+    """What one of integrate's own template macros rendered (each of its insertions escaped in turn)."""
+    return Code(value)
+
+
+def finalize(value: Any) -> Any:
+    """jinja2's hook for every `{{ ... }}`: only escaped text, numbers and booleans get through."""
+    if isinstance(value, Code):
+        return value
+    if isinstance(value, (bool, int, float)) and not isinstance(value, str):
+        return value
+    raise UnsafeValue(f"a template printed {_quoted(value)} without saying where it lands (py, ident, dotted, "
+                      "text, sh): a bug in the template")
+
+
+def check_python(code: str, name: str) -> None:
+    """Refuse a generated module that does not compile (it would fail every import of the plugin)."""
+    try:
+        compile(code, name, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        raise UnsafeValue(f"the generated {name} does not compile ({type(exc).__name__}: {exc}): refusing to "
+                          "write it") from None
+
+
+FILTERS = {"py": py, "ident": ident, "dotted": dotted, "text": text, "sh": sh, "joined": joined, "wrapped": wrapped,
+           "macro": macro}
