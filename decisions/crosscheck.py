@@ -14,6 +14,7 @@ from typing import Any
 from integrate.analyzers.records import Analysis, ParallelFacts
 
 from integrate.resolve import Workspace
+from integrate.workers import installed
 
 from .probe import probe_transformer
 from .records import CrossCheck
@@ -21,10 +22,15 @@ from .records import CrossCheck
 SKIPPED = CrossCheck(None, "skipped (--no-probe)", (), 0)
 
 
-def check_on_meta(analysis: Analysis, ws: Workspace) -> CrossCheck:
-    """The analysis's parallelism facts against the transformer built from its config on the meta device."""
+def check_on_meta(analysis: Analysis, ws: Workspace, trust_code: bool = False) -> CrossCheck:
+    """The analysis's parallelism facts against the transformer built from its config on the meta device.
+    Building runs the model's code: a transformer outside installed packages is built only with
+    `trust_code` (otherwise the check says it was skipped, and why)."""
     gate = analysis.gate
     t_file = gate.value("transformer_file")
+    if not trust_code and not installed(Path(t_file)):
+        return CrossCheck(None, f"skipped: {t_file} is not part of an installed package and building it would run "
+                                "its code (pass --trust-code to build it on the meta device)", (), 0)
     t_src = ws.load(Path(t_file))
     return crosscheck(analysis.parallel, t_file, gate.value("transformer_class"), t_src.dotted_name,
                       gate.value("model_path"), package_root=t_src.package_root)

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from integrate.workers import worker_env
+from integrate.workers import worker_command, worker_env
 
 WORKER = "integrate.decisions._probe_worker"
 DEFAULT_TIMEOUT = 120.0
@@ -74,13 +73,13 @@ def probe_transformer(
     }
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", WORKER],
+            worker_command(WORKER, search_path),
             check=False,
             input=json.dumps(request),
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=worker_env(search_path),
+            env=worker_env(),
         )
     except subprocess.TimeoutExpired:
         return _fail(f"probing {cls} timed out after {timeout:g}s")

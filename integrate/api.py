@@ -101,9 +101,10 @@ def analysis_json(flags: GateFlags, *, use_cache: bool = True, progress: Progres
     return result
 
 
-def plan(model: GateFlags | GateReport, *, probe: bool = True, ws: Workspace | None = None,
-         progress: Progress = _quiet) -> Plan:
-    """Gate, analysis with the parallelism facts, the meta-device check (`probe`), and the decisions."""
+def plan(model: GateFlags | GateReport, *, probe: bool = True, trust_code: bool = False,
+         ws: Workspace | None = None, progress: Progress = _quiet) -> Plan:
+    """Gate, analysis with the parallelism facts, the meta-device check (`probe`; it builds a model outside
+    installed packages only with `trust_code`), and the decisions."""
     from integrate.decisions import make_plan
     from integrate.decisions.crosscheck import SKIPPED, check_on_meta
     from integrate.resolve import Workspace
@@ -112,7 +113,7 @@ def plan(model: GateFlags | GateReport, *, probe: bool = True, ws: Workspace | N
     analysis = analyze(model, parallel=True, ws=ws, progress=progress)
     if probe:
         progress("cross-checking on the meta device (builds the model without weights)")
-        check = check_on_meta(analysis, ws)
+        check = check_on_meta(analysis, ws, trust_code=trust_code)
     else:
         check = SKIPPED
     progress("deciding CP / TP / TE-P / VAE-P")

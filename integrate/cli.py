@@ -119,11 +119,13 @@ def analyze(target: str | None, as_json: bool, markdown: bool, no_cache: bool, *
               help="Folder to write PLAN.md and plan.json into (created if missing).")
 @click.option("--json", "as_json", is_flag=True, help="Also print plan.json (schema: docs/schema.md).")
 @click.option("--no-probe", is_flag=True, help="Skip the meta-device cross-check (no torch/diffusers import).")
-def plan(target: str | None, out_dir: str, as_json: bool, no_probe: bool, **flags) -> int:
+@click.option("--trust-code", is_flag=True,
+              help="Let the meta-device check build a model that is not part of an installed package (runs its code).")
+def plan(target: str | None, out_dir: str, as_json: bool, no_probe: bool, trust_code: bool, **flags) -> int:
     """Decide CP / TP / TE-P / VAE-P with evidence; write PLAN.md for review and plan.json for agents."""
     out_dir = Path(out_dir)
     api.check_out_dir(out_dir)  # before the analysis, not after it
-    record = api.plan(api.flags_for(target, **flags), probe=not no_probe, progress=_progress)
+    record = api.plan(api.flags_for(target, **flags), probe=not no_probe, trust_code=trust_code, progress=_progress)
     api.write_plan(record, out_dir)
     data = to_json(record)
     _emit(data, as_json, lambda: terminal.plan(data, out_dir))

@@ -80,7 +80,10 @@ class Workspace:
         return root
 
     def package_root(self, top: str) -> Path | None:
-        """Directory holding the installed top-level package `top` (found, not imported)."""
+        """Directory holding the installed top-level package `top` (found, not imported). Only a plain
+        top-level name is looked up: `find_spec` of a dotted name imports its parent packages."""
+        if not top.isidentifier():
+            return None
         if top not in self._roots:
             root = None
             try:
@@ -214,8 +217,11 @@ class Workspace:
     # -- locating a class in an installed package ------------------------------------------
 
     def locate_class(self, package: str, name: str) -> Resolved:
-        """Find where installed package `package` defines `name`, through its __init__ files."""
-        root = self.package_root(package)
+        """Find where installed package `package` defines `name`, through its __init__ files. A dotted
+        `package` is found by its top-level name and followed on disk, never imported."""
+        if not all(part.isidentifier() for part in package.split(".")):
+            raise InputError(f"{package[:80]!r} is not a package name (dotted identifiers)")
+        root = self.package_root(package.split(".")[0])
         if root is None:
             raise InputError(f"package `{package}` is not installed (cannot locate {name})")
         init = self.module_file(root, package)

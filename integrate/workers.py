@@ -1,12 +1,18 @@
 """Starting the worker processes that import model code (the meta-device probe, the verify proofs).
 
 Torch, diffusers and the model's own code are imported only in workers, never in the process that reads
-sources. `worker_env` is the environment every worker starts with.
+sources, and a worker starts isolated: `python -I` (no working directory on the path, no PYTHON* variables,
+no user site), with its import path given explicitly: this `integrate` package and, for a model in a
+source checkout, the folder that holds it. A `torch.py` lying in the working directory is never imported.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import site
+import sys
+import sysconfig
 from pathlib import Path
 
 # Quiet libraries in a worker unless the user says otherwise; it never needs the network.
@@ -16,21 +22,39 @@ _DEFAULTS = {
     "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
     "TOKENIZERS_PARALLELISM": "false",
     "HF_HUB_OFFLINE": "1",
-    "PYTHONWARNINGS": "ignore",
 }
+# Runs first in every worker: puts the given folders on the path, silences warnings, runs the module.
+_BOOT = ("import json, runpy, sys, warnings; sys.path[:0] = json.loads(sys.argv[1]); "
+         "warnings.simplefilter('ignore'); sys.argv = sys.argv[2:]; "
+         "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
 
 
-def worker_env(search_path: Path | None = None) -> dict[str, str]:
-    """The environment for `python -m integrate...` workers: this very `integrate` package first on the
-    path (installed or not), `search_path` (where a source checkout's package imports from) last."""
+def worker_env() -> dict[str, str]:
+    """The environment a worker starts with (PYTHON* variables are ignored under -I anyway)."""
     env = dict(os.environ)
     for key, value in _DEFAULTS.items():
         env.setdefault(key, value)
-    root = str(Path(__file__).resolve().parent.parent)
-    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in parts:
-        parts = [root, *parts]
-    if search_path is not None and str(search_path) not in parts:
-        parts.append(str(search_path))
-    env["PYTHONPATH"] = os.pathsep.join(parts)
     return env
+
+
+def worker_command(module: str, search_path: Path | str | None = None, *args: str) -> list[str]:
+    """`python -I` running `module` as __main__, with this package (and `search_path`, where a source
+    checkout's package imports from) on its path."""
+    paths = [str(Path(__file__).resolve().parent.parent)]
+    if search_path is not None:
+        paths.append(str(search_path))
+    return [sys.executable, "-I", "-c", _BOOT, json.dumps(paths), module, *args]
+
+
+def python_command(code: str) -> list[str]:
+    """`python -I -c code`: a one-liner that must not see the working directory either."""
+    return [sys.executable, "-I", "-c", code]
+
+
+def installed(path: Path) -> bool:
+    """Is `path` inside an installed package (site-packages), rather than a source checkout? Code outside
+    installed packages runs only when the user passes --trust-code."""
+    roots = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages(),
+                                         sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]}
+    path = path.resolve()
+    return any(path.is_relative_to(r) for r in roots)

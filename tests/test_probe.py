@@ -298,16 +298,18 @@ def test_torch_missing(tmp_path, monkeypatch):
     fake = tmp_path / "fake" / "torch"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('simulated: no torch here')\n")
-    monkeypatch.setenv("PYTHONPATH", str(fake.parent))
-    error = assert_one_line_error(probe_transformer("diffusers", "FluxTransformer2DModel", None, []))
+    monkeypatch.setenv("PYTHONPATH", str(fake.parent))  # ignored: workers start with python -I
+    assert "torch" not in assert_one_line_error(probe_transformer("diffusers", "NoSuchClass", None, []))
+    error = assert_one_line_error(probe_transformer("diffusers", "FluxTransformer2DModel", None, [],
+                                                    search_path=fake.parent))
     assert error == "torch not installed"
 
 
 def test_worker_without_json(tmp_path, monkeypatch):
     (tmp_path / "chatty_worker.py").write_text("import sys\nprint('not json')\nsys.exit(3)\n")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     monkeypatch.setattr(probe, "WORKER", "chatty_worker")
-    error = assert_one_line_error(probe_transformer("diffusers", "FluxTransformer2DModel", None, []))
+    error = assert_one_line_error(probe_transformer("diffusers", "FluxTransformer2DModel", None, [],
+                                                    search_path=tmp_path))
     assert "no JSON" in error and "exit code 3" in error
 
 

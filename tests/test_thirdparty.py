@@ -49,7 +49,8 @@ def test_static_means_static(tmp_path):
 def test_bfl_style_plan_is_honest_about_what_it_cannot_see(tmp_path):
     out = tmp_path / "plan"
     proc = run_cli("plan", str(BFL), "--model-path", str(tmp_path), "--transformer-class", "Flux",
-                   "--pipeline-class", "denoise", "--pipeline-file", str(BFL), "--out", str(out), "--json")
+                   "--pipeline-class", "denoise", "--pipeline-file", str(BFL), "--out", str(out), "--json",
+                   "--trust-code")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     cp = data["parallelism"]["cp"]
@@ -69,7 +70,8 @@ def test_fused_qkv_is_replicated_and_indivisible_kv_heads_leave_attention_whole(
     (tmp_path / "transformer").mkdir()
     (tmp_path / "transformer" / "config.json").write_text(json.dumps({"dim": 96, "heads": 6, "kv_heads": 3}))
     proc = run_cli("plan", str(FUSED), "--model-path", str(tmp_path), "--transformer-class", "TinyDiT",
-                   "--pipeline-class", "denoise", "--pipeline-file", str(FUSED), "--out", str(tmp_path / "p"), "--json")
+                   "--pipeline-class", "denoise", "--pipeline-file", str(FUSED), "--out", str(tmp_path / "p"), "--json",
+                   "--trust-code")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     tp = {x["attr"]: x for x in data["parallelism"]["tp"]["block_lists"]}
@@ -86,3 +88,31 @@ def test_fused_qkv_is_replicated_and_indivisible_kv_heads_leave_attention_whole(
     assert cp["ulysses_anything"]["2"]["needed"]  # 3 KV heads do not divide CP 2 either
     check = data["facts"]["crosscheck"]  # built from the source checkout on the meta device
     assert check["ok"] is True and check["disagreements"] == [] and check["checked"] > 10
+
+
+def test_plan_runs_no_model_code_outside_installed_packages_without_trust(tmp_path):
+    """The meta-device check imports the model: for a source checkout it needs --trust-code."""
+    marker = tmp_path / "marker"
+    src = ROOT / "tests" / "fixtures" / "sidefx" / "model.py"
+    args = ["plan", str(src), "--model-path", str(tmp_path), "--transformer-class", "Model", "--pipeline-class",
+            "Pipeline", "--pipeline-file", str(src), "--out", str(tmp_path / "plan"), "--json"]
+    proc = run_cli(*args, env={"SIDEFX_MARKER": str(marker)})
+    assert proc.returncode == 0, proc.stderr
+    check = json.loads(proc.stdout)["facts"]["crosscheck"]
+    assert check["ok"] is None and "--trust-code" in check["error"] and "installed package" in check["error"]
+    assert not marker.exists(), "the model's module was imported without --trust-code"
+    proc = run_cli(*args, "--trust-code", env={"SIDEFX_MARKER": str(marker)})
+    assert proc.returncode == 0 and marker.exists()  # with trust, the probe did build it
+
+
+def test_a_torch_py_in_the_working_directory_is_never_imported(tmp_path):
+    """Workers start with `python -I`: the working directory is not on their path."""
+    marker = tmp_path / "ran"
+    (tmp_path / "torch.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline", "_diffusers_version": "0.42.1",
+                                                       "transformer": ["diffusers", "FluxTransformer2DModel"]}))
+    proc = run_cli("plan", str(model), "--out", str(tmp_path / "plan"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not marker.exists(), "a torch.py in the working directory ran in a worker"

@@ -6,6 +6,7 @@ it; when the text no longer matches, a person has edited it and the file is used
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import importlib.util
@@ -17,7 +18,7 @@ from typing import Any
 
 import jinja2
 
-from integrate import __version__
+from integrate import __version__, escape
 from integrate.errors import InputError
 
 from .records import FixtureReport
@@ -38,20 +39,58 @@ def _split(text: str) -> tuple[str | None, str]:
     return sha.strip(), body
 
 
+# The fixture's expressions call only these (and torch's constructors below); anything else in a slot's
+# expression is refused before the file is written.
+_HELPERS = {"_randn", "_mask", "_grid_ids", "_gen", "step", "torch", "True", "False", "None"}
+_TORCH = {"zeros", "ones", "full", "randint", "tensor", "arange", "long", "float32", "bool"}
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent), trim_blocks=True,
+                          lstrip_blocks=True, keep_trailing_newline=True, finalize=escape.finalize)
+_ENV.filters.update(escape.FILTERS)
+
+
 def render(*, transformer_class: str, transformer_module: str, config: dict[str, Any], changes: dict,
            slots: list[dict[str, Any]], image_tokens: int | None, text_tokens: int, steps: int,
            config_source: str, problems: list[str] = ()) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent), trim_blocks=True,
-                             lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+    """The fixture module's text. Every value goes through integrate.escape; the config is written as a
+    Python literal that must read back as itself, and each slot's expression may only call the fixture's
+    own helpers."""
     errors = [*problems, *(f"{s['name']} ({s['error']})" for s in slots if s.get("error"))]
-    text = env.get_template("fixture.j2").render(
-        transformer_class=transformer_class, transformer_module=transformer_module, version=__version__,
-        config=pprint.pformat(config, indent=4, width=100, sort_dicts=False), slots=slots, errors=errors,
+    config_text = pprint.pformat(config, indent=4, width=100, sort_dicts=False)
+    try:
+        same = ast.literal_eval(config_text) == config
+    except (ValueError, SyntaxError, RecursionError, MemoryError):
+        same = False
+    if not same:
+        raise escape.UnsafeValue("the tiny config cannot be written as a Python literal")
+    slots = [{**s, "expr": _expression(s["expr"]) if s.get("expr") is not None else None} for s in slots]
+    text = _ENV.get_template("fixture.j2").render(
+        transformer_class=transformer_class, transformer_module=transformer_module,
+        version=escape.Code(__version__), config=escape.Code(config_text), slots=slots, errors=errors,
         changes=", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()) or "none",
         image_tokens=image_tokens, text_tokens=text_tokens, steps=steps, config_source=config_source,
-        sha="SHA")
+        sha=escape.Code("SHA"))
+    escape.check_python(text, FILENAME)
     _, body = _split(text)
     return text.replace(f"{_MARK}SHA", f"{_MARK}{_digest(body)}", 1)
+
+
+def _expression(expr: str) -> escape.Code:
+    """A slot's expression, refused unless it only calls the fixture's helpers and torch's constructors."""
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise escape.UnsafeValue(f"fixture expression {expr[:80]!r} does not parse") from None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id not in _HELPERS:
+            raise escape.UnsafeValue(f"fixture expression {expr[:80]!r} reads {node.id!r}")
+        if isinstance(node, ast.Attribute) and not (isinstance(node.value, ast.Name) and node.value.id == "torch"
+                                                    and node.attr in _TORCH):
+            raise escape.UnsafeValue(f"fixture expression {expr[:80]!r} reaches {ast.unparse(node)!r}")
+        if not isinstance(node, (ast.Expression, ast.Call, ast.Name, ast.Attribute, ast.Constant, ast.Tuple,
+                                 ast.List, ast.BinOp, ast.UnaryOp, ast.keyword, ast.Load, ast.operator,
+                                 ast.unaryop)):
+            raise escape.UnsafeValue(f"fixture expression {expr[:80]!r} holds a {type(node).__name__}")
+    return escape.Code(expr)
 
 
 def edited(path: Path) -> bool:
@@ -62,8 +101,35 @@ def edited(path: Path) -> bool:
     return sha is None or sha != _digest(body)
 
 
+def check(path: Path) -> None:
+    """A fixture a person edited, checked without running it (it runs only in the workers): it must parse
+    and define CONFIG, inputs, TRANSFORMER_CLASS and STEPS."""
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise InputError(f"{path}: the fixture does not parse: {type(exc).__name__}: {exc}") from None
+    defined = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+               if isinstance(t, ast.Name)} | {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    for name in ("CONFIG", "inputs", "TRANSFORMER_CLASS", "STEPS"):
+        if name not in defined:
+            raise InputError(f"{path}: the fixture has no `{name}`")
+
+
+def constant(path: Path, name: str) -> Any:
+    """The literal value a fixture assigns to `name` at top level (None when it is not a literal)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            try:
+                return ast.literal_eval(node.value)
+            except (ValueError, SyntaxError, RecursionError, MemoryError):
+                return None
+    return None
+
+
 def load(path: Path):
-    """Import the fixture module; a broken one is the user's input error."""
+    """Import the fixture module (in a worker only: it runs the file); a broken one is the user's input
+    error."""
     spec = importlib.util.spec_from_file_location("integrate_verify_fixture", path)
     module = importlib.util.module_from_spec(spec)
     try:
@@ -111,7 +177,7 @@ class Maker:
 
         path = self.path
         if edited(path):
-            load(path)  # a broken edit is the user's input error: say so now
+            check(path)  # a broken edit is the user's input error: say so now
             self._report = FixtureReport(str(path), "edited")
             return self._report
         self.progress("deriving the tiny fixture")
@@ -119,7 +185,7 @@ class Maker:
         config = load_config(m.model_path)
         job = {"mode": "derive", "transformer_module": self.module, "transformer_class": m.transformer_class,
                "search_path": self.search_path, "config": config, "passed": self.passed()}
-        proc = spawn(job, self.env)
+        proc = spawn(job, self.env, self.search_path)
         proc.wait()
         out, err = read(proc.out_file), read(proc.err_file)
         if proc.returncode != 0 or not out.strip():
@@ -164,6 +230,5 @@ class Maker:
 
     def streams(self) -> tuple[int, int] | None:
         """(text tokens, image tokens) of the fixture, to line up shards of a joint sequence."""
-        fx = load(self.path)
-        img, txt = getattr(fx, "IMAGE_TOKENS", None), getattr(fx, "TEXT_TOKENS", None)
-        return (txt, img) if img and txt else None
+        img, txt = constant(self.path, "IMAGE_TOKENS"), constant(self.path, "TEXT_TOKENS")
+        return (txt, img) if isinstance(img, int) and isinstance(txt, int) and img and txt else None

@@ -11,13 +11,14 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from integrate.decisions.records import Plan
 
+from integrate.escape import dotted, ident
 from integrate.records import OMIT
+from integrate.workers import python_command
 
 from .records import GPU_SCHEMA, GPU_SCHEMA_VERSION, GpuReport, GpuResult
 
@@ -32,10 +33,15 @@ class Row:
     args: tuple[str, ...]
     output: str
 
+    def argv(self, import_name: str, example: str) -> list[str]:
+        """The command as an argument list (run without a shell)."""
+        launch = (["python", "-m", import_name, example] if self.gpus == 1 else
+                  ["torchrun", f"--nproc_per_node={self.gpus}", "-m", import_name, example])
+        return [*launch, *self.args, "--track-memory", "--save-path", self.output]
+
     def command(self, import_name: str, example: str) -> str:
-        launch = (f"python -m {import_name} {example}" if self.gpus == 1 else
-                  f"torchrun --nproc_per_node={self.gpus} -m {import_name} {example}")
-        return " ".join([launch, *map(shlex.quote, self.args), "--track-memory", "--save-path", self.output])
+        """The same command as one shell line, every word quoted."""
+        return shlex.join(self.argv(import_name, example))
 
 
 def matrix(plan: Plan, out: str) -> list[Row]:
@@ -66,7 +72,7 @@ def matrix(plan: Plan, out: str) -> list[Row]:
 def gpu_count() -> int:
     """CUDA devices visible, asked in a subprocess so this one never initialises CUDA."""
     try:
-        done = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+        done = subprocess.run(python_command("import torch; print(torch.cuda.device_count())"),
                               capture_output=True, text=True, timeout=120)
         return int(done.stdout.strip() or 0)
     except (subprocess.SubprocessError, ValueError, OSError):
@@ -84,7 +90,7 @@ def run_matrix(rows: list[Row], import_name: str, example: str, env: dict, progr
     base = None
     for row in rows:
         progress(f"gpu: {row.name}")
-        done = subprocess.run(row.command(import_name, example), shell=True, capture_output=True, text=True, env=env)
+        done = subprocess.run(row.argv(import_name, example), capture_output=True, text=True, env=env)
         text = done.stdout + done.stderr
         t, m = _TIME.search(text), _MEMORY.search(text)
         res = {"name": row.name, "command": row.command(import_name, example), "exit": done.returncode,
@@ -131,10 +137,11 @@ def run_or_print(plan_dir: Path, generated: Path, *, out: str, print_only: bool,
 
     v = Verifier(plan_dir, generated, trust_code=trust_code, progress=progress)
     m = v.plan.model
+    dotted(v.import_name), ident(m.example_name)
     rows = matrix(v.plan, out)
     commands = tuple(r.command(v.import_name, m.example_name) for r in rows)
-    setup = (f"export PYTHONPATH={v.generated.resolve()}${{PYTHONPATH:+:$PYTHONPATH}}",
-             f"export {m.env_var}={m.model_path}", f"mkdir -p {out}")
+    setup = (f"export PYTHONPATH={shlex.quote(str(v.generated.resolve()))}${{PYTHONPATH:+:$PYTHONPATH}}",
+             f"export {ident(m.env_var)}={shlex.quote(m.model_path)}", f"mkdir -p {shlex.quote(out)}")
     head = dict(schema=GPU_SCHEMA, schema_version=GPU_SCHEMA_VERSION, setup=setup, commands=commands)
     if print_only:
         return GpuReport(**head)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+from integrate.workers import worker_command
 
 WORKER = "integrate.verify._worker"
 PROCESS_TIMEOUT = 300
@@ -27,11 +28,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn(job: dict, env: dict) -> subprocess.Popen:
+def spawn(job: dict, env: dict, search_path: str | None = None) -> subprocess.Popen:
+    """A worker (`python -I`, see integrate.workers) running `job`; `search_path` is where a source
+    checkout's model imports from."""
     out = tempfile.TemporaryFile(mode="w+")
     err = tempfile.TemporaryFile(mode="w+")
-    proc = subprocess.Popen([sys.executable, "-m", WORKER], stdin=subprocess.PIPE, stdout=out, stderr=err, text=True,
-                            env=env)
+    proc = subprocess.Popen(worker_command(WORKER, search_path), stdin=subprocess.PIPE, stdout=out, stderr=err,
+                            text=True, env=env)
     proc.out_file, proc.err_file = out, err
     proc.stdin.write(json.dumps(job))
     proc.stdin.close()

@@ -8,8 +8,6 @@ A proof that fails is followed module by module against the baseline to the firs
 
 from __future__ import annotations
 
-import site
-import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
@@ -19,7 +17,7 @@ from integrate.decisions.approval import require_approved
 
 from integrate.errors import InputError
 from integrate.resolve import Workspace
-from integrate.workers import worker_env
+from integrate.workers import installed, worker_env
 
 from . import fixture, processes
 from . import proofs as registry
@@ -27,14 +25,6 @@ from .proofs import cache as cache_proof
 from .proofs import parallel
 from .proofs.locate import Baseline
 from .records import VERIFY_SCHEMA, VERIFY_SCHEMA_VERSION, FixtureReport, PluginRef, VerifyModel, VerifyReport
-
-
-def installed(path: Path) -> bool:
-    """Is `path` inside an installed package (site-packages), rather than a source checkout?"""
-    roots = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages(),
-                                         sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]}
-    path = path.resolve()
-    return any(path.is_relative_to(r) for r in roots)
 
 
 class Verifier:
@@ -60,7 +50,7 @@ class Verifier:
         self.module = src.dotted_name or src.path.stem
         root = src.package_root or src.path.parent
         self.search_path = None if installed(src.path) else str(root)
-        self.env = worker_env(Path(self.search_path) if self.search_path else None)
+        self.env = worker_env()
         self.env.setdefault("OMP_NUM_THREADS", "1")
         self.fixture = fixture.Maker(self.plan, self.ws, generated / fixture.FILENAME, self.module, self.search_path,
                                      self.env, steps=cache_proof.STEPS, progress=self.progress)
@@ -76,7 +66,7 @@ class Verifier:
 
     def _single(self, kind: str, out: Path, plugin: bool):
         out.mkdir(parents=True, exist_ok=True)
-        return processes.spawn(self._job(kind, [{"name": kind}], out, plugin), self.env)
+        return processes.spawn(self._job(kind, [{"name": kind}], out, plugin), self.env, self.search_path)
 
     def _pair(self, variants: list[dict], out: Path) -> tuple[list, list]:
         out.mkdir(parents=True, exist_ok=True)
@@ -85,7 +75,7 @@ class Verifier:
         for rank in range(2):
             env = dict(self.env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                        MASTER_PORT=str(port))
-            procs.append(processes.spawn(self._job("parallel", variants, out), env))
+            procs.append(processes.spawn(self._job("parallel", variants, out), env, self.search_path))
         tails = processes.wait(procs)
         return [processes.load_rank(out, r) for r in range(2)], tails
 
