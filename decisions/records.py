@@ -277,11 +277,15 @@ class Plan:
 
 @dataclass(frozen=True)
 class Approval:
-    """APPROVAL.json: who approved which plan.json (its SHA-256), when."""
+    """APPROVAL.json: who approved which plan.json and PLAN.md, made from which sources, when; signed."""
 
     reviewer: str
     approved_at: str
     plan_sha256: str
+    plan_md_sha256: str
+    sources: dict[str, str]  # every source file the plan cites -> its SHA-256 when it was approved
+    tool_version: str
+    signature: str = ""  # HMAC-SHA256 of the fields above under this user's approval key
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -194,7 +194,10 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
 
     ident(name)  # it names the plugin package and its modules
     progress("re-reading the model sources the plan was made from")
-    analysis, ws = analysis_for_plan(plan_rec)
+    from integrate.resolve import Workspace
+
+    # every source the plan cites is read from the bytes the reviewer approved, or refused
+    analysis, ws = analysis_for_plan(plan_rec, Workspace(expect=approval_rec.sources))
     src = ws.load(Path(plan_rec.model.transformer_file))
     cls = src.classes[plan_rec.model.transformer_class]
     if mode == "plugin":

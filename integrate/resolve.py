@@ -47,9 +47,13 @@ class CircularImport(Exception):
 
 
 class Workspace:
-    def __init__(self) -> None:
+    """Parses each file once. `expect` ({path: SHA-256}) pins files to the bytes a reviewer approved: such a
+    file is parsed from the bytes whose hash matched, and refused (InputError) when it changed."""
+
+    def __init__(self, expect: dict[str, str] | None = None) -> None:
         self._files: dict[Path, SourceFile] = {}
         self._roots: dict[str, Path | None] = {}
+        self._expect = {Path(p).resolve(): sha for p, sha in (expect or {}).items()}
 
     @property
     def files_read(self) -> list[str]:
@@ -63,7 +67,7 @@ class Workspace:
         if src is None:
             if package_root is None:
                 package_root = self._guess_root(path)
-            src = parse_source(path, read_text(path), package_root)
+            src = parse_source(path, read_text(path, self._expect.get(path)), package_root)
             self._files[path] = src
         return src
 

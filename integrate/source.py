@@ -5,6 +5,8 @@ Nothing here imports or executes the code it reads.
 
 from __future__ import annotations
 
+import ast
+import hashlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -14,7 +16,8 @@ from libcst._nodes.internal import CodegenState
 
 from integrate.errors import InputError
 
-MAX_SOURCE_BYTES = 8 * 1024 * 1024
+MAX_SOURCE_BYTES = 1024 * 1024  # the largest file an analysis reads today (transformers' modeling_utils) is 280 KB
+MAX_DEPTH = 200  # nesting of a file's syntax tree, counted as libcst nests it (real files: at most 53)
 
 
 class _LineTracker(CodegenState):
@@ -99,15 +102,24 @@ class SourceFile:
         return ".".join(parts)
 
 
-def read_text(path: Path) -> str:
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if not path.is_file():
-        raise InputError(f"{path}: not a regular file")
-    size = path.stat().st_size
-    if size > MAX_SOURCE_BYTES:
-        raise InputError(f"{path}: {size} bytes is too large to be a model source file")
-    data = path.read_bytes()
+def read_text(path: Path, expect_sha256: str | None = None) -> str:
+    """A source file's text, refused when it is too large, binary, not UTF-8, or (with `expect_sha256`) not
+    the bytes a reviewer approved."""
+    try:
+        if not path.exists():
+            raise InputError(f"{path}: no such file")
+        if not path.is_file():
+            raise InputError(f"{path}: not a regular file")
+        size = path.stat().st_size
+        if size > MAX_SOURCE_BYTES:
+            raise InputError(f"{path}: {size} bytes is too large to be a model source file (limit "
+                             f"{MAX_SOURCE_BYTES // 1024} KiB): refused before parsing")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    if expect_sha256 is not None and hashlib.sha256(data).hexdigest() != expect_sha256:
+        raise InputError(f"{path} changed after the plan was approved: run `integrate plan` again and have it "
+                         "approved")
     if b"\x00" in data:
         raise InputError(f"{path}: binary file, not Python source")
     try:
@@ -116,7 +128,32 @@ def read_text(path: Path) -> str:
         raise InputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
+def check_shape(path: Path, text: str) -> None:
+    """Refuse, before libcst sees it, source whose shape would take libcst's native parser or the analysers'
+    recursive walks past their limits (libcst crashes the process on ~1,500 nested brackets or a chain of
+    ~10,000 `and`s). Python's own parser reads it first (it refuses brackets nested past 200, and reports a
+    syntax error as Python does); then the depth of its tree is measured the way libcst nests it (a chain
+    of `and`s or comparisons is one level per link there). The deepest file of diffusers, transformers and
+    cache-dit measures 53."""
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as exc:
+        raise InputError(f"{path}:{exc.lineno or '?'}: syntax error: {exc.msg}") from None
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise InputError(f"{path}: cannot be parsed: {type(exc).__name__}") from None
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InputError(f"{path}:{getattr(node, 'lineno', '?')}: code nested more than {MAX_DEPTH} levels deep: "
+                             "refused before parsing")
+        links = (len(node.values) - 1 if isinstance(node, ast.BoolOp) else
+                 len(node.ops) - 1 if isinstance(node, ast.Compare) else 0)
+        stack.extend((child, depth + 1 + links) for child in ast.iter_child_nodes(node))
+
+
 def parse_source(path: Path, text: str, package_root: Path | None = None) -> SourceFile:
+    check_shape(path, text)
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as exc:

@@ -200,7 +200,7 @@ def _cp_planner(b: _Build) -> str | None:
     if not cp.plan:
         return None
     cp_cls = f"{b.base}ContextParallelismPlanner"
-    mask = _mask_context(b.plan) if cp.mask_reorder.needed else None
+    mask = _mask_context(b.plan, b.ws) if cp.mask_reorder.needed else None
     if cp.mask_reorder.needed and mask is None:
         b.manual.append("the mask reorder needs a joint (two-stream) block list: none found")
     evidence = [f"{e.why} ({Path(e.file).name}:{e.line})" for e in cp.evidence][:12]
@@ -364,7 +364,7 @@ def _patched_keys(plan: Plan, patch: ForwardPatch | None) -> dict[str, tuple[str
     return out
 
 
-def _mask_context(plan: Plan) -> dict | None:
+def _mask_context(plan: Plan, ws: Workspace) -> dict | None:
     cp = plan.parallelism.cp
     seq = plan.facts.sequence
     lists = [lf for lf in (seq.lists if seq else ()) if len(lf.streams) > 1
@@ -376,7 +376,7 @@ def _mask_context(plan: Plan) -> dict | None:
     roles = next((b.roles for b in plan.cache.block_lists if b.attr == first.attr), {})
     text = roles.get("encoder_hidden_states", "encoder_hidden_states")
     image = roles.get("hidden_states", "hidden_states")
-    image_first = _image_first(plan, first.attr)
+    image_first = _image_first(plan, first.attr, ws)
     return {
         "param": mask_param,
         "first": image if image_first else text,
@@ -390,13 +390,13 @@ def _mask_context(plan: Plan) -> dict | None:
     }
 
 
-def _image_first(plan: Plan, attr: str) -> bool | None:
+def _image_first(plan: Plan, attr: str, ws: Workspace) -> bool | None:
     """Whether the attention processor of `attr`'s blocks joins the image stream before the text stream:
     the first `torch.cat([...])` of two names in its __call__ where one name is a text-side projection."""
     att = next((a for a in plan.facts.attention if a.block_list == attr and a.processor_at), None)
     if att is None:
         return None
-    src = Workspace().load(Path(att.processor_at.file))
+    src = ws.load(Path(att.processor_at.file))
     cls = src.classes.get(att.processor or "")
     fn = find_method(cls, "__call__") if cls is not None else None
     if fn is None:

@@ -81,9 +81,7 @@ def capture(name: str, work: Path) -> dict[str, str]:
     for f in ("plan.json", "PLAN.md"):
         out[f] = (plan_dir / f).read_text()
     _cli("approve", str(plan_dir), "--reviewer", "snapshot")
-    approval = json.loads((plan_dir / "APPROVAL.json").read_text())
-    approval["approved_at"] = APPROVED_AT
-    (plan_dir / "APPROVAL.json").write_text(json.dumps(approval, indent=2) + "\n")
+    approved_at = json.loads((plan_dir / "APPROVAL.json").read_text())["approved_at"]
     gen = work / "gen"
     code, text = _cli("generate", str(plan_dir), "--out", str(gen))
     out["generate.txt"] = f"exit {code}\n{text}"
@@ -91,7 +89,7 @@ def capture(name: str, work: Path) -> dict[str, str]:
         if path.is_file() and "__pycache__" not in path.parts:
             out["gen/" + path.relative_to(gen).as_posix()] = path.read_text()
     sha = hashlib.sha256((plan_dir / "plan.json").read_bytes()).hexdigest()
-    return {k: _normalise(v, work, sha, __version__) for k, v in out.items()}
+    return {k: _normalise(v, work, sha, __version__).replace(approved_at, APPROVED_AT) for k, v in out.items()}
 
 
 def _normalise(text: str, work: Path, sha: str, version: str) -> str:

@@ -244,7 +244,8 @@ def test_generated_code_is_ruff_clean_across_models(tmp_path, pipeline, transfor
     analysis, ws = api.analysis_for_plan(plan)
     src = ws.load(Path(plan.model.transformer_file))
     name = f"integrate_{plan.model.example_name}"
-    gen = build(plan, Approval("t", "now", "0" * 64), analysis, ws, src, src.classes[plan.model.transformer_class],
+    gen = build(plan, Approval("t", "now", "0" * 64, "0" * 64, {}, "test"), analysis, ws, src,
+                src.classes[plan.model.transformer_class],
                 f"{name}.patch_functor", name)
     for rel, text in ({f"{name}/{p.module}.py": p.text for p in gen.pieces} | gen.extra).items():
         (tmp_path / "out" / rel).parent.mkdir(parents=True, exist_ok=True)

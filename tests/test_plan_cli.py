@@ -75,6 +75,7 @@ def test_approval_life_cycle(motif_plan, tmp_path):
     plan_dir = tmp_path / "p"
     plan_dir.mkdir()
     (plan_dir / "plan.json").write_text((src / "plan.json").read_text())
+    (plan_dir / "PLAN.md").write_text((src / "PLAN.md").read_text())
     check = run_cli("approve", str(plan_dir), "--check")
     assert check.returncode == 2 and "not approved" in check.stderr and len(check.stderr.strip().splitlines()) == 1
     ok = run_cli("approve", str(plan_dir), "--reviewer", "Ada Lovelace", "--json")

@@ -33,7 +33,7 @@ class Verifier:
         self.plan_dir, self.generated = plan_dir, generated
         self.proofs = tuple(proofs or registry.CHOICES)
         self.progress = progress or (lambda message: None)
-        self.plan, _ = require_approved(plan_dir)
+        self.plan, approval = require_approved(plan_dir)
         m = self.plan.model
         if not m.example_name:
             raise InputError("the plan names no example: nothing was generated for it")
@@ -45,7 +45,8 @@ class Verifier:
         if not installed(transformer_file) and not trust_code:
             raise InputError(f"{transformer_file} is not part of an installed package: verify would run it; "
                              "pass --trust-code if you trust that code")
-        self.ws = Workspace()  # the fixture's gate reads the same files: parsed once
+        # the fixture's gate reads the same files: parsed once, from the bytes the reviewer approved
+        self.ws = Workspace(expect=approval.sources)
         src = self.ws.load(transformer_file)
         self.module = src.dotted_name or src.path.stem
         root = src.package_root or src.path.parent
