@@ -9,11 +9,11 @@ skips planners whose imports fail) is not checked.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import libcst as cst
 
+from integrate import jsonfile
 from integrate.errors import InputError
 from integrate.records import Evidence
 from integrate.resolve import Resolved, Workspace
@@ -195,12 +195,12 @@ def _find_model_class(ws: Workspace, root: Path, cls: str, model_type: str | Non
 
 
 def _model_type(model_path: Path | None, component: str) -> str | None:
-    config = model_path / component / "config.json" if model_path is not None else None
+    config = model_path / component / "config.json" if model_path is not None and component.isidentifier() else None
     try:
-        data = json.loads(config.read_text(encoding="utf-8")) if config is not None and config.is_file() else {}
-        return data["model_type"] if isinstance(data.get("model_type"), str) else None
-    except (OSError, ValueError, AttributeError):
-        return None
+        data = jsonfile.read(config) if config is not None and config.is_file() else {}
+    except InputError:
+        return None  # an unreadable encoder config only costs the model-type hint
+    return data["model_type"] if isinstance(data.get("model_type"), str) else None
 
 
 def tp_plan(ws: Workspace, cls: str, model_path: Path | None, component: str):

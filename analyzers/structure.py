@@ -10,13 +10,13 @@ diffusers, and the text encoders / VAE from model_index.json.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 import libcst as cst
 from integrate.gate.records import GateReport
 
+from integrate import jsonfile
 from integrate.defuse import defuse
 from integrate.records import Evidence
 from integrate.resolve import Workspace
@@ -51,22 +51,16 @@ def load_config(model_path: str | None) -> dict[str, Any]:
     path = Path(model_path) / "transformer" / "config.json"
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return {k: v for k, v in data.items() if not k.startswith("_")} if isinstance(data, dict) else {}
+    data = jsonfile.read(path)
+    jsonfile.check_config(path, data)
+    return {k: v for k, v in data.items() if not k.startswith("_")}
 
 
 def read_model_index(model_path: str | None) -> dict | None:
     if not model_path:
         return None
     path = Path(model_path) / "model_index.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return jsonfile.read(path) if path.is_file() else None
 
 
 def parallel_facts(gate: GateReport, ws: Workspace, transformer: TransformerFacts) -> ParallelFacts:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from integrate import jsonfile
 from integrate.errors import InputError
 from integrate.resolve import Workspace
 from integrate.source import base_names, find_method
@@ -22,21 +23,8 @@ FLAGS = {
     "pipeline_file": "--pipeline-file",
     "transformer_file": "--transformer-file",
 }
-MAX_METADATA_BYTES = 4 * 1024 * 1024
-
-
 def _read_json(path: Path) -> dict:
-    if path.stat().st_size > MAX_METADATA_BYTES:
-        raise InputError(f"{path}: too large to be model metadata")
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object")
-    return data
+    return jsonfile.read(path)
 
 
 def _class_entry(value, where: str) -> tuple[str | None, str]:
@@ -106,6 +94,9 @@ def _read_model_dir(model_dir: Path, facts: dict[str, Fact], library: dict, note
 
     if index_path.is_file():
         index = _read_json(index_path)
+        odd = next((k for k in index if not k.isidentifier()), None)
+        if odd is not None:  # component names become module and folder names
+            raise InputError(f"{index_path}: component {odd[:80]!r} is not a name (letters, digits, underscores)")
         pipe_cls = index.get("_class_name")
         if pipe_cls is not None and not isinstance(pipe_cls, str):
             raise InputError(f"{index_path}: _class_name must be a string")
@@ -122,6 +113,7 @@ def _read_model_dir(model_dir: Path, facts: dict[str, Fact], library: dict, note
 
     if config_path.is_file():
         config = _read_json(config_path)
+        jsonfile.check_config(config_path, config)
         cls = config.get("_class_name")
         if cls is not None and not isinstance(cls, str):
             raise InputError(f"{config_path}: _class_name must be a string")

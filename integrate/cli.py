@@ -55,21 +55,30 @@ class _Group(click.Group):
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except click.Abort:
-            click.echo("integrate: aborted", err=True)
-            sys.exit(2)
+            _fail("aborted", 2, prefix="integrate: ")
         except click.UsageError as exc:
-            click.echo(f"integrate: error: {exc.format_message()}", err=True)
-            sys.exit(2)
+            _fail(exc.format_message(), 2)
         except InputError as exc:
-            click.echo(f"integrate: error: {exc}", err=True)
-            sys.exit(2)
+            _fail(str(exc), 2)
+        except OSError as exc:  # the input or the output folder cannot be read or written
+            where = f"{exc.filename}: " if exc.filename else ""
+            _fail(f"{where}{exc.strerror or exc}", 2)
+        except RecursionError:  # the guards bound real inputs' depth: deeper is the input's doing
+            _fail("the input nests too deeply to read", 2)
         except Exception as exc:  # a bug in integrate, not the user's fault
             if os.environ.get("INTEGRATE_DEBUG"):
                 raise
-            click.echo(f"integrate: internal error: {type(exc).__name__}: {exc} (set INTEGRATE_DEBUG=1 for "
-                       "the traceback)", err=True)
-            sys.exit(3)
+            _fail(f"{type(exc).__name__}: {exc} (set INTEGRATE_DEBUG=1 for the traceback)", 3,
+                  prefix="integrate: internal error: ")
         sys.exit(rv or 0)
+
+
+def _fail(message: str, code: int, prefix: str = "integrate: error: ") -> None:
+    """One line on stderr: line breaks become spaces, other control characters are escaped."""
+    text = " ".join(str(message).split("\n"))
+    text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    click.echo(prefix + text[:2000], err=True)
+    sys.exit(code)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
