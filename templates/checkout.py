@@ -55,6 +55,7 @@ with the same inputs changes nothing.
 
 from __future__ import annotations
 
+import base64
 import difflib
 import json
 import keyword
@@ -599,10 +600,12 @@ def apply_checkout(src: Path | str, artifacts: Sequence[Artifact], registrations
     With `dry_run` nothing is written.
     """
     package = find_package(src)
+    if not dry_run:
+        recover(package)  # a checkout an earlier run left half-applied is rolled back first
     changes = _Planner(package).plan(artifacts, registrations)
     changed = [c for c in changes if c.changed]
     if not dry_run:
-        _write_all(changed)
+        _write_all(changed, package)
     return {
         "package": str(package),
         "changed": [c.relpath for c in changed],
@@ -664,7 +667,28 @@ class _Staged:
     committed: bool = False
 
 
-def _write_all(changes: Sequence[FileChange]) -> None:
+JOURNAL = ".integrate-journal.json"
+
+
+def _fault(step: str) -> None:
+    """A test seam: with INTEGRATE_CHECKOUT_FAULT=<n>, the n-th write or rename step ends the process as a
+    kill -9 would (tests/test_checkout.py runs it at every step)."""
+    at = os.environ.get("INTEGRATE_CHECKOUT_FAULT")
+    if at is None:
+        return
+    _FAULTS[0] += 1
+    if _FAULTS[0] == int(at):
+        os._exit(137)
+
+
+_FAULTS = [0]
+
+
+def _write_all(changes: Sequence[FileChange], package: Path) -> None:
+    """Two phases with a journal between them. Phase 1 writes every new text to a temporary sibling and
+    touches nothing; then a journal (the old bytes of every file, which temporary file replaces it) is
+    written and synced; phase 2 renames each temporary file into place; the journal goes last. A run
+    killed anywhere leaves either the journal, which the next run rolls back (`recover`), or no change."""
     staged: list[_Staged] = []
     current: FileChange | None = None
     try:
@@ -680,13 +704,20 @@ def _write_all(changes: Sequence[FileChange]) -> None:
                 raise InputError(f"{change.path} changed while the checkout was being planned; nothing was written")
             item = _Staged(change, backup, mode)
             staged.append(item)
+            _fault("stage")
             item.tmp = _stage_file(change.path, change.new_text.encode("utf-8"), mode)
+        _write_journal(package, staged)
         for item in staged:  # phase 2: os.replace each into place
             current = item.change
+            _fault("replace")
             _commit_file(item.tmp, item.change.path)
             item.committed = True
+        _fault("journal-remove")
+        (package / JOURNAL).unlink(missing_ok=True)
     except BaseException as exc:
         failed = _rollback(staged)
+        if not failed:
+            (package / JOURNAL).unlink(missing_ok=True)
         if failed:
             raise InputError(f"writing {current.path if current else 'the checkout'} failed ({exc}) and restoring "
                              f"{', '.join(failed)} failed too: check those files by hand") from exc
@@ -694,6 +725,57 @@ def _write_all(changes: Sequence[FileChange]) -> None:
             raise InputError(f"cannot write {current.path if current else 'the checkout'}: {exc.strerror or exc}; "
                              "the cache-dit tree was left as it was") from exc
         raise
+
+
+def _write_journal(package: Path, staged: Sequence[_Staged]) -> None:
+    entries = [{"path": item.change.relpath, "tmp": item.tmp.name,
+                "backup": None if item.backup is None else base64.b64encode(item.backup).decode("ascii"),
+                "mode": item.mode} for item in staged]
+    _fault("journal")
+    tmp = _write_temp(package / JOURNAL, json.dumps({"entries": entries}).encode("utf-8"), None)
+    _fault("journal-rename")
+    os.replace(tmp, package / JOURNAL)
+    _sync_dir(package)
+
+
+def _sync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def recover(package: Path) -> list[str]:
+    """Roll back a checkout a killed run left half-applied (its journal), and remove temporary files any
+    run left behind. Returns the files restored. Run before every checkout; safe to run again if it is
+    itself interrupted."""
+    restored = []
+    journal = package / JOURNAL
+    if journal.is_file():
+        try:
+            entries = json.loads(journal.read_text())["entries"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise InputError(f"{journal} is unreadable: a killed checkout left it; restore the tree from version "
+                             "control and delete it") from None
+        for entry in reversed(entries):
+            path = package / _relpath(entry["path"])
+            if entry["backup"] is None:
+                path.unlink(missing_ok=True)
+            else:
+                _restore_file(path, base64.b64decode(entry["backup"]), entry["mode"])
+            (path.parent / entry["tmp"]).unlink(missing_ok=True)
+            restored.append(entry["path"])
+        journal.unlink()
+        _sync_dir(package)
+    for leftover in package.rglob(".*.integrate-*.tmp"):
+        leftover.unlink(missing_ok=True)
+    return restored
 
 
 def _rollback(staged: Sequence[_Staged]) -> list[str]:

@@ -587,3 +587,42 @@ def test_bad_input_is_refused_and_nothing_written(pkg, artifacts, registrations,
     message = str(info.value)
     assert needle in message and "\n" not in message, message
     assert snapshot(pkg) == before
+
+
+# --- killed half-way ---------------------------------------------------------------------------------------------
+
+_KILLED = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_checkout import ARTIFACTS, REGISTRATIONS
+from integrate.templates.checkout import apply_checkout
+apply_checkout(Path({pkg!r}), ARTIFACTS, REGISTRATIONS)
+"""
+# the fault points of one run: a stage per file, the journal's write and rename, a replace per file, the
+# journal's removal
+FAULTS = 2 * len(ALL_FILES) + 3
+
+
+@pytest.mark.parametrize("fault", range(1, FAULTS + 1))
+def test_a_run_killed_at_any_write_or_rename_is_rolled_back_by_the_next(pkg, fault):
+    before = contents(snapshot(pkg))
+    code = _KILLED.format(tests=str(Path(__file__).parent), pkg=str(pkg))
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "INTEGRATE_CHECKOUT_FAULT": str(fault)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 137, proc.stderr[-2000:]  # killed where the fault was planted
+    after_kill = contents(snapshot(pkg))
+    checkout.recover(pkg)  # what the next run does first
+    recovered = contents(snapshot(pkg))
+    assert recovered == before, f"fault {fault}: the tree is neither as before nor complete"
+    assert not list(pkg.rglob(".*.integrate-*.tmp")) and not (pkg / checkout.JOURNAL).exists()
+    if fault <= len(ALL_FILES) + 2:
+        assert all(after_kill[rel] == before[rel] for rel in before)  # before the journal: nothing touched yet
+    # and the next real run completes the checkout
+    result = apply_checkout(pkg, ARTIFACTS, REGISTRATIONS)
+    assert result["changed"] == ALL_FILES
+
+
+def test_a_run_that_was_not_killed_leaves_no_journal(pkg):
+    apply_checkout(pkg, ARTIFACTS, REGISTRATIONS)
+    assert not (pkg / checkout.JOURNAL).exists() and not list(pkg.rglob(".*.integrate-*.tmp"))
