@@ -127,10 +127,15 @@ def _key(create: bool) -> bytes | None:
             return None
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read the approval key {path}: {exc}") from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secrets.token_hex(32) + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32) + "\n")
+    except FileExistsError:  # another approval made it meanwhile: use that one
+        pass
+    except OSError as exc:
+        raise InputError(f"cannot create the approval key {path}: {exc.strerror or exc}") from None
     return bytes.fromhex(path.read_text().strip())
 
 

@@ -133,8 +133,14 @@ def write_plan(plan: Plan, out_dir: Path) -> list[str]:
 
 
 def check_out_dir(out_dir: Path) -> None:
+    """Refuse an output folder that cannot be one, before any work is done for it."""
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"--out {out_dir} exists and is not a folder")
+    ancestor = out_dir.absolute().parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise InputError(f"--out {out_dir}: {ancestor} is not a folder")
 
 
 def approve(plan_dir: Path, reviewer: str) -> ApprovalStatus:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -71,6 +72,7 @@ class SourceFile:
     text: str
     module: cst.Module
     package_root: Path | None = None  # directory that holds the top-level package
+    parsed: _Parsed | None = field(default=None, repr=False, compare=False)  # shared by files with this text
     classes: dict[str, cst.ClassDef] = field(default_factory=dict)
     functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
     assigns: dict[str, cst.BaseExpression] = field(default_factory=dict)
@@ -78,9 +80,7 @@ class SourceFile:
 
     @cached_property
     def _starts(self) -> dict[int, int]:
-        tracker = _LineTracker(self.module)
-        self.module._codegen(tracker)
-        return tracker.starts
+        return self.parsed.starts if self.parsed is not None else _line_starts(self.module)
 
     def line(self, node: cst.CSTNode | None) -> int:
         if node is None:
@@ -152,15 +152,51 @@ def check_shape(path: Path, text: str) -> None:
         stack.extend((child, depth + 1 + links) for child in ast.iter_child_nodes(node))
 
 
-def parse_source(path: Path, text: str, package_root: Path | None = None) -> SourceFile:
+def _line_starts(module: cst.Module) -> dict[int, int]:
+    tracker = _LineTracker(module)
+    module._codegen(tracker)
+    return tracker.starts
+
+
+class _Parsed:
+    """One parse of one text, shared by every SourceFile with that text (libcst trees are immutable)."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.module = module
+
+    @cached_property
+    def starts(self) -> dict[int, int]:
+        return _line_starts(self.module)
+
+
+_PARSED: OrderedDict[str, _Parsed] = OrderedDict()
+_PARSED_KEEP = 48  # the sources of a few models; diffusers' largest parse to some tens of MB each
+
+
+def _parse(path: Path, text: str) -> _Parsed:
+    """libcst's tree for `text`, parsed once per process: the bytes decide, not the path (a workspace that
+    checks approved hashes has read and checked the bytes before they get here)."""
+    key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    parsed = _PARSED.get(key)
+    if parsed is not None:
+        _PARSED.move_to_end(key)
+        return parsed
     check_shape(path, text)
     try:
-        module = cst.parse_module(text)
+        parsed = _Parsed(cst.parse_module(text))
     except cst.ParserSyntaxError as exc:
         raise InputError(f"{path}:{exc.raw_line}: syntax error: {exc.message}") from None
     except (RecursionError, MemoryError):
         raise InputError(f"{path}: source nests too deeply to parse") from None
-    src = SourceFile(path=path, text=text, module=module, package_root=package_root)
+    _PARSED[key] = parsed
+    while len(_PARSED) > _PARSED_KEEP:
+        _PARSED.popitem(last=False)
+    return parsed
+
+
+def parse_source(path: Path, text: str, package_root: Path | None = None) -> SourceFile:
+    parsed = _parse(path, text)
+    src = SourceFile(path=path, text=text, module=parsed.module, package_root=package_root, parsed=parsed)
     _index_module(src)
     return src
 
