@@ -226,11 +226,13 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
 
 
 def verify(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] | None = None, trust_code: bool = False,
-           progress: Progress = _quiet):
-    """The CPU proofs of a generated plugin (a `VerifyReport`)."""
+           fixture_only: bool = False, fixture_from: Path | None = None, progress: Progress = _quiet):
+    """The CPU proofs of a generated plugin (a `VerifyReport`); `fixture_only`: the fixture and one plain run
+    on it, no proof; `fixture_from`: a diffusers-style model test to take the config and inputs from first."""
     from integrate.verify.run import Verifier
 
-    return Verifier(plan_dir, generated, trust_code=trust_code, proofs=proofs, progress=progress).run()
+    return Verifier(plan_dir, generated, trust_code=trust_code, proofs=proofs, fixture_only=fixture_only,
+                    fixture_from=fixture_from, progress=progress).run()
 
 
 def verify_gpu(plan_dir: Path, generated: Path, *, out: str, print_only: bool, trust_code: bool = False,

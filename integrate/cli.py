@@ -215,25 +215,33 @@ def _proof_choices() -> list[str]:
               help="The folder `integrate generate --out` wrote the plugin into.")
 @click.option("--proof", "proofs", multiple=True, type=click.Choice(_proof_choices()),
               help="Run only these CPU proofs (repeatable; default: all).")
+@click.option("--fixture-from", "fixture_from", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A diffusers-style model test (get_init_dict / get_dummy_inputs) to take the fixture from "
+                   "first; it is run, so it needs --trust-code.")
+@click.option("--fixture-only", is_flag=True,
+              help="Derive (or check) the fixture and run the plain tiny model on it once; no proof.")
 @click.option("--trust-code", is_flag=True, help="Allow running model code that is not part of an installed package.")
 @click.option("--gpu", is_flag=True, help="Run the GPU matrix through cache-dit's generate CLI instead of the CPU proofs.")
 @click.option("--print", "print_only", is_flag=True, help="With --gpu: print the matrix's commands, run nothing.")
 @click.option("--out", "gpu_out", default=".tmp/verify-gpu", show_default=True,
               help="With --gpu: where the matrix writes its outputs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema: docs/schema.md).")
-def verify(plan_dir: Path, generated: Path, proofs: tuple[str, ...], trust_code: bool, gpu: bool, print_only: bool,
-           gpu_out: str, as_json: bool) -> int:
+def verify(plan_dir: Path, generated: Path, proofs: tuple[str, ...], fixture_from: Path | None, fixture_only: bool,
+           trust_code: bool, gpu: bool, print_only: bool, gpu_out: str, as_json: bool) -> int:
     """Prove the generated integration on a CPU with a tiny random-weight model: cache on/off, CP and TP over
     2 gloo processes against the 1-process run; name the first divergent module when one fails."""
     if print_only and not gpu:
         raise InputError("--print goes with --gpu (it prints the GPU matrix)")
+    if fixture_only and (proofs or gpu):
+        raise InputError("--fixture-only runs no proof: leave out --proof and --gpu")
     if gpu:
         report = api.verify_gpu(plan_dir, generated, out=gpu_out, print_only=print_only, trust_code=trust_code,
                                 progress=_progress)
         data = to_json(report)
         _emit(data, as_json, lambda: terminal.verify_gpu(data))
         return 1 if report.failed else 0
-    report = api.verify(plan_dir, generated, proofs=proofs or None, trust_code=trust_code, progress=_progress)
+    report = api.verify(plan_dir, generated, proofs=proofs or None, trust_code=trust_code, fixture_only=fixture_only,
+                        fixture_from=fixture_from, progress=_progress)
     data = to_json(report)
     _emit(data, as_json, lambda: terminal.verify(data))
     return 1 if report.failed else 0

@@ -53,7 +53,201 @@ def derive(job: dict) -> dict:
     syn = synthesize(model, dict(model.config), {k: v for k, v in job.get("passed", {}).items()})
     out.update(slots=[dataclasses.asdict(s) for s in syn.slots], image_tokens=syn.image_tokens,
                text_tokens=syn.text_tokens)
+    tried = []
+    if job.get("fixture_from"):
+        taken = _from_test_file(cls, job, out)
+        if taken.get("ok"):
+            out.update(taken["derived"], check={"ok": True, "masks": None}, source="test-file", tried=tried)
+            return out
+        tried.append(f"test-file: {taken['why']}")
+    if job.get("pipeline"):
+        captured = _from_pipeline(cls, job, tiny.config, out)
+        if captured.get("ok"):
+            out.update(captured["derived"], check={"ok": True, "masks": None}, source="pipeline", tried=tried)
+            return out
+        tried.append(f"pipeline: {captured['why']}")
+    out.update(source="static", tried=tried)
+    if not any(s.get("error") for s in out["slots"]):
+        out["check"] = _check_static(cls, job, out)
     return out
+
+
+def _from_pipeline(cls, job: dict, config: dict, static: dict) -> dict:
+    """{"ok": True, "derived": ...} when the pipeline's own calls, saved beside the fixture, make the plain
+    tiny model run; else {"ok": False, "why": ...}."""
+    import torch
+    from integrate.verify.capture import TEXT_TOKENS, NotCaptured, capture, image_tokens
+
+    torch.manual_seed(0)
+    model = cls.from_config(config).eval()
+    _randomize(model, 0)
+    notes: list[str] = []
+    try:
+        calls = capture(cls, model, job["pipeline"], config, static["slots"], job.get("steps", 1), notes)
+    except NotCaptured as exc:
+        return {"ok": False, "why": str(exc)}
+    del model
+    path = Path(job["capture_path"])
+    torch.save(calls, path)
+    slots = [{"name": k, "expr": f"_saved(step, {k!r})", "why": "what the pipeline passed"} for k in calls[0]]
+    derived = {"slots": slots, "image_tokens": image_tokens(calls[0], config), "text_tokens": TEXT_TOKENS,
+               "notes": notes}
+    text = _render_check(job, {**static, **derived})
+    failure = plain_forward(cls, _module_from_text(text, path.with_suffix(".py")))
+    if failure is not None:
+        path.unlink()
+        return {"ok": False, "why": f"the plain tiny model does not run on the captured inputs: "
+                                    f"{failure['type']}: {failure['message']}"}
+    return {"ok": True, "derived": derived}
+
+
+def _from_test_file(cls, job: dict, static: dict) -> dict:
+    """{"ok": True, "derived": ...} when the test file's config and inputs (saved beside the fixture) make
+    the plain model run; else {"ok": False, "why": ...}."""
+    import inspect
+
+    import torch
+    from integrate.verify.capture import image_tokens, storable
+    from integrate.verify.testfile import NotFromTestFile, load, steps_of
+
+    try:
+        config, changes, inputs = load(job["fixture_from"], cls)
+        with torch.device("meta"):
+            cls.from_config(config)
+    except NotFromTestFile as exc:
+        return {"ok": False, "why": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - the model's constructor on the test's config
+        return {"ok": False, "why": f"building {cls.__name__} from the test's config failed: {type(exc).__name__}: "
+                                    f"{(str(exc).splitlines() or [''])[0][:200]}"}
+    params = [p for p in inspect.signature(cls.forward).parameters if p != "self"]
+    main = "hidden_states" if "hidden_states" in inputs else (params[0] if params else "")
+    calls = steps_of(inputs, main, job.get("steps", 1))
+    bad = [k for k, v in inputs.items() if not storable(v)]
+    if bad:
+        return {"ok": False, "why": f"the test's input `{bad[0]}` is not a tensor or a plain value"}
+    path = Path(job["capture_path"])
+    torch.save(calls, path)
+    text_len = next((int(v.shape[1]) for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.ndim == 3
+                     and k != main and any(w in k for w in ("encoder", "text", "context", "prompt"))), 0)
+    derived = {"config": config, "changes": changes, "parameters": None,
+               "slots": [{"name": k, "expr": f"_saved(step, {k!r})", "why": "the model test's dummy input"}
+                         for k in calls[0]],
+               "image_tokens": image_tokens(calls[0], config), "text_tokens": text_len}
+    failure = plain_forward(cls, _module_from_text(_render_check(job, {**static, **derived}), path.with_suffix(".py")))
+    if failure is not None:
+        path.unlink()
+        return {"ok": False, "why": f"the plain model does not run on the test's config and inputs: "
+                                    f"{failure['type']}: {failure['message']}"}
+    with torch.device("meta"):
+        derived["parameters"] = sum(p.numel() for p in cls.from_config(config).parameters())
+    return {"ok": True, "derived": derived}
+
+
+def _render_check(job: dict, derived: dict, masks: str | None = None) -> str:
+    from integrate.verify.fixture import render, with_masks
+
+    return render(transformer_class=job["transformer_class"], transformer_module=job["transformer_module"],
+                  config=derived["config"], changes=derived["changes"], slots=with_masks(derived["slots"], masks),
+                  image_tokens=derived.get("image_tokens"), text_tokens=derived.get("text_tokens", 0),
+                  steps=job.get("steps", 1), config_source="check")
+
+
+def _check_static(cls, job: dict, derived: dict) -> dict:
+    """Run the plain tiny model once on the fixture as it would be written: {"ok": True, "masks": dtype} for the
+    first mask dtype it accepts (as synthesised, then bool, then float32), else the first failure."""
+    has_masks = any((s.get("expr") or "").startswith("_mask(") for s in derived["slots"])
+    first = None
+    for dtype in (None, "bool", "float32") if has_masks else (None,):
+        failure = plain_forward(cls, _module_from_text(_render_check(job, derived, dtype)))
+        if failure is None:
+            return {"ok": True, "masks": dtype}
+        first = first or failure
+    return {"ok": False, "error": first}
+
+
+def _module_from_text(text: str, path: Path | None = None):
+    import types
+
+    module = types.ModuleType("integrate_verify_fixture")
+    module.__file__ = str(path) if path else "verify_fixture.py"
+    exec(compile(text, "verify_fixture.py", "exec"), module.__dict__)  # noqa: S102 - our own rendered fixture
+    return module
+
+
+def plain_forward(cls, fx) -> dict | None:
+    """The plain tiny model (seeded random weights) run once on step 0 of the fixture: None when it runs
+    and its output is finite, else what went wrong and in which module."""
+    import torch
+
+    torch.manual_seed(fx.SEED)
+    recorder = None
+    try:
+        model = cls.from_config(fx.CONFIG).eval()
+        _randomize(model, fx.SEED)
+        recorder = Recorder({id(m): n for n, m in model.named_modules()})
+        recorder.attach(model)
+        with torch.no_grad():
+            result = model(**fx.inputs(0))
+        outs = _tensors(result)
+        if not outs:
+            return {"type": "NoOutput", "message": "the forward returned no tensor", "module": None}
+        if not all(torch.isfinite(_plain(t)).all() for t in outs[:1]):
+            return {"type": "NonFinite", "message": "the output holds NaN or inf", "module": None}
+        return None
+    except Exception as exc:  # the model's own code rejected the fixture: say where
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        return {"type": type(exc).__name__, "message": (str(exc).splitlines() or [""])[0][:300],
+                "module": recorder.stack[-1] if recorder and recorder.stack else None,
+                "after": recorder.last if recorder else None, "at": f"{frame.filename}:{frame.lineno}"}
+    finally:
+        for h in recorder.handles if recorder else ():
+            h.remove()
+
+
+# ---- full size -----------------------------------------------------------------------------------------
+
+
+def full_size(job: dict) -> dict:
+    """The real config on the meta device: each cached list's length, each named head count, and cache-dit's
+    default Fn / Bn compute blocks."""
+    import inspect
+
+    import torch
+
+    try:
+        from cache_dit.caching.cache_contexts.cache_config import BasicCacheConfig
+
+        defaults = BasicCacheConfig()
+        fn, bn = int(defaults.Fn_compute_blocks), int(defaults.Bn_compute_blocks)
+    except Exception as exc:  # noqa: BLE001 - an older or newer cache-dit without this class
+        return {"error": f"cache-dit's default cache config was not found: {type(exc).__name__}: {exc}"}
+    cls = _load_class(job["transformer_module"], job["transformer_class"], job.get("search_path"))
+    config = job["config"] or {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
+                               if k != "self" and v.default is not inspect.Parameter.empty}
+    try:
+        with torch.device("meta"):
+            model = cls.from_config(config)
+    except Exception as exc:  # noqa: BLE001 - the model's constructor on its own config
+        return {"error": f"building {cls.__name__} from its config on the meta device failed: "
+                         f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"}
+
+    def find(path: str):
+        obj = model
+        for part in path.split("."):
+            obj = obj[int(part)] if part.isdigit() and hasattr(obj, "__getitem__") else getattr(obj, part, None)
+            if obj is None:
+                return None
+        return obj
+
+    lists = {}
+    for attr in job["lists"]:
+        found = find(attr)
+        lists[attr] = len(found) if isinstance(found, torch.nn.ModuleList) else None
+    heads = []
+    for h in job["heads"]:
+        value = find(f"{h['block_list']}.0.{h['module']}.{h['attr']}")
+        heads.append({**h, "value": value if isinstance(value, int) and not isinstance(value, bool) else None})
+    return {"fn": fn, "bn": bn, "lists": lists, "heads": heads}
 
 
 # ---- run -----------------------------------------------------------------------------------------------
@@ -368,7 +562,18 @@ def main() -> None:
     if job.get("src"):
         sys.path.insert(0, job["src"])
     mode = job["mode"]
-    result = derive(job) if mode == "derive" else {"ok": bool(run(job))}  # a run reports through its files
+    if mode == "derive":
+        result = derive(job)
+    elif mode == "full_size":
+        result = full_size(job)
+    elif mode == "check":  # a fixture file as it stands (a person's edit): does the plain model run on it?
+        from integrate.verify.fixture import load
+
+        fx = load(Path(job["fixture"]))
+        result = {"error": plain_forward(_load_class(fx.TRANSFORMER_MODULE, fx.TRANSFORMER_CLASS,
+                                                     job.get("search_path")), fx)}
+    else:
+        result = {"ok": bool(run(job))}  # a run reports through its files
     _REAL.write(json.dumps(result))
     _REAL.flush()
 

@@ -7,7 +7,6 @@ it; when the text no longer matches, a person has edited it and the file is used
 from __future__ import annotations
 
 import ast
-import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -41,7 +40,7 @@ def _split(text: str) -> tuple[str | None, str]:
 
 # The fixture's expressions call only these (and torch's constructors below); anything else in a slot's
 # expression is refused before the file is written.
-_HELPERS = {"_randn", "_mask", "_grid_ids", "_gen", "step", "torch", "True", "False", "None"}
+_HELPERS = {"_randn", "_mask", "_grid_ids", "_gen", "_saved", "step", "torch", "True", "False", "None"}
 _TORCH = {"zeros", "ones", "full", "randint", "tensor", "arange", "long", "float32", "bool"}
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent), trim_blocks=True,
                           lstrip_blocks=True, keep_trailing_newline=True, finalize=escape.finalize)
@@ -72,6 +71,28 @@ def render(*, transformer_class: str, transformer_module: str, config: dict[str,
     escape.check_python(text, FILENAME)
     _, body = _split(text)
     return text.replace(f"{_MARK}SHA", f"{_MARK}{_digest(body)}", 1)
+
+
+def _failure(error: dict) -> str:
+    where = f" in module `{error['module']}`" if error.get("module") else ""
+    return f"{error.get('type', 'error')}: {error.get('message', '')}{where}"
+
+
+def with_masks(slots: list[dict], dtype: str | None) -> list[dict]:
+    """The slots with every synthesised mask cast to `dtype` (None: as synthesised)."""
+    if not dtype:
+        return slots
+    if dtype not in ("bool", "float32"):
+        raise escape.UnsafeValue(f"mask dtype {dtype!r}")
+    out = []
+    for x in slots:
+        call = ast.parse(x["expr"], mode="eval").body if (x.get("expr") or "").startswith("_mask(") else None
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "_mask":
+            call.keywords = [k for k in call.keywords if k.arg != "dtype"] + [
+                ast.keyword("dtype", ast.Attribute(ast.Name("torch", ast.Load()), dtype, ast.Load()))]
+            x = {**x, "expr": ast.unparse(call)}
+        out.append(x)
+    return out
 
 
 def _expression(expr: str) -> escape.Code:
@@ -147,7 +168,8 @@ class Maker:
     it, and rewrites its masks when the plain model wants another dtype."""
 
     def __init__(self, plan, ws, path: Path, module: str, search_path: str | None, env: dict, *, steps: int,
-                 progress) -> None:
+                 progress, fixture_from: Path | None = None) -> None:
+        self.fixture_from = fixture_from
         self.plan, self.ws, self.path, self.module, self.search_path, self.env = plan, ws, path, module, search_path, env
         self.steps, self.progress = steps, progress
         self._derived: tuple[dict, str] | None = None
@@ -169,6 +191,31 @@ class Maker:
                 passed.setdefault(mask.name, None)
         return passed
 
+    def pipeline(self) -> dict | None:
+        """What the worker needs to build the model's own pipeline: its module and class, the components
+        model_index.json names and the scheduler's and VAE's configs (read and checked here, as data). None
+        when the loop is not a pipeline class (a function, or a method of a third-party class)."""
+        from integrate.analyzers.structure import read_model_index
+        from integrate.jsonfile import check_config, read
+
+        m = self.plan.model
+        if not m.pipeline_class or "." in m.pipeline_class or not m.pipeline_file:
+            return None
+        src = self.ws.load(Path(m.pipeline_file))
+        if m.pipeline_class not in src.classes or not src.dotted_name:
+            return None
+        index = read_model_index(m.model_path) or {}
+        components = {k: v for k, v in index.items() if not k.startswith("_") and isinstance(v, list) and len(v) == 2
+                      and all(isinstance(x, str) for x in v) and k.isidentifier()}
+        configs = {}
+        for name, file in (("scheduler", "scheduler_config.json"), ("vae", "config.json")):
+            p = Path(m.model_path or "") / name / file
+            if m.model_path and p.is_file():
+                data = read(p)
+                check_config(p, data)
+                configs[name] = {k: v for k, v in data.items() if not k.startswith("_")}
+        return {"module": src.dotted_name, "class": m.pipeline_class, "components": components, "configs": configs}
+
     def ensure(self) -> FixtureReport:
         """The fixture as it stands when a person edited it; otherwise derived and written anew."""
         from integrate.analyzers.structure import load_config
@@ -183,8 +230,12 @@ class Maker:
         self.progress("deriving the tiny fixture")
         m = self.plan.model
         config = load_config(m.model_path)
+        saved = path.with_suffix(".pt")
+        saved.unlink(missing_ok=True)  # a capture from an earlier run is not this fixture's
         job = {"mode": "derive", "transformer_module": self.module, "transformer_class": m.transformer_class,
-               "search_path": self.search_path, "config": config, "passed": self.passed()}
+               "search_path": self.search_path, "config": config, "passed": self.passed(), "steps": self.steps,
+               "pipeline": self.pipeline(), "capture_path": str(saved),
+               "fixture_from": str(self.fixture_from.resolve()) if self.fixture_from else None}
         proc = spawn(job, self.env, self.search_path)
         proc.wait()
         out, err = read(proc.out_file), read(proc.err_file)
@@ -193,39 +244,52 @@ class Maker:
             return FixtureReport(str(path), "error", (f"deriving the fixture failed: {tail}",))
         d = json.loads(out)
         source = f"{m.model_path}/transformer/config.json" if config else "the class defaults"
+        if d.get("source") == "test-file":
+            source = f"the model test {self.fixture_from.name}"
         self._derived = (d, source)
-        self._write(d, source)
         errors = tuple(f"`{s['name']}`: {s['error']}" for s in d["slots"] if s.get("error"))
+        ran = d.get("check") or {}
+        masks = ran.get("masks") if ran.get("ok") else None
+        if not errors and not d.get("error") and not ran.get("ok"):
+            errors = (f"the plain tiny model does not run on it: {_failure(ran.get('error') or {})}",)
+        self._write(d, source, masks, errors)
+        origin = {"source": d.get("source", "static"), "tried": tuple(d.get("tried", ())),
+                  **({"notes": tuple(d["notes"])} if d.get("notes") else {})}
         if d.get("error"):
             self._report = FixtureReport(str(path), "needs-edit", (f"CONFIG: {d['error']}",),
-                                         parameters=d["parameters"], changes=d["changes"])
+                                         parameters=d["parameters"], changes=d["changes"], **origin)
         else:
             self._report = FixtureReport(str(path), "needs-edit" if errors else "derived", errors,
                                          parameters=d["parameters"], changes=dict(d["changes"]),
-                                         image_tokens=d["image_tokens"], text_tokens=d["text_tokens"])
+                                         image_tokens=d["image_tokens"], text_tokens=d["text_tokens"],
+                                         **origin, **({"masks": masks} if masks else {}))
         return self._report
 
-    def _write(self, d: dict, source: str, mask_dtype: str | None = None) -> None:
-        slots = d["slots"]
-        if mask_dtype:  # masks as the model wants them, found by running it
-            slots = [{**x, "expr": f"{x['expr']}.to(torch.{mask_dtype})"} if (x.get("expr") or "").startswith("_mask(")
-                     else x for x in slots]
+    def _write(self, d: dict, source: str, mask_dtype: str | None = None, problems: tuple[str, ...] = ()) -> None:
+        slots = with_masks(d["slots"], mask_dtype)
         text = render(transformer_class=self.plan.model.transformer_class, transformer_module=self.module,
                       config=d["config"], changes=d["changes"], slots=slots, image_tokens=d.get("image_tokens"),
                       text_tokens=d.get("text_tokens", 0), steps=self.steps, config_source=source,
-                      problems=[d["error"]] if d.get("error") else [])
+                      problems=[d["error"]] if d.get("error") else list(problems))
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(text)
         os.replace(tmp, self.path)
 
-    def has_masks(self) -> bool:
-        d = self._derived[0] if self._derived else None
-        return bool(d) and any((x.get("expr") or "").startswith("_mask(") for x in d["slots"])
+    def check_edited(self) -> FixtureReport:
+        """An edited fixture, run once with the plain model (in a worker: running it runs the file)."""
+        from .processes import read, spawn
 
-    def rewrite_masks(self, dtype: str) -> FixtureReport:
-        """The derived fixture written again with its masks cast to `dtype`."""
-        self._write(*self._derived, mask_dtype=dtype)
-        self._report = dataclasses.replace(self._report, masks=dtype)
+        proc = spawn({"mode": "check", "fixture": str(self.path), "search_path": self.search_path}, self.env,
+                     self.search_path)
+        proc.wait()
+        out, err = read(proc.out_file), read(proc.err_file)
+        if proc.returncode != 0 or not out.strip():
+            tail = (err.strip().splitlines() or ["no output"])[-1]
+            return FixtureReport(str(self.path), "needs-edit", (f"the fixture does not load: {tail}",))
+        error = json.loads(out).get("error")
+        if error:
+            return FixtureReport(str(self.path), "needs-edit",
+                                 (f"the plain tiny model does not run on it: {_failure(error)}",))
         return self._report
 
     def streams(self) -> tuple[int, int] | None:

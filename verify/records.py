@@ -12,7 +12,7 @@ from typing import Any, Literal
 from integrate.records import OMIT, Omit
 
 VERIFY_SCHEMA = "integrate.verify"
-VERIFY_SCHEMA_VERSION = "1.0"
+VERIFY_SCHEMA_VERSION = "1.1"
 GPU_SCHEMA = "integrate.verify.gpu"
 GPU_SCHEMA_VERSION = "1.0"
 
@@ -156,6 +156,42 @@ class FixtureReport:
     image_tokens: int | None | Omit = OMIT
     text_tokens: int | Omit = OMIT
     masks: str | Omit = OMIT  # the dtype the plain model wanted its masks in, when not the default
+    source: str | Omit = OMIT  # where the inputs came from: "test-file", "pipeline" or "static"
+    tried: tuple[str, ...] | Omit = OMIT  # sources tried before it, each with why it was not used
+    notes: tuple[str, ...] | Omit = OMIT  # what stood in for a part the model folder does not name
+
+
+@dataclass(frozen=True)
+class FullSizeList:
+    """A cached block list of the real model, against the cache config cache-dit uses by default."""
+
+    attr: str
+    blocks: int | None  # None: the list was not found on the model
+    fn_compute_blocks: int
+    bn_compute_blocks: int
+    ok: bool
+    why: str | Omit = OMIT
+
+
+@dataclass(frozen=True)
+class FullSizeHeads:
+    """A head count of the real model (element 0 of a block list), and the parallel sizes it divides by."""
+
+    block_list: str
+    module: str
+    attr: str
+    value: int | None
+    divides: dict[str, bool]  # "tp2" ... "ulysses8" -> heads % size == 0
+
+
+@dataclass(frozen=True)
+class FullSizeProof:
+    status: Status
+    why: str | Omit = OMIT
+    first_divergence: Divergence | None = None  # always None: nothing runs, the sizes are compared
+    lists: tuple[FullSizeList, ...] = ()
+    heads: tuple[FullSizeHeads, ...] = ()
+    not_checked: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -181,12 +217,14 @@ class VerifyReport:
     cache: CacheProof
     cp: ParallelProof
     tp: ParallelProof
+    full_size: FullSizeProof
     seconds: float = 0.0
 
     @property
     def failed(self) -> bool:
         """A proof that ran failed or erred (`integrate verify` exits 1)."""
-        return any(getattr(self, name).status in ("fail", "error") for name in ("state_dict", "cache", "cp", "tp"))
+        return self.fixture.status in ("needs-edit", "error") or any(
+            getattr(self, name).status in ("fail", "error") for name in ("state_dict", "cache", "cp", "tp", "full_size"))
 
 
 # -- the GPU matrix -------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from integrate.workers import installed, worker_env
 from . import fixture, processes
 from . import proofs as registry
 from .proofs import cache as cache_proof
+from .proofs import full_size
 from .proofs import parallel
 from .proofs.locate import Baseline
 from .records import VERIFY_SCHEMA, VERIFY_SCHEMA_VERSION, FixtureReport, PluginRef, VerifyModel, VerifyReport
@@ -29,9 +30,10 @@ from .records import VERIFY_SCHEMA, VERIFY_SCHEMA_VERSION, FixtureReport, Plugin
 
 class Verifier:
     def __init__(self, plan_dir: Path, generated: Path, *, trust_code: bool = False,
-                 proofs: tuple[str, ...] | None = None, progress: Callable[[str], None] | None = None) -> None:
+                 proofs: tuple[str, ...] | None = None, fixture_only: bool = False, fixture_from: Path | None = None,
+                 progress: Callable[[str], None] | None = None) -> None:
         self.plan_dir, self.generated = plan_dir, generated
-        self.proofs = tuple(proofs or registry.CHOICES)
+        self.proofs = () if fixture_only else tuple(proofs or registry.CHOICES)
         self.progress = progress or (lambda message: None)
         self.plan, approval = require_approved(plan_dir)
         m = self.plan.model
@@ -45,6 +47,12 @@ class Verifier:
         if not installed(transformer_file) and not trust_code:
             raise InputError(f"{transformer_file} is not part of an installed package: verify would run it; "
                              "pass --trust-code if you trust that code")
+        if fixture_from is not None:
+            if not fixture_from.is_file():
+                raise InputError(f"--fixture-from {fixture_from}: no such file")
+            if not trust_code:
+                raise InputError(f"--fixture-from {fixture_from}: verify would import and run that file; pass "
+                                 "--trust-code if you trust it")
         # the fixture's gate reads the same files: parsed once, from the bytes the reviewer approved
         self.ws = Workspace(expect=approval.sources)
         src = self.ws.load(transformer_file)
@@ -54,7 +62,8 @@ class Verifier:
         self.env = worker_env()
         self.env.setdefault("OMP_NUM_THREADS", "1")
         self.fixture = fixture.Maker(self.plan, self.ws, generated / fixture.FILENAME, self.module, self.search_path,
-                                     self.env, steps=cache_proof.STEPS, progress=self.progress)
+                                     self.env, steps=cache_proof.STEPS, progress=self.progress,
+                                     fixture_from=fixture_from)
 
     # ---- running ----------------------------------------------------------------------------------------
 
@@ -117,26 +126,30 @@ class Verifier:
         head = dict(schema=VERIFY_SCHEMA, schema_version=VERIFY_SCHEMA_VERSION,
                     model=VerifyModel(self.plan.model.transformer_class, self.plan.model.pipeline_class),
                     plugin=PluginRef(str(self.generated.resolve()), self.import_name))
+        sizing = self._start_full_size()  # runs beside the fixture's derivation: it needs no fixture
         fx = self.fixture.ensure()
+        results: dict = {}
+        if sizing is not None:
+            results[full_size.NAME] = self._full_size(sizing)
         if fx.status in ("error", "needs-edit"):
             why = f"no usable fixture: edit {fx.path}"
-            return self._report(head, fx, started, error=why)
-        results: dict = {}
+            return self._report(head, fx, started, error=why, results=results)
+        if not (set(self.proofs) - {full_size.NAME}):
+            # --fixture-only (or the full-size proof alone): a derived fixture has run the plain model once; an
+            # edited one runs here
+            if fx.status == "edited":
+                fx = self.fixture.check_edited()
+            return self._report(head, fx, started, results=results)
         with tempfile.TemporaryDirectory(prefix="integrate-verify-") as tmp:
             work = Path(tmp)
             self.progress("baseline: the plain model, one process" + (" | cache: the adapter, one process"
                                                                       if cache_proof.NAME in self.proofs else ""))
             base_rep, base, tails = self._first_runs(work)
-            for dtype in (("bool", "float32") if self.fixture.has_masks() else ()):
-                if base_rep is not None and "error" not in base_rep["variants"]["baseline"]:
-                    break
-                self.progress(f"the plain model rejects the fixture; trying masks as {dtype}")
-                fx = self.fixture.rewrite_masks(dtype)
-                base_rep, base, tails = self._first_runs(work / dtype)
             if base_rep is None or "error" in base_rep["variants"]["baseline"]:
                 why = (base_rep["variants"]["baseline"]["error"] if base_rep else {"message": tails[0]})
                 return self._report(head, fx, started, error=f"the plain tiny model does not run: "
-                                    f"{why.get('message')} (module {why.get('module')}); fix {fx.path}")
+                                    f"{why.get('message')} (module {why.get('module')}); fix {fx.path}",
+                                    results=results)
             baseline = Baseline(base_rep["variants"]["baseline"], base, self.fixture.streams())
             if cache_proof.NAME in self.proofs:
                 rep, arrays = processes.load_rank(self._cache_dir, 0)
@@ -149,6 +162,26 @@ class Verifier:
                 self.progress(proof.progress(variants))
                 results[proof.NAME] = parallel.judge(baseline, variants, self._pair_runs(variants, work / proof.NAME))
         return self._report(head, fx, started, results=results)
+
+    def _start_full_size(self):
+        if full_size.NAME not in self.proofs:
+            return None
+        from integrate.analyzers.structure import load_config
+
+        self.progress("full size: the real config on the meta device")
+        job = {**full_size.job(self.plan), "transformer_module": self.module,
+               "transformer_class": self.plan.model.transformer_class, "search_path": self.search_path,
+               "config": load_config(self.plan.model.model_path)}
+        return processes.spawn(job, self.env, self.search_path)
+
+    def _full_size(self, proc):
+        import json
+
+        proc.wait()
+        out, err = processes.read(proc.out_file), processes.read(proc.err_file)
+        if proc.returncode != 0 or not out.strip():
+            return full_size.judge(None, (err.strip().splitlines() or ["no output"])[-1])
+        return full_size.judge(json.loads(out), None)
 
     def _report(self, head: dict, fx: FixtureReport, started: float, *, results: dict | None = None,
                 error: str | None = None) -> VerifyReport:

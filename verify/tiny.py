@@ -28,7 +28,7 @@ class Tiny:
     error: str | None = None
 
 
-def _is_layers(key: str) -> bool:
+def is_layers(key: str) -> bool:
     return key == "num_layers" or key.endswith("_layers") or key.startswith("depth") or key == "num_blocks"
 
 
@@ -44,7 +44,7 @@ def tiny_config(config: dict[str, Any]) -> Tiny:
         out[key] = value
 
     # layer counts: 2, 3, 4, ... by rank of the original counts, so their order survives
-    layers = {k: v for k, v in cfg.items() if _is_layers(k) and isinstance(v, int) and not isinstance(v, bool)}
+    layers = {k: v for k, v in cfg.items() if is_layers(k) and isinstance(v, int) and not isinstance(v, bool)}
     ranks = {v: i for i, v in enumerate(sorted({v for v in layers.values() if v > 0}))}
     for k, v in layers.items():
         if v > 0:
@@ -74,6 +74,15 @@ def tiny_config(config: dict[str, Any]) -> Tiny:
     for k, v in cfg.items():
         if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v) and old_head and sum(v) == old_head:
             put(k, _split_even(list(v), HEAD_DIM))
+        elif (isinstance(v, (list, tuple)) and len(v) > 1 and all(isinstance(x, int) for x in v) and old_head
+              and sum(v) * 2 == old_head):  # sections of half a head (multimodal RoPE over cos / sin halves)
+            put(k, _split_even(list(v), HEAD_DIM // 2))
+    # a block interval or index (`inject_..._blocks`: every n-th block) stays within the shrunk lists
+    tiny_layers = min((out[k] for k in layers if out[k] > 0), default=None)
+    for k, v in cfg.items():
+        if (tiny_layers and k not in layers and ("block" in k or "layer" in k) and isinstance(v, int)
+                and not isinstance(v, bool) and 1 < v <= max(layers.values()) and v > tiny_layers):
+            put(k, tiny_layers)
     tiny_heads = max([out[k] for k in q] or [2])
     for k in _HIDDEN_KEYS:
         if isinstance(cfg.get(k), int) and cfg[k] >= 64:

@@ -127,8 +127,11 @@ def verify(report: dict) -> str:
     from integrate.verify.proofs import REPORTED
 
     fx = report["fixture"]
-    lines = [f"fixture: {fx['status']} ({fx['path']})"]
+    source = f", inputs from {fx['source']}" if fx.get("source") else ""
+    lines = [f"fixture: {fx['status']} ({fx['path']}{source})"]
     lines += [f"  cannot derive {e}" for e in fx.get("errors", [])]
+    lines += [f"  tried {t}" for t in fx.get("tried", [])]
+    lines += [f"  note: {n}" for n in fx.get("notes", [])]
     for name in REPORTED:
         r = report[name]
         head = f"{name}: {r['status'].upper()}"
@@ -138,6 +141,13 @@ def verify(report: dict) -> str:
         for vname, vr in (r.get("variants") or {}).items():
             fig = f" max-abs {vr['max_abs']:.3g}, cosine {vr['cosine']:.6f}" if "max_abs" in vr else ""
             lines.append(f"  {vname}: {vr['status']}{fig}" + (f" - {vr['why']}" if vr.get("why") else ""))
+        for x in r.get("lists", []):
+            lines.append(f"  list {x['attr']}: {x['blocks']} blocks (cache-dit defaults Fn {x['fn_compute_blocks']}, "
+                         f"Bn {x['bn_compute_blocks']}): {'ok' if x['ok'] else 'too short'}")
+        for h in r.get("heads", []):
+            no = [k for k, ok in h["divides"].items() if not ok]
+            lines.append(f"  {h['block_list']}[0].{h['module']}.{h['attr']} = {h['value']}: "
+                         + (f"does not divide for {', '.join(no)}" if no else "divides for TP and Ulysses 2, 4, 8"))
         if name == "cache" and "caching_on" in r:
             on = r["caching_on"]
             lines.append(f"  caching off: {'bit-identical' if r['caching_off']['bitwise'] else 'differs'}; caching on: "

@@ -8,7 +8,7 @@ from integrate.analyzers.records import SupportNote
 from integrate.records import OMIT, Confidence, Omit
 
 SURVEY_SCHEMA = "integrate.survey"
-SURVEY_SCHEMA_VERSION = "1.1"
+SURVEY_SCHEMA_VERSION = "1.2"
 SUPPORT_LABEL = "cache-dit: registered in the installed cache-dit's adapter registry (read statically; a label, " \
                 "not analysis)"
 
@@ -50,7 +50,9 @@ class RowVerify:
     cache: str | Omit = OMIT
     cp: str | Omit = OMIT
     tp: str | Omit = OMIT
+    full_size: str | Omit = OMIT
     fixture: str | Omit = OMIT
+    fixture_source: str | Omit = OMIT  # where the fixture's inputs came from (verify's fixture.source)
     first_divergence: dict[str, str | None] | Omit = OMIT  # proof -> module
     seconds: float | Omit = OMIT
 

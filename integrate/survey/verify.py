@@ -17,13 +17,15 @@ from pathlib import Path
 
 from integrate import api
 from integrate.errors import InputError
+from integrate.records import OMIT
 
 from .records import RowVerify, SurveyReport, SurveyRow
 
 REVIEWER = "integrate survey --verify (automatic: a scratch plan for the survey, not a human review)"
 
 
-def verify_row(row: SurveyRow, diffusers_version: str | None, work: Path) -> RowVerify:
+def verify_row(row: SurveyRow, diffusers_version: str | None, work: Path, *, fixture_only: bool = False,
+               fixture_from: Path | None = None) -> RowVerify:
     """The verify summary for one survey row: each proof's status, or why the row was not verified."""
     from integrate.verify.proofs import REPORTED
 
@@ -48,7 +50,8 @@ def verify_row(row: SurveyRow, diffusers_version: str | None, work: Path) -> Row
         step = "generate"
         api.generate(base / "plan", out=base / "out")  # parts left to hand work still get verified
         step = "verify"
-        report = api.verify(base / "plan", base / "out")
+        report = api.verify(base / "plan", base / "out", fixture_only=fixture_only, fixture_from=fixture_from,
+                            trust_code=fixture_from is not None)
     except InputError as exc:
         return RowVerify("error", why=f"{step}: {exc}")
     except Exception as exc:  # noqa: BLE001 - one row failing never stops the survey
@@ -58,8 +61,12 @@ def verify_row(row: SurveyRow, diffusers_version: str | None, work: Path) -> Row
               if getattr(report, name).first_divergence}
     if firsts:
         statuses["first_divergence"] = firsts
-    return RowVerify("fail" if report.failed else "pass", fixture=report.fixture.status, seconds=report.seconds,
-                     **statuses)
+    fx = report.fixture
+    if fx.errors:
+        statuses["why"] = f"fixture: {fx.errors[0]}"
+    if fx.source is not OMIT:
+        statuses["fixture_source"] = fx.source
+    return RowVerify("fail" if report.failed else "pass", fixture=fx.status, seconds=report.seconds, **statuses)
 
 
 def verify_rows(report: SurveyReport, only: tuple[str, ...], progress: Callable[[str], None]) -> SurveyReport:

@@ -1,0 +1,97 @@
+"""plan -> approve -> generate -> verify over every transformer in the installed diffusers that the installed
+cache-dit does not register: the models `integrate` exists for.
+
+    python bench/bench_unsupported.py [--fixture-only] [--only CLASS ...] [--tests DIR] [--json]
+
+Each model gets a config-only model directory (its class defaults stand in for a real config), then the
+same steps `integrate survey --verify` runs, one model after another. Prints, per model, the fixture's
+status and source and each proof's status; then the pass counts, and the median and maximum time per model.
+A benchmark, not a test: it takes minutes (about half a minute per model on 2 cores, a few seconds each
+with --fixture-only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from integrate import api
+from integrate.records import to_json
+from integrate.survey.verify import verify_row
+
+
+def unsupported_rows(only: list[str]):
+    report = api.survey(progress=lambda line: None)
+    rows = [r for r in report.rows if r.status == "ok" and r.transformer_class
+            and not (r.already_supported and r.already_supported.registered)]
+    if only:
+        rows = [r for r in rows if r.transformer_class in only]
+    return report, rows
+
+
+def test_files(folder: Path, classes: set[str]) -> dict[str, Path]:
+    """{class: the test file that imports it}, read with Python's parser (never run here)."""
+    import ast
+
+    found: dict[str, Path] = {}
+    for path in sorted(folder.glob("test_models_*.py")):
+        try:
+            tree = ast.parse(path.read_text())
+        except (SyntaxError, ValueError):
+            continue
+        names = {a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for a in node.names}
+        for cls in sorted(names & classes):
+            found.setdefault(cls, path)
+    return found
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fixture-only", action="store_true", help="derive the fixture and run the plain model only")
+    ap.add_argument("--only", nargs="*", default=[], metavar="CLASS")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--tests", type=Path, metavar="DIR",
+                    help="a checkout's tests/models/transformers: each model's test file is tried first "
+                         "(--fixture-from; it is run)")
+    args = ap.parse_args()
+    report, rows = unsupported_rows(args.only)
+    tests = test_files(args.tests, {r.transformer_class for r in rows}) if args.tests else {}
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-unsupported-") as tmp:
+        for i, row in enumerate(rows, 1):
+            print(f"[{i}/{len(rows)}] {row.transformer_class}", file=sys.stderr, flush=True)
+            started = time.monotonic()
+            v = verify_row(row, report.diffusers.version, Path(tmp), fixture_only=args.fixture_only,
+                           fixture_from=tests.get(row.transformer_class))
+            seconds = time.monotonic() - started
+            data = to_json(v)
+            results.append({"class": row.transformer_class, "status": v.status, "why": data.get("why", ""),
+                            "fixture": data.get("fixture"), "fixture_source": data.get("fixture_source"),
+                            **{p: data.get(p) for p in ("cache", "cp", "tp")}, "seconds": round(seconds, 1)})
+    if args.json:
+        print(json.dumps(results, indent=2, default=str))
+    else:
+        for r in results:
+            proofs = "" if args.fixture_only else f"  cache {r['cache']}  cp {r['cp']}  tp {r['tp']}"
+            print(f"{r['class']:<40} {r['status']:<8} fixture {r['fixture']} ({r['fixture_source']}){proofs}"
+                  f"  {r['seconds']} s")
+            if r["why"]:
+                print(f"    {r['why'][:200]}")
+    ran = [r for r in results if r["fixture"] in ("derived", "edited")]
+    times = [r["seconds"] for r in results] or [0.0]
+    print(f"\n{len(results)} models not registered by cache-dit; the plain model ran on the fixture of {len(ran)}",
+          file=sys.stderr)
+    if not args.fixture_only:
+        for proof in ("cache", "cp", "tp"):
+            print(f"{proof}: {sum(r[proof] == 'pass' for r in results)} pass", file=sys.stderr)
+    print(f"time per model: median {statistics.median(times):.1f} s, max {max(times):.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Where a fixture's inputs come from, and the promise that a fixture called derived has run the plain model.
+
+Real runs: the installed diffusers 0.42.1 pipelines and transformers, tiny random-weight models, workers.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLE, make_model_dir, run_cli
+
+from integrate.verify.proofs import full_size
+
+
+def _generated(model: Path, base: Path) -> tuple[Path, Path]:
+    plan_dir, out = base / "plan", base / "out"
+    assert run_cli("plan", str(model), "--out", str(plan_dir), "--no-probe").returncode == 0
+    assert run_cli("approve", str(plan_dir), "--reviewer", "Grace Hopper").returncode == 0
+    assert run_cli("generate", str(plan_dir), "--out", str(out)).returncode in (0, 1)
+    return plan_dir, out
+
+
+def _verify(plan_dir: Path, out: Path, *flags: str) -> tuple[int, dict]:
+    proc = run_cli("verify", str(plan_dir), "--generated", str(out), "--json", *flags)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    return proc.returncode, json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def motif(tmp_path_factory):
+    return _generated(EXAMPLE, tmp_path_factory.mktemp("motif"))
+
+
+def test_the_inputs_are_what_the_models_own_pipeline_passes(motif):
+    plan_dir, out = motif
+    rc, r = _verify(plan_dir, out, "--fixture-only")
+    fx = r["fixture"]
+    assert rc == 0 and fx["status"] == "derived" and fx["source"] == "pipeline", fx
+    assert "notes" not in fx  # model_index.json names the scheduler and the guider: nothing stood in
+    assert (out / "verify_fixture.pt").is_file()
+    text = (out / "verify_fixture.py").read_text()
+    assert "_saved(step, 'encoder_attention_mask')" in text and ": _fill_in(" not in text
+    assert isinstance(fx["image_tokens"], int) and fx["image_tokens"] != fx["text_tokens"]
+    assert all(r[p]["status"] == "skipped" for p in ("cache", "cp", "tp", "full_size"))
+
+
+def test_a_component_the_model_folder_does_not_name_is_a_reported_stand_in(tmp_path):
+    model = make_model_dir(tmp_path / "m", "MotifVideoPipeline", "MotifVideoTransformer3DModel")
+    plan_dir, out = _generated(model, tmp_path)
+    rc, r = _verify(plan_dir, out, "--fixture-only")
+    fx = r["fixture"]
+    assert rc == 0 and fx["source"] == "pipeline"
+    assert any("scheduler" in n and "stand-in" in n for n in fx["notes"]), fx["notes"]
+
+
+def test_an_edit_the_plain_model_rejects_is_needs_edit_and_names_the_module(motif, tmp_path):
+    plan_dir, out = motif
+    edited = tmp_path / "out"
+    shutil.copytree(out, edited)
+    path = edited / "verify_fixture.py"
+    text = path.read_text()
+    assert "\"hidden_states\": _saved(step, 'hidden_states')," in text
+    path.write_text(text.replace("\"hidden_states\": _saved(step, 'hidden_states'),",
+                                 "\"hidden_states\": _saved(step, 'hidden_states')[:, :5],"))
+    rc, r = _verify(plan_dir, edited, "--fixture-only")
+    fx = r["fixture"]
+    assert rc == 1 and fx["status"] == "needs-edit"
+    assert "does not run on it" in fx["errors"][0] and "in module `" in fx["errors"][0], fx["errors"]
+
+
+def test_a_fixture_is_not_derived_unless_the_plain_model_ran_on_it(tmp_path):
+    """Kandinsky6SR: its pipeline takes no prompt embeddings, and the statically synthesised inputs do not
+    fit its visual embedding: needs-edit, with the exception and the module, and each source tried."""
+    model = make_model_dir(tmp_path / "m", "Kandinsky6SRPipeline", "Kandinsky6SRTransformer3DModel")
+    plan_dir, out = _generated(model, tmp_path)
+    rc, r = _verify(plan_dir, out, "--fixture-only")
+    fx = r["fixture"]
+    assert rc == 1 and fx["status"] == "needs-edit" and fx["source"] == "static"
+    assert fx["tried"] and fx["tried"][0].startswith("pipeline: ")
+    assert "the plain tiny model does not run on it" in fx["errors"][0] and "in module `" in fx["errors"][0]
+    assert "the plain tiny model does not run on it" in (out / "verify_fixture.py").read_text()
+
+
+# -- full size ------------------------------------------------------------------------------------------------
+
+
+def test_full_size_passes_where_the_real_lists_and_heads_fit(motif):
+    plan_dir, out = motif
+    rc, r = _verify(plan_dir, out, "--proof", "full_size")
+    fs = r["full_size"]
+    assert rc == 0 and fs["status"] == "pass", fs
+    assert {x["attr"]: x["blocks"] for x in fs["lists"]} == {"transformer_blocks": 20, "single_transformer_blocks": 40}
+    assert all(x["fn_compute_blocks"] >= 1 for x in fs["lists"])
+    assert fs["heads"] and all(h["value"] == 24 and all(h["divides"].values()) for h in fs["heads"])
+    assert fs["not_checked"]
+
+
+def test_full_size_catches_a_cached_list_shorter_than_cache_dits_defaults(tmp_path):
+    """Lumina2: its two refiner lists have 2 blocks each at full size; cache-dit asserts Fn_compute_blocks
+    (8 by default) <= the list's length when the cache starts. No tiny model can show it."""
+    model = make_model_dir(tmp_path / "m", "Lumina2Pipeline", "Lumina2Transformer2DModel")
+    plan_dir, out = _generated(model, tmp_path)
+    rc, r = _verify(plan_dir, out, "--proof", "full_size")
+    fs = r["full_size"]
+    short = {x["attr"] for x in fs["lists"] if not x["ok"]}
+    assert rc == 1 and fs["status"] == "fail" and short == {"noise_refiner", "context_refiner"}, fs
+    assert "Fn_compute_blocks" in fs["why"]
+
+
+def test_full_size_judges_heads_by_the_least_size_and_reports_the_rest():
+    result = {"fn": 8, "bn": 0, "lists": {"blocks": 12},
+              "heads": [{"block_list": "blocks", "module": "attn", "attr": "heads", "value": 12},
+                        {"block_list": "blocks", "module": "attn", "attr": "kv_heads", "value": 3}]}
+    proof = full_size.judge(result, None)
+    assert proof.status == "fail" and "kv_heads` = 3 does not divide by 2" in proof.why
+    twelve = proof.heads[0].divides
+    assert twelve["tp4"] and not twelve["tp8"] and twelve["ulysses2"]
+    assert full_size.judge({"fn": 8, "bn": 0, "lists": {"blocks": 7}, "heads": []}, None).status == "fail"
+    assert full_size.judge(None, "boom").status == "error"
+
+
+# -- a diffusers-style model test -----------------------------------------------------------------------------
+
+MODEL_TESTS = Path(__file__).parent / "fixtures" / "modeltest"
+
+
+def test_a_model_test_file_comes_first_and_keeps_two_blocks_per_list(motif, tmp_path):
+    plan_dir, out = motif
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    (copy / "verify_fixture.py").unlink(missing_ok=True)
+    test_file = MODEL_TESTS / "test_models_transformer_motif_video.py"
+    rc, r = _verify(plan_dir, copy, "--fixture-from", str(test_file), "--trust-code", "--proof", "cache")
+    fx = r["fixture"]
+    assert fx["status"] == "derived" and fx["source"] == "test-file" and fx["tried"] == [], fx
+    assert fx["changes"] == {"num_layers": [1, 2]}  # the authors' config, a one-block list made two
+    assert fx["text_tokens"] == 10 and fx["image_tokens"] == 2 * 4 * 4
+    assert "from the model test test_models_transformer_motif_video.py" in (copy / "verify_fixture.py").read_text()
+    assert rc == 0 and r["cache"]["status"] == "pass", r["cache"].get("why")
+
+
+def test_a_model_test_runs_only_when_trusted_and_only_for_its_own_class(motif, tmp_path):
+    plan_dir, out = motif
+    proc = run_cli("verify", str(plan_dir), "--generated", str(out), "--fixture-only", "--fixture-from",
+                   str(MODEL_TESTS / "test_models_transformer_motif_video.py"))
+    assert proc.returncode == 2 and "--trust-code" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    (copy / "verify_fixture.py").unlink(missing_ok=True)
+    rc, r = _verify(plan_dir, copy, "--fixture-only", "--trust-code", "--fixture-from",
+                    str(MODEL_TESTS / "test_models_transformer_other.py"))
+    fx = r["fixture"]
+    assert fx["source"] != "test-file" and "tests FluxTransformer2DModel, not MotifVideo" in fx["tried"][0]

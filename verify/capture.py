@@ -1,0 +1,292 @@
+"""Fixture inputs captured from the model's own pipeline (runs in a verify worker only: it imports and runs
+the pipeline's code).
+
+The pipeline is built around the tiny transformer, with its scheduler and VAE made from their configs (the
+model folder's, else the class defaults; the VAE on the meta device, since `output_type="latent"` never
+decodes) and no text encoder or tokenizer: random prompt embeddings go in as `prompt_embeds` (pooled ones
+and masks where `__call__` takes them). It is called for a few steps at a small size, guidance off, and a
+forward pre-hook records the transformer's calls: exactly the inputs the pipeline makes.
+
+`capture(...)` returns the recorded calls, or raises `NotCaptured` saying why not (the caller falls back to
+the next fixture source).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+TEXT_TOKENS = 6  # even, and never the image token count (16 per frame below)
+_GRID = 4  # latent tokens per side after patching
+# The schedule is long and only its first calls are recorded: neighbouring steps then differ as they do in a
+# real run, little, which is what a cache's residual threshold is made for.
+CAPTURE_SCHEDULE = 50
+
+
+class NotCaptured(Exception):
+    pass
+
+
+class _Enough(Exception):
+    """Raised from the hook once enough calls are recorded: the pipeline need not finish."""
+
+
+def _cls_of(annotation: Any, module) -> type | None:
+    """The class an annotation names; of a union (`A | B`, `Optional[A]`), its first class: the pipeline's
+    authors list the usual one first."""
+    import typing
+
+    if isinstance(annotation, str):
+        annotation = getattr(module, annotation.split("[")[0].strip(), None)
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation
+    for arg in typing.get_args(annotation):
+        if isinstance(arg, type) and arg is not type(None):
+            return arg
+    return None
+
+
+_NOT_BUILT = ("text_encoder", "tokenizer", "image_encoder", "feature_extractor", "processor", "image_processor",
+              "audio_encoder", "vision", "safety_checker")
+
+
+# Base classes a pipeline may be typed with; when model_index.json names no class, the fixture uses a
+# stand-in (reported in the fixture's notes): the inputs it makes have the right shapes, which is what a
+# fixture needs, though not the trained model's schedule.
+_ABSTRACT = {"SchedulerMixin": "scheduler", "KarrasDiffusionSchedulers": "scheduler", "BaseGuidance": "guider"}
+_STAND_INS = {"scheduler": ("diffusers", "FlowMatchEulerDiscreteScheduler"),
+              "guider": ("diffusers", "ClassifierFreeGuidance")}
+
+
+def _component(name: str, param: inspect.Parameter, module, components: dict, configs: dict, notes: list[str]):
+    """A component built from its config (the model folder's, else the class defaults): modules on the meta
+    device (a VAE is never run with `output_type="latent"`), the rest (schedulers, guiders) on the CPU with
+    guidance off; None for text and image encoders, tokenizers and processors (embeddings go in instead)."""
+    import torch
+
+    if any(word in name for word in _NOT_BUILT):
+        return None
+    cls = None
+    if name in components:
+        library, class_name = components[name]
+        try:
+            cls = getattr(importlib.import_module(library), class_name)
+        except (ImportError, AttributeError):
+            cls = None
+    cls = cls or _cls_of(param.annotation, module)
+    if cls is not None and inspect.isabstract(cls) or cls is not None and cls.__name__ in _ABSTRACT:
+        stand_in = _STAND_INS.get(_ABSTRACT.get(cls.__name__, ""))
+        if stand_in is None:
+            raise NotCaptured(f"the pipeline's `{name}` is typed {cls.__name__} and model_index.json names no class")
+        library, class_name = stand_in
+        notes.append(f"`{name}`: {class_name}, a stand-in (model_index.json names none; the pipeline's type is "
+                     f"{cls.__name__})")
+        cls = getattr(importlib.import_module(library), class_name)
+    if cls is None:
+        if param.default is not inspect.Parameter.empty:
+            return param.default
+        raise NotCaptured(f"the pipeline's `{name}` has no class to build (model_index.json and its annotation "
+                          "name none)")
+    config = dict(configs.get(name) or {})
+    try:
+        if issubclass(cls, torch.nn.Module):
+            with torch.device("meta"):
+                return cls.from_config(config) if hasattr(cls, "from_config") else cls(**config)
+        if "guidance_scale" in inspect.signature(cls.__init__).parameters:
+            config["guidance_scale"] = 1.0
+        return cls.from_config(config) if hasattr(cls, "from_config") else cls(**config)
+    except Exception as exc:  # noqa: BLE001 - the component's own constructor: report, fall back
+        raise NotCaptured(f"building the pipeline's `{name}` ({cls.__name__}) failed: {type(exc).__name__}: "
+                          f"{(str(exc).splitlines() or [''])[0][:200]}") from None
+
+
+def _on_cpu(pipe_cls):
+    """The pipeline class, with its execution device fixed to the CPU (a meta VAE would otherwise be asked)."""
+    import torch
+
+    cpu = property(lambda self: torch.device("cpu"))
+    return type(pipe_cls.__name__, (pipe_cls,), {"_execution_device": cpu, "device": cpu,
+                                                 "__module__": pipe_cls.__module__})
+
+
+def _text_widths(slots: list[dict]) -> tuple[int | None, int | None]:
+    """(text width, pooled width) the tiny transformer takes, read from the static synthesis's `_randn(...)`
+    shapes (our own expressions)."""
+    import ast
+
+    from integrate.verify.inputs import TEXT_TOKENS as SYN_TEXT
+
+    text = pooled = None
+    for s in slots:
+        try:
+            call = ast.parse(s.get("expr") or "", mode="eval").body
+        except SyntaxError:
+            continue
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "_randn"):
+            continue
+        dims = [a.value for a in call.args[1:] if isinstance(a, ast.Constant) and isinstance(a.value, int)]
+        name = s["name"]
+        if "pool" in name and dims:
+            pooled = dims[-1]
+        elif any(w in name for w in ("encoder_hidden", "text", "prompt", "context", "caption")) and len(dims) >= 3 \
+                and dims[-2] == SYN_TEXT:
+            text = text or dims[-1]
+    return text, pooled
+
+
+def _size(pipe, config: dict) -> dict[str, int]:
+    patch = config.get("patch_size") or 1
+    patch = max(patch) if isinstance(patch, (list, tuple)) else int(patch)
+    spatial = getattr(pipe, "vae_scale_factor_spatial", None) or getattr(pipe, "vae_scale_factor", None) or 8
+    spatial = int(spatial) if isinstance(spatial, (int, float)) else 8
+    side = spatial * patch * _GRID
+    size = {"height": side, "width": side}
+    temporal = getattr(pipe, "vae_scale_factor_temporal", None)
+    size["num_frames"] = int(temporal) + 1 if isinstance(temporal, (int, float)) else 5
+    return size
+
+
+def capture(cls, model, pipeline: dict, tiny_config: dict, slots: list[dict], steps: int,
+            notes: list[str]) -> list[dict]:
+    """The transformer's keyword inputs for its first `steps` calls by the pipeline (a list of dicts); what
+    stood in for a component the model folder does not name is added to `notes`."""
+    import torch
+
+    try:
+        module = importlib.import_module(pipeline["module"])
+        pipe_cls = getattr(module, pipeline["class"])
+    except Exception as exc:  # noqa: BLE001 - the pipeline module's own imports
+        raise NotCaptured(f"importing {pipeline['module']}.{pipeline['class']} failed: {type(exc).__name__}: "
+                          f"{(str(exc).splitlines() or [''])[0][:200]}") from None
+    if not isinstance(pipe_cls, type) or not hasattr(pipe_cls, "__call__"):
+        raise NotCaptured(f"{pipeline['class']} is not a pipeline class")
+    init = inspect.signature(pipe_cls.__init__)
+    kwargs = {}
+    for name, param in list(init.parameters.items())[1:]:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        kwargs[name] = model if name == "transformer" else _component(
+            name, param, module, pipeline.get("components", {}), pipeline.get("configs", {}), notes)
+    if "transformer" not in kwargs:
+        raise NotCaptured(f"{pipe_cls.__name__}.__init__ takes no `transformer`")
+    try:
+        pipe = _on_cpu(pipe_cls)(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - the pipeline's constructor, without encoders
+        raise NotCaptured(f"building {pipe_cls.__name__} without text encoders failed: {type(exc).__name__}: "
+                          f"{(str(exc).splitlines() or [''])[0][:200]}") from None
+    params = inspect.signature(pipe_cls.__call__).parameters
+    if "prompt_embeds" not in params:
+        raise NotCaptured(f"{pipe_cls.__name__}.__call__ takes no `prompt_embeds`: it needs a text encoder")
+    text, pooled = _text_widths(slots)
+    if text is None:
+        raise NotCaptured("the width of the transformer's text input is not known")
+    g = torch.Generator().manual_seed(0)
+    call: dict[str, Any] = {"prompt_embeds": torch.randn(1, TEXT_TOKENS, text, generator=g),
+                            "num_inference_steps": CAPTURE_SCHEDULE, "output_type": "latent",
+                            "generator": torch.Generator().manual_seed(0)}
+    if "pooled_prompt_embeds" in params:
+        if pooled is None:
+            raise NotCaptured("the pipeline takes `pooled_prompt_embeds` and the pooled width is not known")
+        call["pooled_prompt_embeds"] = torch.randn(1, pooled, generator=g)
+    for name in params:
+        if "prompt" in name and "mask" in name and not name.startswith("negative"):
+            call[name] = _padded_mask()
+    if "guidance_scale" in params:
+        call["guidance_scale"] = 1.0
+    for key, value in _size(pipe, tiny_config).items():
+        if key in params:
+            call[key] = value
+    calls: list[dict] = []
+    forward = inspect.signature(type(model).forward)
+
+    def hook(module, args, kw):
+        bound = forward.bind_partial(module, *args, **kw).arguments
+        bound.pop("self", None)
+        calls.append({k: _detached(v) for k, v in bound.items()})
+        if len(calls) >= steps:
+            raise _Enough
+
+    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            pipe(**call)
+    except _Enough:
+        pass
+    except Exception as exc:  # noqa: BLE001 - the pipeline's own code on a tiny model
+        if not calls:
+            raise NotCaptured(f"{pipe_cls.__name__}(...) failed before calling the transformer: "
+                              f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}") from None
+    finally:
+        handle.remove()
+    if not calls:
+        raise NotCaptured(f"{pipe_cls.__name__}(...) never called the transformer")
+    for i, c in enumerate(calls):
+        bad = [k for k, v in c.items() if not storable(v)]
+        if bad:
+            raise NotCaptured(f"the transformer's input `{bad[0]}` (call {i}) is not a tensor or a plain value")
+    return calls
+
+
+def _padded_mask():
+    """The prompt mask the static fixture uses too: padding at the end and one masked token early on, so a
+    mask left in the wrong order under Ulysses shows (inputs.TEXT_PADDING tokens of padding)."""
+    import torch
+
+    from integrate.verify.inputs import TEXT_PADDING
+
+    mask = torch.ones(1, TEXT_TOKENS, dtype=torch.long)
+    mask[:, TEXT_TOKENS - TEXT_PADDING + 1:] = 0
+    mask[:, 1] = 0
+    return mask
+
+
+def _detached(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_detached(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _detached(v) for k, v in value.items()}
+    return value
+
+
+def storable(value) -> bool:
+    """What torch.load(weights_only=True) reads back: tensors, plain values, and lists / tuples / dicts."""
+    import torch
+
+    if isinstance(value, (torch.Tensor, bool, int, float, str, type(None))):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(storable(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and storable(v) for k, v in value.items())
+    return False
+
+
+def image_tokens(call: dict, config: dict) -> int | None:
+    """Image tokens the transformer makes of the captured latent: a packed [B, S, D] latent has S; a
+    [B, C, H, W] or [B, C, F, H, W] one is cut into patches of the config's `patch_size` (`patch_size_t` in
+    time). None when the latent or its patching is not known."""
+    import math
+
+    import torch
+
+    latent = call.get("hidden_states")
+    if not isinstance(latent, torch.Tensor):
+        return None
+    if latent.ndim == 3:
+        return int(latent.shape[1])
+    patch = config.get("patch_size")
+    if isinstance(patch, (list, tuple)) and len(patch) == latent.ndim - 2:
+        patches = [int(p) for p in patch]
+    elif isinstance(patch, int) and latent.ndim in (4, 5):
+        patches = [int(config.get("patch_size_t") or 1)] * (latent.ndim - 4) + [patch, patch]
+    else:
+        return None
+    dims = list(latent.shape[2:])
+    if any(d % p for d, p in zip(dims, patches)):
+        return None
+    return math.prod(d // p for d, p in zip(dims, patches))
