@@ -177,7 +177,7 @@ def analysis_for_plan(plan: Plan, ws: Workspace | None = None) -> tuple[Analysis
 
 
 def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", cache_dit_src: Path | None = None,
-             dry_run: bool = False, progress: Progress = _quiet):
+             dry_run: bool = False, replace_builtin: bool = False, progress: Progress = _quiet):
     """Write the code the approved plan calls for; returns the `GenerateReport` (its `manual` lists what the
     templates could not write)."""
     from integrate.decisions.approval import require_approved
@@ -193,6 +193,8 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
         raise InputError("--cache-dit-src PATH is required in checkout mode")
     if dry_run and mode != "checkout":
         raise InputError("--dry-run applies to --mode checkout")
+    if replace_builtin and mode != "plugin":
+        raise InputError("--replace-builtin applies to plugin mode (a checkout's own registrations are its code)")
     name = plan_rec.model.example_name
     if not name:
         raise InputError("the plan names no example (pipeline class unknown): cannot name the generated code")
@@ -208,7 +210,8 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
     cls = src.classes[plan_rec.model.transformer_class]
     if mode == "plugin":
         import_name = f"integrate_{name}"
-        gen = build(plan_rec, approval_rec, analysis, ws, src, cls, f"{import_name}.patch_functor", import_name)
+        gen = build(plan_rec, approval_rec, analysis, ws, src, cls, f"{import_name}.patch_functor", import_name,
+                    replace_builtin)
         files = {f"{import_name}/{p.module}.py": p.text for p in gen.pieces} | gen.extra
         written = write_tree(out, files)
         return GenerateReport("plugin", plugin=PluginInfo(import_name, str(out.resolve()),
@@ -226,13 +229,14 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
 
 
 def verify(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] | None = None, trust_code: bool = False,
-           fixture_only: bool = False, fixture_from: Path | None = None, progress: Progress = _quiet):
+           fixture_only: bool = False, fixture_from: Path | None = None, cache_dit_own: bool = False,
+           progress: Progress = _quiet):
     """The CPU proofs of a generated plugin (a `VerifyReport`); `fixture_only`: the fixture and one plain run
     on it, no proof; `fixture_from`: a diffusers-style model test to take the config and inputs from first."""
     from integrate.verify.run import Verifier
 
     return Verifier(plan_dir, generated, trust_code=trust_code, proofs=proofs, fixture_only=fixture_only,
-                    fixture_from=fixture_from, progress=progress).run()
+                    fixture_from=fixture_from, cache_dit_own=cache_dit_own, progress=progress).run()
 
 
 def verify_gpu(plan_dir: Path, generated: Path, *, out: str, print_only: bool, trust_code: bool = False,
@@ -249,6 +253,14 @@ def metrics(baseline: Path, candidate: Path, side_by_side: Path | None = None):
     from integrate.verify.metrics import report
 
     return report(baseline, candidate, side_by_side)
+
+
+def audit(only: tuple[str, ...] = (), *, proofs: tuple[str, ...] | None = None, use_cache: bool = True,
+          progress: Progress = _quiet):
+    """Every integration the installed cache-dit registers, proved side by side with ours (an `AuditReport`)."""
+    from integrate.survey.audit import DEFAULT_PROOFS, run_audit
+
+    return run_audit(only, proofs or DEFAULT_PROOFS, use_cache=use_cache, progress=progress)
 
 
 def survey(paths: list[str] | tuple[str, ...] = (), *, jobs: int | None = None, use_cache: bool = True,

@@ -168,13 +168,16 @@ def approve(plan_dir: Path, reviewer: str | None, check: bool, as_json: bool) ->
 @click.option("--cache-dit-src", type=click.Path(file_okay=False, path_type=Path),
               help="checkout mode: a cache-dit source tree (repository root, src/, or the package folder).")
 @click.option("--dry-run", is_flag=True, help="checkout mode: print the unified diff, change nothing.")
+@click.option("--replace-builtin", is_flag=True,
+              help="plugin mode: register ours ahead of (and over) cache-dit's own integration of a model it "
+                   "supports, so verify proves ours.")
 @click.option("--json", "as_json", is_flag=True, help="Report what was written as JSON.")
 def generate(plan_dir: Path, out_dir: str | None, mode: str, cache_dit_src: Path | None, dry_run: bool,
-             as_json: bool) -> int:
+             replace_builtin: bool, as_json: bool) -> int:
     """Write the cache-dit code an approved plan calls for (refuses an unapproved or edited plan)."""
     out_dir = Path(out_dir) if out_dir is not None else None
     report = api.generate(plan_dir, out=out_dir, mode=mode, cache_dit_src=cache_dit_src, dry_run=dry_run,
-                          progress=_progress)
+                          replace_builtin=replace_builtin, progress=_progress)
     data = to_json(report)
     if dry_run and not as_json:
         click.echo(data["checkout"]["diff"], nl=False)
@@ -218,6 +221,8 @@ def _proof_choices() -> list[str]:
 @click.option("--fixture-from", "fixture_from", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A diffusers-style model test (get_init_dict / get_dummy_inputs) to take the fixture from "
                    "first; it is run, so it needs --trust-code.")
+@click.option("--cache-dit-own", is_flag=True,
+              help="Prove cache-dit's own integration of a model it supports: the generated plugin is not imported.")
 @click.option("--fixture-only", is_flag=True,
               help="Derive (or check) the fixture and run the plain tiny model on it once; no proof.")
 @click.option("--trust-code", is_flag=True, help="Allow running model code that is not part of an installed package.")
@@ -226,8 +231,8 @@ def _proof_choices() -> list[str]:
 @click.option("--out", "gpu_out", default=".tmp/verify-gpu", show_default=True,
               help="With --gpu: where the matrix writes its outputs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema: docs/schema.md).")
-def verify(plan_dir: Path, generated: Path, proofs: tuple[str, ...], fixture_from: Path | None, fixture_only: bool,
-           trust_code: bool, gpu: bool, print_only: bool, gpu_out: str, as_json: bool) -> int:
+def verify(plan_dir: Path, generated: Path, proofs: tuple[str, ...], fixture_from: Path | None, cache_dit_own: bool,
+           fixture_only: bool, trust_code: bool, gpu: bool, print_only: bool, gpu_out: str, as_json: bool) -> int:
     """Prove the generated integration on a CPU with a tiny random-weight model: cache on/off, CP and TP over
     2 gloo processes against the 1-process run; name the first divergent module when one fails."""
     if print_only and not gpu:
@@ -241,7 +246,7 @@ def verify(plan_dir: Path, generated: Path, proofs: tuple[str, ...], fixture_fro
         _emit(data, as_json, lambda: terminal.verify_gpu(data))
         return 1 if report.failed else 0
     report = api.verify(plan_dir, generated, proofs=proofs or None, trust_code=trust_code, fixture_only=fixture_only,
-                        fixture_from=fixture_from, progress=_progress)
+                        fixture_from=fixture_from, cache_dit_own=cache_dit_own, progress=_progress)
     data = to_json(report)
     _emit(data, as_json, lambda: terminal.verify(data))
     return 1 if report.failed else 0
@@ -268,6 +273,23 @@ def survey(paths: tuple[str, ...], as_json: bool, jobs: int | None, no_cache: bo
     data = to_json(report)
     _emit(data, as_json, lambda: terminal.survey(data))
     return 0
+
+
+@main.command()
+@click.option("--only", "only", multiple=True, metavar="CLASS", help="Only these transformer classes (repeatable).")
+@click.option("--proof", "proofs", multiple=True, type=click.Choice(_proof_choices()),
+              help="The proofs to run on both integrations (repeatable; default: cache, cp, tp).")
+@click.option("--no-cache", is_flag=True, help="Ignore and do not write the result cache.")
+@click.option("--json", "as_json", is_flag=True, help="Print the audit as JSON (schema: docs/schema.md).")
+def audit(only: tuple[str, ...], proofs: tuple[str, ...], no_cache: bool, as_json: bool) -> int:
+    """Prove every integration the installed cache-dit ships side by side with ours: the same CPU proofs on
+    the same fixture. A proof cache-dit's own integration fails is a finding (exit 1), with the commands that
+    reproduce it."""
+    report = api.audit(only, proofs=proofs or None, use_cache=not no_cache,
+                       progress=lambda line: click.echo(line, err=True))
+    data = to_json(report)
+    _emit(data, as_json, lambda: terminal.audit(data))
+    return 1 if report.failed else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -74,6 +74,7 @@ class _Build:
     cls: cst.ClassDef
     functor_module: str
     import_name: str
+    replace_builtin: bool = False
     pieces: list[Piece] = field(default_factory=list)
     extra: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -91,16 +92,18 @@ class _Build:
         sha = self.approval.plan_sha256
         if not re.fullmatch(r"[0-9a-f]{64}", sha):
             raise escape.UnsafeValue(f"the approval's plan_sha256 {sha[:80]!r} is not a SHA-256")
+        # --replace-builtin: written as for a model cache-dit does not support, and registered over its own
         self.common = {"m": self.data["model"], "plan_sha": escape.Code(sha[:12]),
-                       "supported": bool(support and support.registered)}
+                       "supported": bool(support and support.registered) and not self.replace_builtin,
+                       "replace": self.replace_builtin}
 
     def piece(self, role: str, module: str, symbol: str, template: str, **ctx: Any) -> None:
         self.pieces.append(Piece(role, module, symbol, _render(template, **ctx, **self.common)))
 
 
 def build(plan: Plan, approval: Approval, analysis: Analysis, ws: Workspace, src: SourceFile, cls: cst.ClassDef,
-          functor_module: str, import_name: str) -> Generated:
-    b = _Build(plan, approval, analysis, ws, src, cls, functor_module, import_name)
+          functor_module: str, import_name: str, replace_builtin: bool = False) -> Generated:
+    b = _Build(plan, approval, analysis, ws, src, cls, functor_module, import_name, replace_builtin)
     _patch_functor(b)
     adapter = _adapter(b)
     cp_cls = _cp_planner(b)

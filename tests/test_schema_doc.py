@@ -16,7 +16,7 @@ from integrate.analyzers.records import ANALYSIS_SCHEMA_VERSION, Analysis
 from integrate.decisions.records import PLAN_SCHEMA_VERSION, Approval, ApprovalStatus, Plan
 from integrate.gate.records import GATE_SCHEMA_VERSION, GateReport
 from integrate.records import json_name, record_types
-from integrate.survey.records import SURVEY_SCHEMA_VERSION, SurveyReport
+from integrate.survey.records import AUDIT_SCHEMA_VERSION, SURVEY_SCHEMA_VERSION, AuditReport, SurveyReport
 from integrate.templates.records import GENERATE_SCHEMA_VERSION, GenerateReport
 from integrate.verify.records import GPU_SCHEMA_VERSION, VERIFY_SCHEMA_VERSION, GpuReport, MetricsReport, VerifyReport
 
@@ -30,6 +30,7 @@ OUTPUTS = [  # (section heading starts with, root record, version it documents)
     ("## `integrate verify --json`", GpuReport, GPU_SCHEMA_VERSION),
     ("## `integrate metrics --json`", MetricsReport, "1.0"),
     ("## `integrate survey --json`", SurveyReport, SURVEY_SCHEMA_VERSION),
+    ("## `integrate audit --json`", AuditReport, AUDIT_SCHEMA_VERSION),
     ("## `integrate approve --json`", ApprovalStatus, "1.0"),
     ("## `integrate approve --json`", Approval, "1.0"),  # APPROVAL.json
 ]

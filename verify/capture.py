@@ -21,7 +21,7 @@ TEXT_TOKENS = 6  # even, and never the image token count (16 per frame below)
 _GRID = 4  # latent tokens per side after patching
 # The schedule is long and only its first calls are recorded: neighbouring steps then differ as they do in a
 # real run, little, which is what a cache's residual threshold is made for.
-CAPTURE_SCHEDULE = 50
+CAPTURE_SCHEDULE = 500
 
 
 class NotCaptured(Exception):

@@ -31,7 +31,8 @@ from .records import VERIFY_SCHEMA, VERIFY_SCHEMA_VERSION, FixtureReport, Plugin
 class Verifier:
     def __init__(self, plan_dir: Path, generated: Path, *, trust_code: bool = False,
                  proofs: tuple[str, ...] | None = None, fixture_only: bool = False, fixture_from: Path | None = None,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 cache_dit_own: bool = False, progress: Callable[[str], None] | None = None) -> None:
+        self.cache_dit_own = cache_dit_own  # prove cache-dit's own integration: the plugin is never imported
         self.plan_dir, self.generated = plan_dir, generated
         self.proofs = () if fixture_only else tuple(proofs or registry.CHOICES)
         self.progress = progress or (lambda message: None)
@@ -40,7 +41,7 @@ class Verifier:
         if not m.example_name:
             raise InputError("the plan names no example: nothing was generated for it")
         self.import_name = f"integrate_{m.example_name}"
-        if not (generated / self.import_name / "__init__.py").is_file():
+        if not cache_dit_own and not (generated / self.import_name / "__init__.py").is_file():
             raise InputError(f"{generated}: no generated plugin `{self.import_name}` here; run "
                              f"`integrate generate {plan_dir} --out {generated}` first")
         transformer_file = Path(m.transformer_file)
@@ -70,7 +71,7 @@ class Verifier:
     def _job(self, kind: str, variants: list[dict], out: Path, plugin: bool = True) -> dict:
         job = {"mode": "run", "kind": kind, "variants": variants, "fixture": str(self.fixture.path),
                "out": str(out), "search_path": self.search_path, "threshold": cache_proof.THRESHOLD}
-        if plugin:
+        if plugin and not self.cache_dit_own:
             job["plugin"] = {"path": str(self.generated.resolve()), "import_name": self.import_name}
         return job
 

@@ -233,3 +233,27 @@ def survey(data: dict) -> str:
                                                             "why"))
         for r in data["rows"] if "verify" in r]
     return "\n".join(lines)
+
+
+def audit(data: dict) -> str:
+    """One line per class: each proof as cache-dit's / ours; findings with their reproduction."""
+    lines = [f"cache-dit {data['cache_dit']['version']} vs integrate {data['tool_version']} "
+             f"(proofs: {', '.join(data['proofs'])}; each cell: cache-dit's / ours)"]
+    for r in data["rows"]:
+        cells = "  ".join(f"{p['name']} {p['cache_dit']}/{p['ours']}" for p in r["proofs"])
+        lines.append(f"{r['transformer_class']:<40} {r['status']:<10} {cells}" + (" (cached)" if r.get("cached")
+                                                                                   else ""))
+        if r.get("why"):
+            lines.append(f"    {r['why']}")
+        for p in r["proofs"]:
+            if p["cache_dit"] in ("fail", "error"):
+                where = p.get("cache_dit_first_divergence")
+                lines.append(f"    cache-dit's {p['name']}: {p.get('cache_dit_why', '')}"
+                             + (f" (first divergent module: {where})" if where else ""))
+        if r.get("status") == "finding":
+            lines += [f"    ours: {k} {v}" for k, v in r.get("our_patterns", {}).items()]
+            lines += [f"    evidence: {e}" for e in r.get("evidence", [])]
+        if r.get("reproduce"):
+            lines += ["    reproduce:"] + [f"      {x}" for x in r["reproduce"].splitlines()]
+    lines.append(f"{data['findings']} finding(s) in {len(data['rows'])} integration(s)")
+    return "\n".join(lines)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from integrate.analyzers.records import SupportNote
 from integrate.records import OMIT, Confidence, Omit
@@ -104,3 +104,54 @@ class SurveyReport:
     skipped: tuple[Skipped, ...]
     files_read: tuple[str, ...]
     pipeline_files_indexed: tuple[str, ...]
+
+
+# -- integrate audit -----------------------------------------------------------------------------------------
+
+AUDIT_SCHEMA = "integrate.audit"
+AUDIT_SCHEMA_VERSION = "1.0"
+
+
+@dataclass(frozen=True)
+class AuditProof:
+    """One proof, run on cache-dit's own integration and on ours (same fixture, same plain model)."""
+
+    name: str
+    cache_dit: str  # "pass" | "fail" | "error" | "skipped"
+    ours: str
+    cache_dit_why: str | Omit = OMIT
+    ours_why: str | Omit = OMIT
+    cache_dit_first_divergence: str | None | Omit = OMIT  # the module, when a proof failed there
+    ours_first_divergence: str | None | Omit = OMIT
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    transformer_class: str
+    pipeline: str | None
+    adapter: str | None  # cache-dit's registration ("file:line") that answers for the class
+    status: str  # "finding" (cache-dit's integration fails a proof), "agree", "ours-fails", "error"
+    proofs: tuple[AuditProof, ...] = ()
+    fixture: str | Omit = OMIT
+    why: str | Omit = OMIT
+    reproduce: str | Omit = OMIT  # shell lines that show a finding from scratch
+    our_patterns: dict[str, str] = field(default_factory=dict)  # cached list -> the ForwardPattern we decided
+    evidence: tuple[str, ...] = ()  # "file:line: why" behind our patterns (the blocks' returns)
+    seconds: float | Omit = OMIT
+    cached: bool = False
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    schema: str
+    schema_version: str
+    tool_version: str
+    cache_dit: Package
+    diffusers: Package
+    proofs: tuple[str, ...]
+    rows: tuple[AuditRow, ...]
+    findings: int
+
+    @property
+    def failed(self) -> bool:
+        return self.findings > 0
