@@ -51,3 +51,13 @@ def test_audit_finds_cache_dits_bria_pattern_and_says_how_to_reproduce(tmp_path)
     assert json.loads(again.stdout)["rows"][0]["cached"] is True  # the row was cached by its files
     bad = run_cli("audit", "--only", "NotAClass")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_row_whose_fixture_does_not_run_proves_nothing_either_way(tmp_path):
+    """CogVideoX: the statically synthesised inputs do not fit its patch embedding, so neither integration
+    is proved: `no-fixture`, not a finding (exit 0)."""
+    env = {"INTEGRATE_CACHE_DIR": ""}
+    proc = run_cli("audit", "--only", "CogVideoXTransformer3DModel", "--proof", "cache", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = json.loads(proc.stdout)["rows"][0]
+    assert row["status"] == "no-fixture" and row["why"].startswith("fixture: ") and "reproduce" not in row

@@ -26,7 +26,8 @@ def _check(cls, original: dict):
     assert tiny.error is None, tiny.error
     assert tiny.parameters < MAX_PARAMS
     cfg = tiny.config
-    layers = [k for k in original if k in tiny.changes and ("layers" in k or k.startswith("depth"))]
+    layers = [k for k in original if k in tiny.changes and ("layers" in k or k.startswith("depth"))
+              and isinstance(cfg[k], int)]  # counts, not lists of block indices
     for k in layers:
         assert cfg[k] >= 2
     for a, b in itertools.combinations(layers, 2):  # order of the list lengths survives
@@ -38,9 +39,22 @@ def _check(cls, original: dict):
         q = next(h for h in heads if h not in kv)
         assert original[q] // original[k] == cfg[q] // cfg[k]
     for k, v in tiny.changes.items():
-        if isinstance(v[0], (list, tuple)):  # RoPE axes: even, summing to the head dim
-            assert sum(v[1]) == HEAD_DIM and all(x % 2 == 0 for x in v[1])
+        if isinstance(v[0], (list, tuple)) and "layer" not in k and "block" not in k:
+            # RoPE axes: even, summing to the head dim (or half of it, for sections of a cos / sin half)
+            assert sum(v[1]) in (HEAD_DIM, HEAD_DIM // 2) and all(x % 2 == 0 for x in v[1])
     return tiny
+
+
+def test_block_indices_and_intervals_stay_within_the_shrunk_lists():
+    """Config fields that point into a block list (`vace_layers`: which blocks take the control input;
+    `inject_face_latents_blocks`: every n-th block) must still point at blocks the tiny model has."""
+    import diffusers
+
+    vace = _check(diffusers.WanVACETransformer3DModel, _defaults(diffusers.WanVACETransformer3DModel))
+    assert all(0 <= i < vace.config["num_layers"] for i in vace.config["vace_layers"]) and vace.config["vace_layers"]
+    animate = _check(diffusers.WanAnimateTransformer3DModel, _defaults(diffusers.WanAnimateTransformer3DModel))
+    every = animate.config["inject_face_latents_blocks"]
+    assert animate.config["num_layers"] // every >= 1  # at least one face adapter block
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -83,6 +83,10 @@ def tiny_config(config: dict[str, Any]) -> Tiny:
         if (tiny_layers and k not in layers and ("block" in k or "layer" in k) and isinstance(v, int)
                 and not isinstance(v, bool) and 1 < v <= max(layers.values()) and v > tiny_layers):
             put(k, tiny_layers)
+        elif (tiny_layers and k not in layers and ("block" in k or "layer" in k) and isinstance(v, (list, tuple))
+              and v and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < max(layers.values())
+                            for x in v) and max(v) >= tiny_layers):  # block indices: those the tiny lists have
+            put(k, sorted({x for x in v if x < tiny_layers}) or [0])
     tiny_heads = max([out[k] for k in q] or [2])
     for k in _HIDDEN_KEYS:
         if isinstance(cfg.get(k), int) and cfg[k] >= 64:

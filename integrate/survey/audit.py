@@ -4,8 +4,9 @@ For each transformer class whose cache-dit adapter accepts it (the survey's supp
 model folder, through `integrate.api` in this process: the plan (no probe), an approval recorded as
 automatic, `generate --replace-builtin` (ours registered over cache-dit's own), then the same CPU proofs
 twice on the same fixture: once with cache-dit's own integration (`verify --cache-dit-own`: the plugin is
-not imported) and once with ours. A proof cache-dit's integration fails is a finding, printed with the
-shell lines that reproduce it from scratch.
+not imported) and once with ours. A proof cache-dit's integration fails while ours passes it is a finding,
+printed with the shell lines that reproduce it from scratch; a row whose fixture the plain model does not
+run on proves nothing either way (`no-fixture`), and one where both fail is left to a person (`both-fail`).
 
 Rows are cached by the content of the model's source files, the installed cache-dit's and this tool's
 version (the same result cache as the survey; `--no-cache` ignores it).
@@ -95,12 +96,21 @@ def audit_row(row: SurveyRow, diffusers_version: str | None, work: Path, proofs:
             if proof.first_divergence is not None:
                 extra[f"{side}_first_divergence"] = proof.first_divergence.module
         out.append(AuditProof(name, t.status, o.status, **extra))
-    theirs_fail = [p for p in out if p.cache_dit in ("fail", "error")]
-    ours_fail = [p for p in out if p.ours in ("fail", "error")]
-    status = "finding" if theirs_fail else "ours-fails" if ours_fail else "agree"
-    extra = {"reproduce": reproduce(row, diffusers_version, tuple(p.name for p in theirs_fail))} if theirs_fail else {}
-    if theirs.fixture.status != "derived" and theirs.fixture.errors:
-        extra["why"] = f"fixture: {theirs.fixture.errors[0]}"
+    bad = ("fail", "error")
+    found = [p for p in out if p.cache_dit in bad and p.ours == "pass"]  # ours passes where cache-dit's fails
+    extra = {"reproduce": reproduce(row, diffusers_version, tuple(p.name for p in found))} if found else {}
+    if theirs.fixture.status not in ("derived", "edited"):
+        # nothing was proved on either side: the fixture is the problem, not an integration
+        status = "no-fixture"
+        extra["why"] = f"fixture: {theirs.fixture.errors[0]}" if theirs.fixture.errors else "no usable fixture"
+    elif found:
+        status = "finding"
+    elif any(p.cache_dit in bad and p.ours in bad for p in out):
+        status = "both-fail"  # for a person: the integrations, the fixture or the proof
+    elif any(p.ours in bad for p in out):
+        status = "ours-fails"
+    else:
+        status = "agree"
     return AuditRow(**head, status=status, proofs=tuple(out), fixture=theirs.fixture.status,
                     seconds=round(time.monotonic() - started, 1), **extra)
 

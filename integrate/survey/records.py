@@ -130,7 +130,8 @@ class AuditRow:
     transformer_class: str
     pipeline: str | None
     adapter: str | None  # cache-dit's registration ("file:line") that answers for the class
-    status: str  # "finding" (cache-dit's integration fails a proof), "agree", "ours-fails", "error"
+    status: str  # "finding" (cache-dit's fails a proof ours passes), "agree", "ours-fails", "both-fail",
+    #              "no-fixture" (nothing proved either way), "error"
     proofs: tuple[AuditProof, ...] = ()
     fixture: str | Omit = OMIT
     why: str | Omit = OMIT
