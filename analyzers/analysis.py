@@ -67,6 +67,11 @@ def _pipeline(ws: Workspace, gate: GateReport) -> PipelineFacts:
     p_file = gate.value("pipeline_file")
     if not p_file:  # a gate without a pipeline (the survey's transformer-only rows): its source says why
         why = gate.inputs["pipeline_file"].source
+        if gate.separate_cfg is not None:  # --no-pipeline: the user declared it; nothing was read
+            why = (f"declared with --separate-cfg {'yes' if gate.separate_cfg else 'no'}: no pipeline loop to read "
+                   "(--no-pipeline)")
+            return PipelineFacts(None, gate.pipeline_entry, None, gate.separate_cfg, "medium", None,
+                                 (Evidence(gate.value("transformer_file") or "", 0, why),))
         return PipelineFacts(None, gate.pipeline_entry, None, None, "unknown", None,
                              (Evidence(gate.value("transformer_file") or "", 0, why),))
     p_src = ws.load(Path(p_file))

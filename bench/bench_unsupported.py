@@ -1,10 +1,12 @@
 """plan -> approve -> generate -> verify over every transformer in the installed diffusers that the installed
 cache-dit does not register: the models `integrate` exists for.
 
-    python bench/bench_unsupported.py [--fixture-only] [--only CLASS ...] [--tests DIR] [--json]
+    python bench/bench_unsupported.py [--fixture-only] [--only CLASS ...] [--tests DIR] [--separate-cfg yes|no]
+                                      [--json]
 
 Each model gets a config-only model directory (its class defaults stand in for a real config), then the
-same steps `integrate survey --verify` runs, one model after another. Prints, per model, the fixture's
+same steps `integrate survey --verify` runs, one model after another; a model no pipeline uses is planned
+transformer-only (`--no-pipeline`, with `--separate-cfg` as given here: no by default). Prints, per model, the fixture's
 status and source and each proof's status; then the pass counts, and the median and maximum time per model.
 A benchmark, not a test: it takes minutes (about half a minute per model on 2 cores, a few seconds each
 with --fixture-only).
@@ -55,6 +57,8 @@ def main() -> int:
     ap.add_argument("--fixture-only", action="store_true", help="derive the fixture and run the plain model only")
     ap.add_argument("--only", nargs="*", default=[], metavar="CLASS")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--separate-cfg", choices=["yes", "no"], default="no",
+                    help="the CFG style declared for models no pipeline uses (planned with --no-pipeline)")
     ap.add_argument("--tests", type=Path, metavar="DIR",
                     help="a checkout's tests/models/transformers: each model's test file is tried first "
                          "(--fixture-from; it is run)")
@@ -67,7 +71,8 @@ def main() -> int:
             print(f"[{i}/{len(rows)}] {row.transformer_class}", file=sys.stderr, flush=True)
             started = time.monotonic()
             v = verify_row(row, report.diffusers.version, Path(tmp), fixture_only=args.fixture_only,
-                           fixture_from=tests.get(row.transformer_class))
+                           fixture_from=tests.get(row.transformer_class),
+                           separate_cfg=args.separate_cfg == "yes")
             seconds = time.monotonic() - started
             data = to_json(v)
             results.append({"class": row.transformer_class, "status": v.status, "why": data.get("why", ""),

@@ -36,8 +36,16 @@ from .tp import decide_tp
 __all__ = ["example_name", "make_plan"]
 
 
-def example_name(pipeline_class: str | None) -> str | None:
-    """`MotifVideoPipeline` -> `motif_video` (the name to register in cache-dit's examples)."""
+# What a transformer class name ends with after the model's own name (for a transformer-only plan's name)
+_MODEL_SUFFIX = re.compile(r"(?:Transformer\d*[A-Z]?(?:Model)?|DiTModel|DiT|Model)$")
+
+
+def example_name(pipeline_class: str | None, transformer_class: str | None = None) -> str | None:
+    """`MotifVideoPipeline` -> `motif_video` (the name to register in cache-dit's examples); without a
+    pipeline, the transformer's name less its suffix: `Flux3Transformer2DModel` -> `flux3`."""
+    if not pipeline_class and transformer_class:
+        base = _MODEL_SUFFIX.sub("", transformer_class) or transformer_class
+        return example_name(base)
     if not pipeline_class:
         return None
     base = pipeline_class.split(".")[0]
@@ -54,7 +62,7 @@ def example_name(pipeline_class: str | None) -> str | None:
 def make_plan(analysis: Analysis, crosscheck: CrossCheck) -> Plan:
     """The plan for an analysis made with `parallel=True`."""
     gate, facts, t = analysis.gate, analysis.parallel, analysis.transformer
-    name = example_name(gate.value("pipeline_class"))
+    name = example_name(gate.value("pipeline_class"), gate.value("transformer_class") if gate.no_pipeline else None)
     cache = CachePlan(
         block_lists=tuple(CacheList(bl.attr, bl.block_class, bl.forward_pattern, bl.alternatives, bl.confidence,
                                     bl.check_forward_pattern, bl.roles)
@@ -75,6 +83,7 @@ def make_plan(analysis: Analysis, crosscheck: CrossCheck) -> Plan:
         example_name=name,
         env_var=f"{name.upper()}_DIR" if name else None,
         example_type_guess=_example_type(gate.value("pipeline_class")),
+        no_pipeline=gate.no_pipeline,
     )
     plan = Plan(
         schema=PLAN_SCHEMA,

@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.1"
+PLAN_SCHEMA_VERSION = "1.2"
 
 
 @dataclass(frozen=True)
@@ -36,12 +36,7 @@ class PlanModel:
     example_name: str | None
     env_var: str | None
     example_type_guess: str
-
-    @property
-    def gate_flags(self) -> GateFlags:
-        """The five facts the plan was made from, to run the gate again on the same model."""
-        return GateFlags(self.model_path, self.pipeline_class, self.transformer_class, self.pipeline_file,
-                         self.transformer_file)
+    no_pipeline: bool = False  # a transformer-only integration (--no-pipeline): no pipeline was read
 
 
 # -- cache -----------------------------------------------------------------------------------------
@@ -270,6 +265,14 @@ class Plan:
     facts: PlanFacts
     unknowns: tuple[str, ...]
     phases: tuple[Phase, ...] = ()
+
+    @property
+    def gate_flags(self) -> GateFlags:
+        """The gate's flags the plan was made from, to run the gate again on the same model."""
+        m = self.model
+        return GateFlags(m.model_path, m.pipeline_class, m.transformer_class, m.pipeline_file, m.transformer_file,
+                         no_pipeline=m.no_pipeline,
+                         separate_cfg=self.cache.has_separate_cfg if m.no_pipeline else None)
 
 
 # -- approval ---------------------------------------------------------------------------------------

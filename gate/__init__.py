@@ -14,7 +14,7 @@ from integrate.errors import InputError
 from integrate.resolve import Workspace
 from integrate.source import base_names, find_method
 
-from .records import FACTS, Fact, GateFlags, GateReport
+from .records import FACTS, NO_PIPELINE_SOURCE, Fact, GateFlags, GateReport
 
 FLAGS = {
     "model_path": "--model-path",
@@ -42,6 +42,22 @@ def _split_entry(pipeline_class: str) -> tuple[str, str]:
     return cls, method or "__call__"
 
 
+def _no_pipeline(flags: GateFlags, facts: dict[str, Fact]) -> None:
+    """`--no-pipeline`: the pipeline facts are known to be absent, and the CFG style must be declared."""
+    if flags.separate_cfg is not None and not flags.no_pipeline:
+        raise InputError("--separate-cfg is for --no-pipeline only: with a pipeline, its denoising loop decides")
+    if not flags.no_pipeline:
+        return
+    given = [FLAGS[n] for n in ("pipeline_class", "pipeline_file") if getattr(flags, n)]
+    if given:
+        raise InputError(f"--no-pipeline and {' and '.join(given)} contradict each other: drop one")
+    if flags.separate_cfg is None:
+        raise InputError("--no-pipeline needs --separate-cfg yes|no: with no denoising loop to read, say "
+                         "whether CFG runs as a second transformer call (yes) or batched in one (no)")
+    for name in ("pipeline_class", "pipeline_file"):
+        facts[name] = Fact(None, NO_PIPELINE_SOURCE)
+
+
 def run_gate(flags: GateFlags, workspace: Workspace) -> GateReport:
     facts: dict[str, Fact] = {}
     notes: list[str] = []
@@ -50,6 +66,7 @@ def run_gate(flags: GateFlags, workspace: Workspace) -> GateReport:
         value = getattr(flags, name)
         if value:
             facts[name] = Fact(value, f"flag {FLAGS[name]}")
+    _no_pipeline(flags, facts)
 
     model_dir = Path(flags.model_path) if flags.model_path else None
     library = {"pipeline": None, "transformer": None}
@@ -74,10 +91,16 @@ def run_gate(flags: GateFlags, workspace: Workspace) -> GateReport:
     missing = [n for n in FACTS if n not in facts]
     if missing:
         needed = ", ".join(f"{n.replace('_', ' ')} ({FLAGS[n]})" for n in missing)
-        raise InputError(f"the gate needs: {needed}")
+        only = ("; a transformer with no pipeline: --no-pipeline --separate-cfg yes|no"
+                if set(missing) <= {"pipeline_class", "pipeline_file"} else "")
+        raise InputError(f"the gate needs: {needed}{only}")
 
     entry = _check_classes(facts, workspace)
-    return GateReport(inputs={n: facts[n] for n in FACTS}, pipeline_entry=entry, notes=tuple(notes))
+    if flags.no_pipeline:
+        notes.append("transformer-only (--no-pipeline): no pipeline loop is read; CFG declared "
+                     f"{'separate' if flags.separate_cfg else 'batched'} with --separate-cfg")
+    return GateReport(inputs={n: facts[n] for n in FACTS}, pipeline_entry=entry, notes=tuple(notes),
+                      separate_cfg=flags.separate_cfg if flags.no_pipeline else None)
 
 
 def _read_model_dir(model_dir: Path, facts: dict[str, Fact], library: dict, notes: list[str]) -> None:
@@ -85,9 +108,11 @@ def _read_model_dir(model_dir: Path, facts: dict[str, Fact], library: dict, note
     config_path = model_dir / "transformer" / "config.json"
     if not index_path.is_file() and not config_path.is_file():
         if not all(k in facts for k in ("pipeline_class", "transformer_class", "pipeline_file", "transformer_file")):
+            only = (" (with --no-pipeline: --transformer-class and --transformer-file)"
+                    if facts.get("pipeline_class", Fact(None, "")).source == NO_PIPELINE_SOURCE else "")
             raise InputError(
                 f"{model_dir}: no model metadata (model_index.json or transformer/config.json); "
-                "pass --pipeline-class, --transformer-class, --pipeline-file and --transformer-file"
+                "pass --pipeline-class, --transformer-class, --pipeline-file and --transformer-file" + only
             )
         notes.append(f"{model_dir} has no model_index.json: every class and file came from flags")
         return
@@ -100,7 +125,9 @@ def _read_model_dir(model_dir: Path, facts: dict[str, Fact], library: dict, note
         pipe_cls = index.get("_class_name")
         if pipe_cls is not None and not isinstance(pipe_cls, str):
             raise InputError(f"{index_path}: _class_name must be a string")
-        if pipe_cls:
+        if pipe_cls and facts.get("pipeline_class", Fact(None, "")).source == NO_PIPELINE_SOURCE:
+            notes.append(f"{index_path.name} names {pipe_cls[:80]!r}; not read (--no-pipeline)")
+        elif pipe_cls:
             _agree(facts, "pipeline_class", pipe_cls, f"{index_path.name}:_class_name", compare=_split_entry)
             library["pipeline"] = "diffusers" if "_diffusers_version" in index else None
         if "transformer" in index:
@@ -148,6 +175,8 @@ def _check_classes(facts: dict[str, Fact], workspace: Workspace) -> str:
             raise InputError(f"{t_src.path} imports {t_cls} but it cannot be traced: {found.reason if hasattr(found, 'reason') else found}")
         raise InputError(f"{t_src.path} does not define class {t_cls}; it defines: {_listing(t_src.classes)}")
 
+    if facts["pipeline_file"].source == NO_PIPELINE_SOURCE:
+        return ""
     p_src = workspace.load(Path(facts["pipeline_file"].value))
     p_name = facts["pipeline_class"].value
     cls, method = _split_entry(p_name)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GATE_SCHEMA_VERSION = "1.1"
+GATE_SCHEMA_VERSION = "1.2"
+NO_PIPELINE_SOURCE = "flag --no-pipeline (a transformer-only integration)"
 FACTS = ("model_path", "pipeline_class", "transformer_class", "pipeline_file", "transformer_file")
 
 
@@ -17,6 +18,10 @@ class GateFlags:
     transformer_class: str | None = None
     pipeline_file: str | None = None
     transformer_file: str | None = None
+    # transformer-only integration (no pipeline in the installed library): asked for explicitly, with the CFG
+    # style declared, since there is no denoising loop to read it from
+    no_pipeline: bool = False
+    separate_cfg: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -30,8 +35,13 @@ class Fact:
 @dataclass(frozen=True)
 class GateReport:
     inputs: dict[str, Fact]  # model_path, pipeline_class, transformer_class, pipeline_file, transformer_file
-    pipeline_entry: str  # "__call__", a method name, or a module-level function name
+    pipeline_entry: str  # "__call__", a method name, or a module-level function name ("" with --no-pipeline)
     notes: tuple[str, ...] = ()
+    separate_cfg: bool | None = None  # declared with --separate-cfg (only with --no-pipeline)
+
+    @property
+    def no_pipeline(self) -> bool:
+        return self.inputs["pipeline_class"].source == NO_PIPELINE_SOURCE
 
     def value(self, fact: str) -> str | None:
         return self.inputs[fact].value
@@ -39,4 +49,5 @@ class GateReport:
     @property
     def flags(self) -> GateFlags:
         """The facts as flags: the gate run again with these reaches the same model."""
-        return GateFlags(**{f: self.value(f) for f in FACTS})
+        return GateFlags(**{f: self.value(f) for f in FACTS}, no_pipeline=self.no_pipeline,
+                         separate_cfg=self.separate_cfg)

@@ -34,9 +34,13 @@ def _quiet(message: str) -> None:
     pass
 
 
-def flags_for(target: str | None = None, **flags: str | None) -> GateFlags:
-    """The gate flags, with a positional TARGET (a model folder or a transformer source file) folded in."""
-    values = {k: flags.get(k) for k in FACTS}
+def flags_for(target: str | None = None, *, no_pipeline: bool = False, separate_cfg: str | bool | None = None,
+              **flags: str | None) -> GateFlags:
+    """The gate flags, with a positional TARGET (a model folder or a transformer source file) folded in;
+    `separate_cfg` as the CLI spells it ("yes" / "no") or a bool."""
+    values: dict = {k: flags.get(k) for k in FACTS}
+    values["no_pipeline"] = bool(no_pipeline)
+    values["separate_cfg"] = {"yes": True, "no": False}.get(separate_cfg, separate_cfg)  # type: ignore[arg-type]
     if target is not None:
         path = Path(target)
         if not path.exists():
@@ -167,7 +171,7 @@ def analysis_for_plan(plan: Plan, ws: Workspace | None = None) -> tuple[Analysis
     from integrate.resolve import Workspace
 
     ws = ws or Workspace()
-    analysis = analyze_gate(run_gate(plan.model.gate_flags, ws), ws)
+    analysis = analyze_gate(run_gate(plan.gate_flags, ws), ws)
     now = [(b.attr, b.forward_pattern) for b in analysis.transformer.block_lists if b.is_blocks]
     planned = [(b.attr, b.forward_pattern) for b in plan.cache.block_lists]
     if now != planned:

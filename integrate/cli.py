@@ -36,6 +36,11 @@ def gate_options(fn):
         ]
     ):
         fn = click.option(name, default=None, help=help_text)(fn)
+    fn = click.option("--separate-cfg", type=click.Choice(["yes", "no"]), default=None,
+                      help="With --no-pipeline: CFG runs as a second transformer call (yes) or batched (no).")(fn)
+    fn = click.option("--no-pipeline", is_flag=True, default=False,
+                      help="Integrate the transformer alone (no pipeline in the installed library); needs "
+                           "--separate-cfg.")(fn)
     return fn
 
 

@@ -168,13 +168,18 @@ def _adapter(b: _Build) -> dict:
         blocks = [x for x in blocks if x["pattern"] is not None]
     if not blocks:
         b.manual.append("no block list with a ForwardPattern: no BlockAdapter written")
-    prefix = b.m.pipeline_class.split(".")[0]
-    prefix = prefix[: -len("Pipeline")] if prefix.endswith("Pipeline") else prefix
     separate = cache.has_separate_cfg
+    style = "calls the transformer separately for CFG" if separate else "batches CFG in one call"
+    if b.m.no_pipeline:  # transformer-only: cache-dit looks the adapter up by the transformer's class name
+        prefix = b.m.transformer_class
+        cfg_why = f"declared with --separate-cfg {'yes' if separate else 'no'}: the caller {style}"
+    else:
+        prefix = b.m.pipeline_class.split(".")[0]
+        prefix = prefix[: -len("Pipeline")] if prefix.endswith("Pipeline") else prefix
+        cfg_why = f"the pipeline's denoising loop {style} (confidence {cache.cfg_confidence})"
     adapter = {
         "prefix": prefix, "func": f"{b.name}_adapter", "blocks": blocks,
-        "has_separate_cfg": bool(separate),
-        "cfg_why": f"the pipeline's denoising loop {'calls the transformer separately for CFG' if separate else 'batches CFG in one call'} (confidence {cache.cfg_confidence})",  # noqa: E501
+        "has_separate_cfg": bool(separate), "cfg_why": cfg_why,
         "check_forward_pattern": all(x.check_forward_pattern for x in cache.block_lists),
         "check_why": "cache-dit's name/annotation check cannot read these blocks (see the plan's cache section)",
     }
@@ -289,6 +294,11 @@ def _encoders(b: _Build) -> list[str]:
 
 def _example(b: _Build) -> None:
     m = b.m
+    if m.no_pipeline:
+        b.notes.append("no CLI example and no GPU test matrix: a transformer-only integration (--no-pipeline) has "
+                       "no pipeline for cache-dit's generate CLI to load; drive the transformer with "
+                       "cache_dit.enable_cache(transformer) (the adapter is registered under its class name)")
+        return
     pipeline_cls = m.pipeline_class.split(".")[0]
     p_src = b.ws.load(Path(m.pipeline_file)) if m.pipeline_file else None
     if p_src is not None and pipeline_cls in p_src.classes and p_src.dotted_name:
@@ -309,10 +319,11 @@ def _package(b: _Build, adapter: dict, cp_cls: str | None, tp_cls: str | None, t
     task = b.m.example_type_guess
     uaa = any(v.needed for v in cp.ulysses_anything.values())
     vae = plan.vae
-    b.extra["test_matrix.sh"] = _render(
-        "test_matrix.sh.j2", import_name=import_name, uaa=uaa, tep=bool(plan.text_encoders),
-        ring=not cp.mask_reorder.needed, vaep=bool(vae and vae.supported), ext="mp4" if task in ("T2V", "I2V") else "png",
-        **b.common)
+    if not b.m.no_pipeline:  # the matrix runs the example through cache-dit's generate CLI
+        b.extra["test_matrix.sh"] = _render(
+            "test_matrix.sh.j2", import_name=import_name, uaa=uaa, tep=bool(plan.text_encoders),
+            ring=not cp.mask_reorder.needed, vaep=bool(vae and vae.supported),
+            ext="mp4" if task in ("T2V", "I2V") else "png", **b.common)
     contents = [f"{p.role}: `{p.symbol}` ({p.module}.py)" for p in b.pieces]
     modules = sorted(["_activate"] + [p.module for p in b.pieces])
     activate = [("cache_dit.distributed.transformers.planners", "_activate_cp_planners"),

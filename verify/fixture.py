@@ -180,7 +180,7 @@ class Maker:
         from integrate.analyzers.structure import pipeline_arg_ndims, pipeline_call_keywords
         from integrate.gate import run_gate
 
-        gate = run_gate(self.plan.model.gate_flags, self.ws)
+        gate = run_gate(self.plan.gate_flags, self.ws)
         ndims = {k: v[0] for k, v in pipeline_arg_ndims(self.ws, gate).items()}
         passed = {k: ndims.get(k) for k in pipeline_call_keywords(self.ws, gate)}
         # masks the forward takes: pipelines often pass them through `**kwargs`, and they are what a CP

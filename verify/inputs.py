@@ -101,7 +101,7 @@ def consumers(module, param: str):
                     for t in n.targets:
                         tracked |= {x.value for x in find_all(t.target, cst.Name)}
                 continue
-            path = self_member(n.func)
+            path = _module_path(n.func)
             if path is None:
                 continue
             try:
@@ -120,6 +120,23 @@ def consumers(module, param: str):
                 if a.keyword is None:
                     position += 1
         return
+
+
+def _module_path(func: cst.BaseExpression) -> str | None:
+    """The sub-module a call in forward calls: `self.proj` -> "proj"; an entry of a ModuleDict or ModuleList
+    picked by a constant, `self.x_embedders["image"]` / `self.blocks[0]` -> "x_embedders.image" / "blocks.0"."""
+    path = self_member(func)
+    if path is not None or not isinstance(func, cst.Subscript) or len(func.slice) != 1:
+        return path
+    base, index = self_member(func.value), func.slice[0].slice
+    if base is None or not isinstance(index, cst.Index):
+        return None
+    key = index.value
+    if isinstance(key, cst.SimpleString) and isinstance(key.evaluated_value, str):
+        return f"{base}.{key.evaluated_value}"
+    if isinstance(key, cst.Integer):
+        return f"{base}.{key.evaluated_value}"
+    return None
 
 
 def _callee_param(sub, at: int | str) -> str | None:

@@ -17,9 +17,11 @@ def gate(gate: dict) -> list[str]:
     lines = ["Gate: all five facts known"]
     for name, fact in gate["inputs"].items():
         value = _short(fact["value"]) if name.endswith("_file") else fact["value"]
+        if fact["value"] is None:  # --no-pipeline: known to be absent
+            value = "none"
         lines.append(f"  {name:<18} {value}")
         lines.append(f"  {'':<18} from {fact['source']}")
-    if gate.get("pipeline_entry") not in (None, "__call__"):
+    if gate.get("pipeline_entry") not in (None, "", "__call__"):
         lines.append(f"  denoising entry    {gate['pipeline_entry']}")
     lines += [f"  note: {n}" for n in gate.get("notes", [])]
     return lines

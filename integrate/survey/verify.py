@@ -25,26 +25,35 @@ REVIEWER = "integrate survey --verify (automatic: a scratch plan for the survey,
 
 
 def verify_row(row: SurveyRow, diffusers_version: str | None, work: Path, *, fixture_only: bool = False,
-               fixture_from: Path | None = None) -> RowVerify:
-    """The verify summary for one survey row: each proof's status, or why the row was not verified."""
+               fixture_from: Path | None = None, separate_cfg: bool | None = None) -> RowVerify:
+    """The verify summary for one survey row: each proof's status, or why the row was not verified.
+    `separate_cfg`: a row no pipeline uses is planned transformer-only (`--no-pipeline`) with this CFG style
+    declared; None skips such rows (the survey cannot know it)."""
     from integrate.verify.proofs import REPORTED
 
     pipe = row.analysed_pipeline
     if row.status != "ok":
         return RowVerify("skipped", why="the row's analysis failed")
-    if not pipe:
+    if not pipe and separate_cfg is None:
         return RowVerify("skipped", why="no pipeline uses the class: nothing to build a plan for")
     if "site-packages" not in row.file and "dist-packages" not in row.file:
         return RowVerify("skipped", why="not an installed package's class (run verify --trust-code yourself)")
     base = work / row.transformer_class
     model = base / "model"
     model.mkdir(parents=True)
-    index = {"_class_name": pipe, "_diffusers_version": diffusers_version or "0", "transformer":
-             ["diffusers", row.transformer_class]}
-    (model / "model_index.json").write_text(json.dumps(index))
+    if pipe:
+        index = {"_class_name": pipe, "_diffusers_version": diffusers_version or "0", "transformer":
+                 ["diffusers", row.transformer_class]}
+        (model / "model_index.json").write_text(json.dumps(index))
+        flags = api.flags_for(str(model))
+    else:  # transformer-only: a config naming the class is all the model folder has
+        (model / "transformer").mkdir()
+        config = {"_class_name": row.transformer_class, "_diffusers_version": diffusers_version or "0"}
+        (model / "transformer" / "config.json").write_text(json.dumps(config))
+        flags = api.flags_for(str(model), no_pipeline=True, separate_cfg=separate_cfg)
     step = "plan"
     try:
-        api.write_plan(api.plan(api.flags_for(str(model)), probe=False), base / "plan")
+        api.write_plan(api.plan(flags, probe=False), base / "plan")
         step = "approve"
         api.approve(base / "plan", REVIEWER)
         step = "generate"
