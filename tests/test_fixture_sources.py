@@ -154,3 +154,37 @@ def test_a_model_test_runs_only_when_trusted_and_only_for_its_own_class(motif, t
                     str(MODEL_TESTS / "test_models_transformer_other.py"))
     fx = r["fixture"]
     assert fx["source"] != "test-file" and "tests FluxTransformer2DModel, not MotifVideo" in fx["tried"][0]
+
+
+def test_a_union_typed_component_is_tried_member_by_member_until_the_pipeline_runs(tmp_path):
+    """SanaVideoPipeline types its VAE `AutoencoderDC | AutoencoderKLLTX2Video | AutoencoderKLWan` and
+    model_index.json names none: the first members do not take the pipeline to its transformer, a later one
+    does, and the note says which (resolution binning is off, so the small size stays small)."""
+    model = make_model_dir(tmp_path / "m", "SanaVideoPipeline", "SanaVideoTransformer3DModel")
+    plan_dir, out = _generated(model, tmp_path)
+    rc, r = _verify(plan_dir, out, "--fixture-only")
+    fx = r["fixture"]
+    assert rc == 0 and fx["status"] == "derived" and fx["source"] == "pipeline", fx
+    assert any(n.startswith("`vae`: ") and "union" in n for n in fx["notes"]), fx["notes"]
+
+
+def test_static_inputs_follow_module_dict_entries_and_nested_shape_annotations():
+    """Static synthesis reads what the forward says: `self.x_embedders["image"](hidden_states)` is the module
+    that sizes the latent (Flux3), and `img_shapes: list[list[tuple[int, int, int]]]` gets one list of grids
+    per sample (QwenImage21)."""
+    import diffusers
+    import torch
+
+    from integrate.verify.inputs import synthesize
+    from integrate.verify.tiny import derive
+
+    def slots(cls):
+        tiny = derive(cls, {})
+        with torch.device("meta"):
+            model = cls.from_config(tiny.config)
+        return {s.name: s for s in synthesize(model, dict(model.config), {}).slots}
+
+    flux3 = slots(diffusers.Flux3Transformer2DModel)["hidden_states"]
+    assert "x_embedders.image" in flux3.why and flux3.error is None
+    shapes = slots(diffusers.QwenImage21Transformer2DModel)["img_shapes"]
+    assert shapes.expr.startswith("[[(") and shapes.expr.endswith("]] * 1")

@@ -69,6 +69,7 @@ def derive(job: dict) -> dict:
     out.update(source="static", tried=tried)
     if not any(s.get("error") for s in out["slots"]):
         out["check"] = _check_static(cls, job, out)
+        tried += out["check"].pop("tried", [])
     return out
 
 
@@ -156,13 +157,17 @@ def _check_static(cls, job: dict, derived: dict) -> dict:
     """Run the plain tiny model once on the fixture as it would be written: {"ok": True, "masks": dtype} for the
     first mask dtype it accepts (as synthesised, then bool, then float32), else the first failure."""
     has_masks = any((s.get("expr") or "").startswith("_mask(") for s in derived["slots"])
-    first = None
+    first, later = None, []
     for dtype in (None, "bool", "float32") if has_masks else (None,):
         failure = plain_forward(cls, _module_from_text(_render_check(job, derived, dtype)))
         if failure is None:
             return {"ok": True, "masks": dtype}
-        first = first or failure
-    return {"ok": False, "error": first}
+        if first is None:
+            first = failure
+        elif (failure["type"], failure["message"]) != (first["type"], first["message"]):
+            # a cast mask got further: what stops it there is the next thing to fix by hand
+            later.append(f"static, masks as {dtype}: {failure['type']}: {failure['message']}")
+    return {"ok": False, "error": first, "tried": later}
 
 
 def _module_from_text(text: str, path: Path | None = None):

@@ -32,19 +32,16 @@ class _Enough(Exception):
     """Raised from the hook once enough calls are recorded: the pipeline need not finish."""
 
 
-def _cls_of(annotation: Any, module) -> type | None:
-    """The class an annotation names; of a union (`A | B`, `Optional[A]`), its first class: the pipeline's
-    authors list the usual one first."""
+def _classes_of(annotation: Any, module) -> list[type]:
+    """The classes an annotation names, in its order: one, or each member of a union (`A | B`,
+    `Optional[A]`); the pipeline's authors list the usual one first."""
     import typing
 
     if isinstance(annotation, str):
         annotation = getattr(module, annotation.split("[")[0].strip(), None)
     if isinstance(annotation, type) and not typing.get_args(annotation):
-        return annotation
-    for arg in typing.get_args(annotation):
-        if isinstance(arg, type) and arg is not type(None):
-            return arg
-    return None
+        return [annotation]
+    return [a for a in typing.get_args(annotation) if isinstance(a, type) and a is not type(None)]
 
 
 _NOT_BUILT = ("text_encoder", "tokenizer", "image_encoder", "feature_extractor", "processor", "image_processor",
@@ -59,22 +56,27 @@ _STAND_INS = {"scheduler": ("diffusers", "FlowMatchEulerDiscreteScheduler"),
               "guider": ("diffusers", "ClassifierFreeGuidance")}
 
 
-def _component(name: str, param: inspect.Parameter, module, components: dict, configs: dict, notes: list[str]):
-    """A component built from its config (the model folder's, else the class defaults): modules on the meta
-    device (a VAE is never run with `output_type="latent"`), the rest (schedulers, guiders) on the CPU with
-    guidance off; None for text and image encoders, tokenizers and processors (embeddings go in instead)."""
+def _candidates(name: str, param: inspect.Parameter, module, components: dict) -> list[type]:
+    """The classes a component may be built as: the one model_index.json names, else its annotation's."""
+    if name in components:
+        library, class_name = components[name]
+        try:
+            return [getattr(importlib.import_module(library), class_name)]
+        except (ImportError, AttributeError):
+            pass
+    return _classes_of(param.annotation, module)
+
+
+def _component(name: str, param: inspect.Parameter, cls: type | None, configs: dict, notes: list[str],
+               device: str = "meta"):
+    """A component built from its config (the model folder's, else the class defaults): modules on `device`
+    (meta first: a VAE is never run with `output_type="latent"`; the CPU, random weights, when the pipeline
+    uses one before the transformer), the rest (schedulers, guiders) on the CPU with guidance off; None for
+    text and image encoders, tokenizers and processors (embeddings go in instead)."""
     import torch
 
     if any(word in name for word in _NOT_BUILT):
         return None
-    cls = None
-    if name in components:
-        library, class_name = components[name]
-        try:
-            cls = getattr(importlib.import_module(library), class_name)
-        except (ImportError, AttributeError):
-            cls = None
-    cls = cls or _cls_of(param.annotation, module)
     if cls is not None and inspect.isabstract(cls) or cls is not None and cls.__name__ in _ABSTRACT:
         stand_in = _STAND_INS.get(_ABSTRACT.get(cls.__name__, ""))
         if stand_in is None:
@@ -91,14 +93,18 @@ def _component(name: str, param: inspect.Parameter, module, components: dict, co
     config = dict(configs.get(name) or {})
     try:
         if issubclass(cls, torch.nn.Module):
-            with torch.device("meta"):
+            with torch.device(device):
                 return cls.from_config(config) if hasattr(cls, "from_config") else cls(**config)
         if "guidance_scale" in inspect.signature(cls.__init__).parameters:
             config["guidance_scale"] = 1.0
         return cls.from_config(config) if hasattr(cls, "from_config") else cls(**config)
     except Exception as exc:  # noqa: BLE001 - the component's own constructor: report, fall back
-        raise NotCaptured(f"building the pipeline's `{name}` ({cls.__name__}) failed: {type(exc).__name__}: "
-                          f"{(str(exc).splitlines() or [''])[0][:200]}") from None
+        why = f"building the pipeline's `{name}` ({cls.__name__}) failed: {type(exc).__name__}: " \
+              f"{(str(exc).splitlines() or [''])[0][:200]}"
+        if isinstance(cls, type) and issubclass(cls, torch.nn.Module):  # a model the call may never run
+            notes.append(f"{why}; passed None")
+            return None
+        raise NotCaptured(why) from None
 
 
 def _on_cpu(pipe_cls):
@@ -150,34 +156,60 @@ def _size(pipe, config: dict) -> dict[str, int]:
 def capture(cls, model, pipeline: dict, tiny_config: dict, slots: list[dict], steps: int,
             notes: list[str]) -> list[dict]:
     """The transformer's keyword inputs for its first `steps` calls by the pipeline (a list of dicts); what
-    stood in for a component the model folder does not name is added to `notes`."""
-    import torch
+    stood in for a component the model folder does not name is added to `notes`.
 
+    A union-typed component (`AutoencoderDC | AutoencoderKLWan`) is tried member by member, in order, until
+    the pipeline both builds and reaches its transformer; the first failure is what is reported."""
     try:
         module = importlib.import_module(pipeline["module"])
         pipe_cls = getattr(module, pipeline["class"])
     except Exception as exc:  # noqa: BLE001 - the pipeline module's own imports
         raise NotCaptured(f"importing {pipeline['module']}.{pipeline['class']} failed: {type(exc).__name__}: "
-                          f"{(str(exc).splitlines() or [''])[0][:200]}") from None
+                          f"{_line(exc)}") from None
     if not isinstance(pipe_cls, type) or not hasattr(pipe_cls, "__call__"):
         raise NotCaptured(f"{pipeline['class']} is not a pipeline class")
-    init = inspect.signature(pipe_cls.__init__)
-    kwargs = {}
-    for name, param in list(init.parameters.items())[1:]:
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        kwargs[name] = model if name == "transformer" else _component(
-            name, param, module, pipeline.get("components", {}), pipeline.get("configs", {}), notes)
-    if "transformer" not in kwargs:
+    init = [(n, p) for n, p in list(inspect.signature(pipe_cls.__init__).parameters.items())[1:]
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if "transformer" not in dict(init):
         raise NotCaptured(f"{pipe_cls.__name__}.__init__ takes no `transformer`")
-    try:
-        pipe = _on_cpu(pipe_cls)(**kwargs)
-    except Exception as exc:  # noqa: BLE001 - the pipeline's constructor, without encoders
-        raise NotCaptured(f"building {pipe_cls.__name__} without text encoders failed: {type(exc).__name__}: "
-                          f"{(str(exc).splitlines() or [''])[0][:200]}") from None
     params = inspect.signature(pipe_cls.__call__).parameters
     if "prompt_embeds" not in params:
         raise NotCaptured(f"{pipe_cls.__name__}.__call__ takes no `prompt_embeds`: it needs a text encoder")
+    options = {n: _candidates(n, p, module, pipeline.get("components", {})) for n, p in init if n != "transformer"}
+    first: NotCaptured | None = None
+    for choice in _choices(options):
+        tried: list[str] = []
+        try:
+            calls = _run(pipe_cls, model, init, choice, pipeline.get("configs", {}), tiny_config, slots, steps, tried)
+        except NotCaptured as exc:
+            first = first or exc
+            continue
+        notes += [n for n in tried if n not in notes]
+        notes += [f"`{n}`: {c.__name__}, the member of its annotation's union the pipeline runs with"
+                  for n, c in choice.items() if c is not None and options[n] and c is not options[n][0]]
+        return calls
+    raise first or NotCaptured(f"building {pipe_cls.__name__} failed")
+
+
+def _line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [""])[0][:200]
+
+
+def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, slots: list[dict], steps: int,
+         notes: list[str]) -> list[dict]:
+    """Build the pipeline with one choice of component classes, call it, and record the transformer's calls."""
+    import torch
+
+    try:
+        kwargs = {n: model if n == "transformer" else _component(n, p, choice.get(n), configs, notes)
+                  for n, p in init}
+        pipe = _on_cpu(pipe_cls)(**kwargs)
+    except NotCaptured:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the pipeline's constructor, without encoders
+        raise NotCaptured(f"building {pipe_cls.__name__} without text encoders failed: {type(exc).__name__}: "
+                          f"{_line(exc)}") from None
+    params = inspect.signature(pipe_cls.__call__).parameters
     text, pooled = _text_widths(slots)
     if text is None:
         raise NotCaptured("the width of the transformer's text input is not known")
@@ -194,9 +226,13 @@ def capture(cls, model, pipeline: dict, tiny_config: dict, slots: list[dict], st
             call[name] = _padded_mask()
     if "guidance_scale" in params:
         call["guidance_scale"] = 1.0
-    for key, value in _size(pipe, tiny_config).items():
+    if "use_resolution_binning" in params:  # binning would move the small size to a trained aspect-ratio bin
+        call["use_resolution_binning"] = False
+    size = _size(pipe, tiny_config)
+    for key, value in size.items():
         if key in params:
             call[key] = value
+    call.update(_required(pipe_cls.__name__, params, call, size, notes))
     calls: list[dict] = []
     forward = inspect.signature(type(model).forward)
 
@@ -209,14 +245,22 @@ def capture(cls, model, pipeline: dict, tiny_config: dict, slots: list[dict], st
 
     handle = model.register_forward_pre_hook(hook, with_kwargs=True)
     try:
-        with torch.no_grad():
-            pipe(**call)
-    except _Enough:
-        pass
-    except Exception as exc:  # noqa: BLE001 - the pipeline's own code on a tiny model
-        if not calls:
-            raise NotCaptured(f"{pipe_cls.__name__}(...) failed before calling the transformer: "
-                              f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}") from None
+        for attempt in ("meta", "cpu"):
+            try:
+                with torch.no_grad():
+                    pipe(**call)
+                break
+            except _Enough:
+                break
+            except Exception as exc:  # noqa: BLE001 - the pipeline's own code on a tiny model
+                if calls:
+                    break
+                if attempt == "cpu" or "meta" not in _line(exc):
+                    raise NotCaptured(f"{pipe_cls.__name__}(...) failed before calling the transformer: "
+                                      f"{type(exc).__name__}: {_line(exc)}") from None
+                # the pipeline runs a component (the VAE, encoding an input image) before the transformer:
+                # build its modules on the CPU with random weights and call it again
+                _to_cpu(pipe, init, configs, notes)
     finally:
         handle.remove()
     if not calls:
@@ -226,6 +270,67 @@ def capture(cls, model, pipeline: dict, tiny_config: dict, slots: list[dict], st
         if bad:
             raise NotCaptured(f"the transformer's input `{bad[0]}` (call {i}) is not a tensor or a plain value")
     return calls
+
+
+def _choices(options: dict[str, list[type]], limit: int = 6):
+    """Component class choices to build a pipeline with: every first class, then each alternative of a union
+    in turn (at most `limit` sets)."""
+    first = {n: (c[0] if c else None) for n, c in options.items()}
+    yield first
+    tried = 1
+    for name, classes in options.items():
+        for alt in classes[1:]:
+            if tried >= limit:
+                return
+            tried += 1
+            yield {**first, name: alt}
+
+
+def _to_cpu(pipe, init, configs: dict, notes: list[str]) -> None:
+    """Rebuild the pipeline's meta-device modules (never the transformer) on the CPU, with random weights."""
+    import torch
+
+    for name, param in init:
+        current = getattr(pipe, name, None)
+        if name == "transformer" or not isinstance(current, torch.nn.Module):
+            continue
+        if not any(p.is_meta for p in current.parameters()):
+            continue
+        built = _component(name, param, type(current), configs, [], device="cpu")
+        setattr(pipe, name, built.eval())
+        notes.append(f"`{name}`: {type(current).__name__} built on the CPU with random weights (the pipeline runs "
+                     "it before the transformer)")
+
+
+def _picture(size: dict[str, int], seed: int = 0):
+    """A deterministic noise picture of the call's size (what an image argument of a pipeline takes)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, (size["height"], size["width"], 3), dtype=np.uint8)
+    return Image.fromarray(pixels, "RGB")
+
+
+def _required(pipe_name: str, params, call: dict, size: dict[str, int], notes: list[str]) -> dict:
+    """Arguments `__call__` requires that the call does not yet have: pictures for images, lists of them for
+    videos, None for a prompt (its embeddings go in instead); anything else cannot be made up."""
+    out: dict[str, Any] = {}
+    for name, p in params.items():
+        if name == "self" or name in call or p.default is not p.empty or p.kind in (p.VAR_POSITIONAL,
+                                                                                     p.VAR_KEYWORD):
+            continue
+        if "video" in name:
+            out[name] = [_picture(size, i) for i in range(size.get("num_frames", 5))]
+            notes.append(f"`{name}`: {len(out[name])} noise frames of {size['width']}x{size['height']} (required)")
+        elif "image" in name:
+            out[name] = _picture(size)
+            notes.append(f"`{name}`: a noise picture of {size['width']}x{size['height']} (required)")
+        elif "prompt" in name:
+            out[name] = None
+        else:
+            raise NotCaptured(f"{pipe_name}.__call__ requires `{name}`, and no rule makes one")
+    return out
 
 
 def _padded_mask():

@@ -264,12 +264,42 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None]) -> 
                     f"_grid_ids({grid or (1, 4, 4)!r}, {axes})" + ("" if dims == 2 else ".unsqueeze(0)"))
             out.slots.append(Slot(name, expr, f"position ids of the {'text' if text else 'image'} tokens"))
         elif "shape" in low:
-            out.slots.append(Slot(name, f"[{tuple(grid or (1, 4, 4))!r}] * {BATCH}", "latent grid in tokens"))
+            lists = _list_depth(p.annotation)
+            value = repr(tuple(grid or (1, 4, 4)))
+            for _ in range(max(lists - 1, 0)):  # `list[list[tuple]]`: one list of grids per sample
+                value = f"[{value}]"
+            out.slots.append(Slot(name, f"[{value}] * {BATCH}", "latent grid in tokens"
+                                  + (f", nested as the annotation says ({lists} lists)" if lists > 1 else "")))
         elif "seq_len" in low:
             out.slots.append(Slot(name, f"[{s_txt}] * {BATCH}", "text length"))
         else:
             out.slots.append(_tensor(model, name, passed.get(name), s_txt, s_img))
     return out
+
+
+def _list_depth(annotation) -> int:
+    """How many lists an annotation nests before its items: `list[list[tuple[int, int, int]]]` -> 2;
+    1 when it says nothing (a plain or missing annotation). A string annotation is read with libcst."""
+    import typing
+
+    if isinstance(annotation, str):
+        try:
+            node = cst.parse_expression(annotation)
+        except (cst.ParserSyntaxError, RecursionError):
+            return 1
+        depth = 0
+        while isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and \
+                node.value.value in ("list", "List", "Sequence") and len(node.slice) == 1 and \
+                isinstance(node.slice[0].slice, cst.Index):
+            depth, node = depth + 1, node.slice[0].slice.value
+        return depth or 1
+    depth = 0
+    while typing.get_origin(annotation) is list:
+        depth, annotation = depth + 1, (typing.get_args(annotation) or (None,))[0]
+    if depth == 0 and typing.get_args(annotation):  # `X | None`: the first member
+        first = next((a for a in typing.get_args(annotation) if a is not type(None)), None)
+        return _list_depth(first) if first is not None and first is not annotation else 1
+    return depth or 1
 
 
 def _latent(model, config, name: str, dims: int | None) -> tuple[Slot, tuple[int, ...] | None]:
