@@ -115,7 +115,19 @@ def decide_cp(facts: ParallelFacts) -> CpPlan:
         c.risks += [f"{r.why} ({r.file.rsplit('/', 1)[-1]}:{r.line})" for r in seq.root_risks]
     evidence = list(dict.fromkeys(c.evidence))  # first occurrence of each (file, line, why)
     return CpPlan("hook", shape, c.plan, confidence, tuple(evidence), tuple(c.risks + extra_risks),
-                  tuple(c.unknowns), mask, rope, uaa, NO_HYBRID, _compare(facts, c.plan))
+                  tuple(c.unknowns), mask, rope, uaa, NO_HYBRID, _compare(facts, c.plan), _lengths(c))
+
+
+def _lengths(c: _Chart) -> dict[str, int]:
+    """{list: its length} for each block list a hook key indexes past its first block (`blocks.39`): an index
+    read from the config the plan was made for is not an index on another config of the same class."""
+    out: dict[str, int] = {}
+    for key in c.plan:
+        for attr, block in c.blocks.items():
+            index = key[len(attr) + 1:].split(".", 1)[0] if key.startswith(attr + ".") else ""
+            if index.isdigit() and index != "0" and isinstance(block.length, int):  # every config has block 0
+                out[attr] = block.length
+    return out
 
 
 # 1. the root ------------------------------------------------------------------------------------------

@@ -159,6 +159,9 @@ class CpPlan:
     ulysses_anything: dict[str, UlyssesAnything]
     hybrid_patch: HybridPatch
     diffusers_plan: DiffusersPlan | None
+    # 1.2: the length, at the config the plan was made for, of each block list a hook key indexes: the planner
+    # re-bases an index counted from the list's end (its last block) to the model it runs on
+    lengths: dict[str, int] = field(default_factory=dict)
 
 
 # -- tensor parallelism ----------------------------------------------------------------------------

@@ -223,7 +223,7 @@ def _cp_planner(b: _Build) -> str | None:
         imports.append((b.functor_module, "walk_starts"))
     data = b.data["parallelism"]["cp"]
     b.piece("cp_planner", "cp_planner", cp_cls, "cp_planner.py.j2", cp=data, plan=data["plan"], mask=mask,
-            evidence=evidence, patched_keys=moved, parts=_parts(b.patch),
+            evidence=evidence, patched_keys=moved, parts=_parts(b.patch), lengths=_rebased(cp, moved),
             imports=import_block(imports, (b.import_name,)), cp_prefix=b.m.transformer_class, cp_cls=cp_cls)
     b.registered["cp_planner"] = b.m.transformer_class
     if cp.rope_drift_fix.needed:
@@ -351,6 +351,13 @@ def _parts(patch: ForwardPatch | None) -> dict[str, list[str]]:
         if split.new_attr != split.attr:
             out.setdefault(split.attr, []).append(split.new_attr)
     return out
+
+
+def _rebased(cp, moved: dict) -> dict[str, int]:
+    """The planned lengths of the lists whose hook keys the planner re-bases at run time (those the
+    PatchFunctor moves are placed by `_moved_keys` instead)."""
+    keys = [k for k in cp.plan if k not in moved]
+    return {attr: n for attr, n in cp.lengths.items() if any(k.startswith(attr + ".") for k in keys)}
 
 
 def _patched_keys(plan: Plan, patch: ForwardPatch | None) -> dict[str, tuple[str, int]]:

@@ -179,7 +179,10 @@ def test_static_inputs_follow_module_dict_entries_and_nested_shape_annotations()
     from integrate.verify.tiny import derive
 
     def slots(cls):
-        tiny = derive(cls, {})
+        import inspect
+
+        tiny = derive(cls, {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
+                            if k != "self" and v.default is not inspect.Parameter.empty})
         with torch.device("meta"):
             model = cls.from_config(tiny.config)
         return {s.name: s for s in synthesize(model, dict(model.config), {}).slots}
