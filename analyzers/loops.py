@@ -34,6 +34,35 @@ class Loop:
     call_skip: int = 0  # 1 when the block is passed to a checkpoint function
     call_stmt: cst.CSTNode | None = None
     outputs: tuple[str, ...] = ()
+    arms: frozenset[tuple[int, str]] = frozenset()  # (id of an enclosing `if`, "body" | "else") it sits in
+
+    def excludes(self, other: Loop) -> bool:
+        """The two loops sit in different arms of one `if` / `else`: a call runs at most one of them."""
+        return any((node, "else" if arm == "body" else "body") in other.arms for node, arm in self.arms)
+
+
+def walks_per_call(loops: list[Loop]) -> list[Loop]:
+    """The most loops one call can run: the largest set of them no two of which exclude each other (an
+    `if gradient_checkpointing: for ...  else: for ...` pair is one walk per call, not two)."""
+    import itertools
+
+    for size in range(len(loops), 1, -1):
+        for group in itertools.combinations(loops, size):
+            if not any(a.excludes(b) for a, b in itertools.combinations(group, 2)):
+                return list(group)
+    return loops[:1]
+
+
+def _arms(fn: cst.FunctionDef) -> dict[int, frozenset[tuple[int, str]]]:
+    """{id of each `for` in fn: the `if` arms it sits in}."""
+    out: dict[int, set[tuple[int, str]]] = {}
+    for branch in find_all(fn.body, cst.If):
+        for arm, part in (("body", branch.body), ("else", branch.orelse)):
+            if part is None:
+                continue
+            for loop in find_all(part, cst.For):
+                out.setdefault(id(loop), set()).add((id(branch), arm))
+    return {k: frozenset(v) for k, v in out.items()}
 
 
 @dataclass
@@ -81,6 +110,7 @@ def find_list_uses(src: SourceFile, cls: cst.ClassDef, attrs: list[str]) -> dict
                     for t in assign.targets:
                         aliases[attr].update(target_names(t.target))
         in_loop_iter: set[int] = set()
+        arms = _arms(fn)
         for loop in find_all(fn.body, cst.For):
             iterables, enumerated = _unwrap_iter(loop.iter)
             for attr in attrs:
@@ -92,8 +122,9 @@ def find_list_uses(src: SourceFile, cls: cst.ClassDef, attrs: list[str]) -> dict
                 for n in find_all(loop.iter, (cst.Attribute, cst.Name, cst.Subscript), skip_functions=False):
                     in_loop_iter.add(id(n))
                 others = tuple(src.code(x) for r, x in hits if not r[0])
-                uses[attr].loops.append(_make_loop(src, fn, loop, attr, iterables, expr, enumerated, sliced, keys,
-                                                   others))
+                found = _make_loop(src, fn, loop, attr, iterables, expr, enumerated, sliced, keys, others)
+                found.arms = arms.get(id(loop), frozenset())
+                uses[attr].loops.append(found)
         # len(list), list[i] outside loop headers
         for call in find_all(fn.body, cst.Call):
             if dotted(call.func) == "len" and call.args:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from ..loops import walks_per_call
 from . import Example, Rule, register
 from .skeletons import transformer
 
 ONE = "for block in self.blocks:\n    hidden_states = block(hidden_states, temb)"
+# the training branch and the inference branch each walk the list: one walk per call
+EITHER = ("if self.gradient_checkpointing:\n    for block in self.blocks:\n"
+          "        hidden_states = self._gradient_checkpointing_func(block, hidden_states, temb)\n"
+          "else:\n    for block in self.blocks:\n        hidden_states = block(hidden_states, temb)")
 
 
 @register
@@ -15,14 +20,17 @@ class WalkSeveral(Rule):
     order = 60
     summary = "the list is walked by several loops"
 
-    VALID = (Example(transformer("self.blocks = nn.ModuleList([Block() for _ in range(layers)])", ONE)),)
+    VALID = (Example(transformer("self.blocks = nn.ModuleList([Block() for _ in range(layers)])", ONE)),
+             Example(transformer("self.blocks = nn.ModuleList([Block() for _ in range(layers)])", EITHER)))
     INVALID = (
         Example(transformer("self.blocks = nn.ModuleList([Block() for _ in range(layers)])", ONE + "\n" + ONE),
                 expect="looped over 2 times"),
+        Example(transformer("self.blocks = nn.ModuleList([Block() for _ in range(layers)])", EITHER + "\n" + ONE),
+                expect="looped over 2 times"),  # either branch, then a second walk after it
     )
 
     def check(self, ctx):
-        loops = ctx.use.loops
+        loops = walks_per_call(ctx.use.loops)  # loops in exclusive branches: one of them runs per call
         if len(loops) > 1:
             lines = ", ".join(str(lp.line) for lp in loops)
             yield self.finding(ctx, f"restructure: looped over {len(loops)} times (lines {lines}); once wrapped, every "
