@@ -37,7 +37,7 @@ from .records import (
 )
 from .rules.pitfall_c import PitfallC
 from .structure import parallel_facts
-from .support import support_note
+from .support import cache_defaults, support_note
 
 __all__ = ["analyze", "analyze_transformer"]
 
@@ -49,6 +49,7 @@ def analyze(gate: GateReport, ws: Workspace, *, parallel: bool = False) -> Analy
     transformer = analyze_transformer(ws, t_src, t_src.classes[t_name])
     pipeline = _pipeline(ws, gate)
     support = support_note(ws, gate.value("pipeline_class"), t_name)
+    defaults = cache_defaults(ws)
     files = tuple(ws.files_read)
     return Analysis(
         schema_version=ANALYSIS_SCHEMA_VERSION,
@@ -58,6 +59,7 @@ def analyze(gate: GateReport, ws: Workspace, *, parallel: bool = False) -> Analy
         pipeline=pipeline,
         already_supported=support,
         files_read=files,
+        cache_defaults=defaults,
         parallel=parallel_facts(gate, ws, transformer) if parallel else None,
     )
 

@@ -362,6 +362,16 @@ class SupportNote:
 
 
 @dataclass(frozen=True)
+class CacheDefaults:
+    """cache-dit's default cache config, read from its source: a cached list shorter than either count stops
+    the cache at start (cache-dit asserts `Fn_compute_blocks <= len(blocks)`, and the same of Bn)."""
+
+    fn_compute_blocks: int
+    bn_compute_blocks: int
+    evidence: Evidence
+
+
+@dataclass(frozen=True)
 class Analysis:
     schema_version: str
     tool_version: str
@@ -370,5 +380,6 @@ class Analysis:
     pipeline: PipelineFacts
     already_supported: SupportNote | None
     files_read: tuple[str, ...] = ()
+    cache_defaults: CacheDefaults | None = None  # 1.2; None: cache-dit's config class was not found
     # gathered for `plan` (analyze(..., parallel=True)); the plan's `facts` carry what the decisions read
     parallel: ParallelFacts | None = field(default=None, metadata=IN_PROCESS)

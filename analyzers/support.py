@@ -12,7 +12,7 @@ from integrate.records import OMIT
 from integrate.resolve import Resolved, Workspace
 from integrate.source import dotted
 
-from .records import SupportMatch, SupportNote
+from .records import CacheDefaults, SupportMatch, SupportNote
 
 
 def registered_adapters(ws: Workspace) -> dict[str, str]:
@@ -102,3 +102,27 @@ def support_note(ws: Workspace, pipeline_class: str | None, transformer_class: s
                    f"{', '.join(next(m.accepts for m in matches if m.accepts))}") if refused else OMIT
     return SupportNote("reported beside the analysis: the installed cache-dit's own adapter registry",
                        bool(adapters), bool(matches) and not refused, tuple(matches), prefix_only)
+
+
+def cache_defaults(ws: Workspace) -> CacheDefaults | None:
+    """`Fn_compute_blocks` / `Bn_compute_blocks` defaults of cache-dit's `BasicCacheConfig`, read from the
+    installed source (class-level `name: int = value`); None when the class or either default is not found."""
+    from integrate.records import Evidence
+
+    try:
+        found = ws.locate_class("cache_dit", "BasicCacheConfig")
+    except InputError:
+        return None
+    node, src = found.node, found.src
+    values: dict[str, tuple[int, int]] = {}
+    for stmt in node.body.body if isinstance(node, cst.ClassDef) else ():
+        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+            if (isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name)
+                    and isinstance(small.value, cst.Integer)):
+                values[small.target.value] = (int(small.value.evaluated_value), src.line(small))
+    fn, bn = values.get("Fn_compute_blocks"), values.get("Bn_compute_blocks")
+    if fn is None or bn is None:
+        return None
+    return CacheDefaults(fn[0], bn[0], Evidence(str(src.path), fn[1], f"cache-dit's default cache config: "
+                                                                       f"Fn_compute_blocks={fn[0]}, "
+                                                                       f"Bn_compute_blocks={bn[0]}"))

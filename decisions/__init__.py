@@ -63,11 +63,14 @@ def make_plan(analysis: Analysis, crosscheck: CrossCheck) -> Plan:
     """The plan for an analysis made with `parallel=True`."""
     gate, facts, t = analysis.gate, analysis.parallel, analysis.transformer
     name = example_name(gate.value("pipeline_class"), gate.value("transformer_class") if gate.no_pipeline else None)
+    cached, uncached, cache_notes = _long_enough([bl for bl in t.block_lists if bl.is_blocks], analysis)
     cache = CachePlan(
         block_lists=tuple(CacheList(bl.attr, bl.block_class, bl.forward_pattern, bl.alternatives, bl.confidence,
                                     bl.check_forward_pattern, bl.roles)
-                          for bl in t.block_lists if bl.is_blocks),
+                          for bl in cached),
         not_blocks=tuple(NotBlocks(bl.attr, bl.why) for bl in t.block_lists if not bl.is_blocks),
+        uncached=uncached,
+        notes=cache_notes,
         needs_patch_functor=t.needs_patch_functor,
         patch_functor_reasons=t.patch_functor_reasons,
         has_separate_cfg=analysis.pipeline.has_separate_cfg,
@@ -106,6 +109,34 @@ def make_plan(analysis: Analysis, crosscheck: CrossCheck) -> Plan:
         unknowns=tuple(sorted(set(t.unknowns) | set(cp.unknowns) | {u for b in facts.blocks for u in b.unknowns})),
     )
     return dataclasses.replace(plan, phases=phases(plan))
+
+
+def _long_enough(lists: list, analysis: Analysis) -> tuple[list, tuple[NotBlocks, ...], tuple[str, ...]]:
+    """(the block lists the adapter caches, those it leaves out, notes). cache-dit asserts that a cached list
+    has at least `Fn_compute_blocks` and `Bn_compute_blocks` blocks when the cache starts; with its defaults,
+    a shorter list (Lumina2's 2-block refiners beside its 26 layers) is left out and runs uncached. When
+    every list is that short, all stay and the note says the cache config must lower the counts."""
+    d, facts = analysis.cache_defaults, analysis.parallel
+    lengths = {b.attr: b.length for b in facts.blocks} if facts is not None else {}
+    if d is None:
+        return lists, (), ()
+    need = max(d.fn_compute_blocks, d.bn_compute_blocks)
+    short = [bl for bl in lists if isinstance(lengths.get(bl.attr), int) and lengths[bl.attr] < need]
+    where = f"{d.evidence.file.rsplit('/', 1)[-1]}:{d.evidence.line}"
+    if not short:
+        return lists, (), ()
+    if len(short) == len(lists):
+        return lists, (), (f"every cached list is shorter than cache-dit's default Fn_compute_blocks "
+                           f"{d.fn_compute_blocks} / Bn_compute_blocks {d.bn_compute_blocks} ({where}): run with a "
+                           f"cache config whose counts fit ({', '.join(f'{bl.attr}: {lengths[bl.attr]}' for bl in lists)})",)
+    return ([bl for bl in lists if bl not in short],
+            tuple(NotBlocks(bl.attr, _short_why(lengths[bl.attr], d, where)) for bl in short), ())
+
+
+def _short_why(n: int, d, where: str) -> str:
+    return (f"{n} blocks, fewer than cache-dit's default Fn_compute_blocks {d.fn_compute_blocks} / Bn_compute_blocks "
+            f"{d.bn_compute_blocks} ({where}): cache-dit asserts a cached list has at least that many, so it is "
+            "left out of the adapter and runs uncached")
 
 
 def _example_type(pipeline_class: str | None) -> str:

@@ -67,6 +67,9 @@ class CachePlan:
     patch_functor_reasons: tuple[str, ...]
     has_separate_cfg: bool | None
     cfg_confidence: Confidence
+    # 1.2: block lists left out of the adapter (shorter than cache-dit's default Fn / Bn compute blocks)
+    uncached: tuple[NotBlocks, ...] = ()
+    notes: tuple[str, ...] = ()  # 1.2: what the cache config must change for the lists as planned
 
 
 # -- context parallelism ---------------------------------------------------------------------------

@@ -172,7 +172,9 @@ def analysis_for_plan(plan: Plan, ws: Workspace | None = None) -> tuple[Analysis
 
     ws = ws or Workspace()
     analysis = analyze_gate(run_gate(plan.gate_flags, ws), ws)
-    now = [(b.attr, b.forward_pattern) for b in analysis.transformer.block_lists if b.is_blocks]
+    left_out = {u.attr for u in plan.cache.uncached}  # block lists the plan decided not to cache
+    now = [(b.attr, b.forward_pattern) for b in analysis.transformer.block_lists
+           if b.is_blocks and b.attr not in left_out]
     planned = [(b.attr, b.forward_pattern) for b in plan.cache.block_lists]
     if now != planned:
         raise InputError(f"the model's source changed since the plan was made (block lists {planned} -> {now}): "
