@@ -93,13 +93,14 @@ def _adopt_processor_linears(ws: Workspace, tree: Tree, node: Node, p_src: Sourc
 
 
 def _qk_norms(tree: Tree, node: Node) -> dict[str, Any]:
-    """The attention module's own q/k norms (`norm_q`, `norm_k`) -> the size they normalise."""
+    """The attention module's own q/k norms (`norm_q`, `norm_k`) -> the size they normalise (None: not read
+    statically; the generated TP planner then measures the built module)."""
     out: dict[str, Any] = {}
     for path, n in tree.nodes.items():
-        if path.startswith(node.path + ".") and "norm" in path.rsplit(".", 1)[-1] and n.shape:
+        if path.startswith(node.path + ".") and "norm" in path.rsplit(".", 1)[-1] and n.kind != "unknown":
             short = path[len(node.path) + 1:]
             if short.count(".") == 0 and short.endswith(("_q", "_k")):
-                out[short] = n.shape[0]
+                out[short] = n.shape[0] if n.shape else None
     return out
 
 
@@ -272,6 +273,29 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
                 reading.rope_line = src.line(fn)
         if reading.kernel is None:
             reading.unknowns.append(f"no attention kernel call found in {dotted(fn.name)}")
+            _split_by_flow(reading, src, fn, calls, owner, modules, index)
+
+
+def _split_by_flow(reading: _Reading, src: SourceFile, fn: cst.FunctionDef, calls: list, owner: str,
+                   modules: dict, index) -> None:
+    """With no kernel call to split at (linear attention computed with matmuls), a projection whose input
+    derives from another projection's output comes after the attention: an output projection."""
+    def projections(value: cst.BaseExpression) -> set[str]:
+        return {p for p in (_projection(c, owner, modules) for c in find_all(value, cst.Call)) if p}
+
+    flow = index.lineage(seed=projections, reads=_names)
+    for call in calls:
+        proj = _projection(call, owner, modules)
+        full = f"{reading.path}.{proj}" if proj else None
+        if full not in reading.in_projs or not _is_direct(call, owner):
+            continue
+        line = src.line(call)
+        fed = set()
+        for arg in call.args:
+            fed |= set(flow.reads(arg.value, line + 1)) | projections(arg.value)
+        if fed - {proj}:
+            reading.in_projs.remove(full)
+            reading.out_projs.append(full)
 
 
 def _reads(fn: cst.FunctionDef, name: str) -> bool:

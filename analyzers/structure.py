@@ -200,10 +200,12 @@ def _linear_roles(ws: Workspace, tree: Tree, block: Node, root: str, atts: list[
     prefix = root + "."
     roles: dict[str, LinearRole] = {}
     for a in atts:
+        where = ("the attention kernel" if a.kernel is not None else
+                 "the attention computed from q, k and v (no kernel call: its input derives from theirs)")
         for p in a.in_projs:
-            roles[p] = LinearRole(p, "attention_in", f"{a.processor or a.cls} calls it before the attention kernel")
+            roles[p] = LinearRole(p, "attention_in", f"{a.processor or a.cls} calls it before {where}")
         for p in a.out_projs:
-            roles[p] = LinearRole(p, "attention_out", f"{a.processor or a.cls} calls it after the attention kernel")
+            roles[p] = LinearRole(p, "attention_out", f"{a.processor or a.cls} calls it after {where}")
     att_paths = [a.path for a in atts]
     linears = [(p[len(prefix):], n) for p, n in tree.nodes.items() if p.startswith(prefix) and n.kind == "linear"]
     children = [p[len(prefix):] for p in tree.nodes if p.startswith(prefix) and p.count(".") == prefix.count(".")]

@@ -239,7 +239,8 @@ def _tp_planner(b: _Build) -> str | None:
         return None
     tp_cls = f"{b.base}TensorParallelismPlanner"
     rearrange, norms = _joined_inputs(b.plan), _distributed_norms(b.plan)
-    imports = [("torch", None)] if rearrange or norms else []
+    scan = any(x.shard_div_attr for x in tp.block_lists)  # attention modules whose q/k norms are measured
+    imports = [("torch", None)] if rearrange or scan else []
     imports += [("cache_dit.distributed.utils", "shard_div_attr"),
                 ("cache_dit.distributed.transformers.register", "TensorParallelismPlanner"),
                 ("cache_dit.distributed.transformers.register", "TensorParallelismPlannerRegister"),
@@ -247,7 +248,7 @@ def _tp_planner(b: _Build) -> str | None:
                 ("torch.distributed.tensor.parallel", n) for n in
                 ("ColwiseParallel", "RowwiseParallel", "parallelize_module")]
     b.piece("tp_planner", "tp_planner", tp_cls, "tp_planner.py.j2", tp=b.data["parallelism"]["tp"],
-            imports=import_block(imports), parts=_parts(b.patch), rearrange=rearrange, norms=norms,
+            imports=import_block(imports), parts=_parts(b.patch), rearrange=rearrange, norms=norms, scan=scan,
             tp_prefix=b.m.transformer_class, tp_cls=tp_cls)
     b.registered["tp_planner"] = b.m.transformer_class
     for k in tp.patch_kernels_first:
@@ -464,11 +465,13 @@ def _joined_inputs(plan: Plan) -> dict[str, dict[str, str]]:
 
 
 def _distributed_norms(plan: Plan) -> dict[str, list[str]]:
+    """q/k norms that normalise over more than one head, or may (a size or head dim not read statically):
+    the planner measures each on the built module before sharding and distributes those over all heads."""
     out: dict[str, list[str]] = {}
     for a in plan.facts.attention:
         head = a.head_dim[1] if a.head_dim else None
         for norm, size in (a.qk_norms or {}).items():
-            if size is not None and head is not None and size != head:
+            if size is None or head is None or size != head:
                 out.setdefault(a.block_list, []).append(f"{a.path}.{norm}")
     return out
 

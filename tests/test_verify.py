@@ -226,3 +226,16 @@ def test_survey_verify_runs_the_proof_for_the_rows_asked(tmp_path):
     assert v["tp"] == "skipped"  # cache-dit's Wan TP norm refuses CPU tensors: said, not faked
     bad = run_cli("survey", "--only", "WanTransformer3DModel")
     assert bad.returncode == 2 and "--verify" in bad.stderr
+
+
+def test_linear_attention_and_a_q_norm_over_all_heads_shard_correctly(tmp_path):
+    """SanaVideo's self-attention is linear (matmuls, no kernel call): `to_out` is placed after it by data flow
+    (its input derives from q, k and v), so it is row-wise; and its `norm_q` / `norm_k` normalise over all
+    heads, which no static read of `Attention.__init__` can size: the planner measures the built module."""
+    model = make_model_dir(tmp_path / "m", "SanaVideoPipeline", "SanaVideoTransformer3DModel")
+    plan_dir, out = _plan_generate(model, tmp_path)
+    tp = json.loads((plan_dir / "plan.json").read_text())["parallelism"]["tp"]["block_lists"][0]
+    assert tp["layer_plan"]["attn1.to_out.0"] == "rowwise"
+    assert "no kernel call" in tp["reasons"]["attn1.to_out.0"]["why"]
+    rc, r = _verify(plan_dir, out, "tp")
+    assert rc == 0 and r["tp"]["status"] == "pass", r["tp"].get("why")

@@ -65,6 +65,11 @@ SHARD_DIV_ATTR = {
 JOINED_INPUTS = {
     "single_transformer_blocks": {"proj_out": "attn.to_q"},
 }
+# q/k norms of the attention modules above ({norm: its projection}), and any the plan names: each is measured on
+# the built module by `_over_heads`; one that normalises over all heads at once is distributed, since under a
+# sharded projection each rank sees only its heads.
+QK_NORMS = {"norm_q": "to_q", "norm_k": "to_k", "norm_added_q": "add_q_proj", "norm_added_k": "add_k_proj"}
+DISTRIBUTED_NORMS = {}
 
 
 class MotifVideoTensorParallelismPlanner(TensorParallelismPlanner):
@@ -78,6 +83,8 @@ class MotifVideoTensorParallelismPlanner(TensorParallelismPlanner):
             for part in SPLIT_OFF.get(attr, []):  # blocks the PatchFunctor moved (cache on)
                 blocks += list(getattr(transformer, part, None) or [])
             for block in blocks:
+                norms = DISTRIBUTED_NORMS.get(attr, []) + [f"{a}.{n}" for a in SHARD_DIV_ATTR[attr] for n in QK_NORMS]
+                over_heads = [path for path in dict.fromkeys(norms) if _over_heads(block, path)]
                 for linear, first in JOINED_INPUTS.get(attr, {}).items():
                     _interleave_joined_input(block.get_submodule(linear), _size_of(block, first), size)
                 for path, attrs in SHARD_DIV_ATTR[attr].items():
@@ -85,6 +92,8 @@ class MotifVideoTensorParallelismPlanner(TensorParallelismPlanner):
                         shard_div_attr(block.get_submodule(path), name, size)
                 layer_plan = {path: styles[style]() for path, style in plan.items()}
                 parallelize_module(module=block, device_mesh=tp_mesh, parallelize_plan=layer_plan)
+                for path in over_heads:
+                    _distribute_norm(block, path, tp_mesh)
                 layer_plans.append(layer_plan)
         return transformer, layer_plans
 
@@ -110,3 +119,43 @@ def _interleave_joined_input(linear, first: int, size: int) -> None:
     head, tail = weight[:, :first], weight[:, first:]
     parts = [torch.cat([a, b], dim=1) for a, b in zip(head.chunk(size, dim=1), tail.chunk(size, dim=1))]
     linear.weight.data.copy_(torch.cat(parts, dim=1))
+
+
+class _DistributedRMSNorm(torch.nn.Module):
+    """RMSNorm over features sharded across the TP group: the mean square is all-reduced."""
+
+    def __init__(self, norm, tp_mesh):
+        super().__init__()
+        rank, size = tp_mesh.get_local_rank(), tp_mesh.size()
+        self.group = tp_mesh.get_group()
+        self.eps = norm.eps if norm.eps is not None else torch.finfo(torch.float32).eps
+        self.weight = None if norm.weight is None else torch.nn.Parameter(norm.weight.detach().chunk(size)[rank].clone())
+
+    def forward(self, x):
+        square = x.float().pow(2).mean(dim=-1, keepdim=True)
+        torch.distributed.all_reduce(square, op=torch.distributed.ReduceOp.AVG, group=self.group)
+        y = (x.float() * torch.rsqrt(square + self.eps)).to(x.dtype)
+        return y * self.weight if self.weight is not None else y
+
+
+def _over_heads(block, path: str) -> bool:
+    """The norm at `path` (`attn.norm_q`) normalises the whole projection (every head at once), measured on the
+    built module before anything is sharded: its width against its projection's (`to_q` for `norm_q`)."""
+    parent, _, name = path.rpartition(".")
+    attn = block.get_submodule(parent) if parent else block
+    norm, proj = getattr(attn, name, None), getattr(attn, QK_NORMS.get(name, "to_" + name[-1]), None)
+    if norm is None or getattr(proj, "weight", None) is None or getattr(attn, "heads", 1) <= 1:
+        return False
+    weight = getattr(norm, "weight", None)
+    width = weight.numel() if weight is not None else (list(getattr(norm, "normalized_shape", None) or [0]))[-1]
+    return width == proj.weight.shape[0]
+
+
+def _distribute_norm(block, path: str, tp_mesh) -> None:
+    parent, _, name = path.rpartition(".")
+    owner = block.get_submodule(parent) if parent else block
+    norm = getattr(owner, name)
+    if "RMS" not in type(norm).__name__:
+        raise NotImplementedError(f"`{path}` ({type(norm).__name__}) normalises over all heads: only an RMS norm "
+                                  "is distributed by this planner; keep its projection whole instead")
+    setattr(owner, name, _DistributedRMSNorm(norm, tp_mesh))
