@@ -45,6 +45,7 @@ class _Reading:
     reshape_attrs: dict[str, int] = field(default_factory=dict)  # attention attribute -> line of first use
     kernel: tuple[str, int] | None = None  # (the kernel's name, line)
     mask_line: int | None = None
+    prepared_line: int | None = None  # `<attn>.prepare_attention_mask(...)` in the processor
     rope_line: int | None = None
     unknowns: list[str] = field(default_factory=list)
 
@@ -131,7 +132,10 @@ def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFi
         kernel=Evidence(where, reading.kernel[1], f"attention kernel `{reading.kernel[0]}`")
         if reading.kernel else None,
         qk_norms={k: int_value(v) for k, v in (qk_norms or {}).items()},
-        evidence=evidence, unknowns=tuple(reading.unknowns))
+        evidence=evidence, unknowns=tuple(reading.unknowns),
+        mask_prepared_at=Evidence(where, reading.prepared_line, "the processor sizes the mask with "
+                                  "`prepare_attention_mask` from the key length it sees and the full head count")
+        if reading.prepared_line else None)
 
 
 def _head_attrs(node: Node) -> tuple[tuple[str, Any] | None, tuple[str, Any] | None, tuple[str, Any] | None]:
@@ -219,6 +223,9 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
             reading.kernel = (name, kernel_line)
     for call in calls:
         line = src.line(call)
+        if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "prepare_attention_mask"
+                and dotted(call.func.value) == owner and reading.prepared_line is None):
+            reading.prepared_line = line
         proj = _projection(call, owner, modules)
         if proj is not None and call.func is not None and _is_direct(call, owner):
             if modules.get(proj) is not None and modules[proj].kind == "linear":

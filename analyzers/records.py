@@ -183,6 +183,9 @@ class AttentionFact:
     qk_norms: dict[str, int | None]  # q/k norm -> normalised size
     evidence: tuple[Evidence, ...] = ()
     unknowns: tuple[str, ...] = ()
+    # 1.2: the processor sizes the mask with the attention module's legacy `prepare_attention_mask`, from the
+    # (local, under CP) key length and the full head count
+    mask_prepared_at: Evidence | None = None
 
 
 @dataclass(frozen=True)

@@ -114,8 +114,35 @@ def decide_cp(facts: ParallelFacts) -> CpPlan:
     if c.root:
         c.risks += [f"{r.why} ({r.file.rsplit('/', 1)[-1]}:{r.line})" for r in seq.root_risks]
     evidence = list(dict.fromkeys(c.evidence))  # first occurrence of each (file, line, why)
+    blocked = _legacy_masks(facts, seq, lists)
+    if blocked:
+        confidence = "low"
+        c.unknowns.append("a processor sizes its mask for the key length it sees: see blocked_by")
     return CpPlan("hook", shape, c.plan, confidence, tuple(evidence), tuple(c.risks + extra_risks),
-                  tuple(c.unknowns), mask, rope, uaa, NO_HYBRID, _compare(facts, c.plan), _lengths(c))
+                  tuple(c.unknowns), mask, rope, uaa, NO_HYBRID, _compare(facts, c.plan), _lengths(c), blocked)
+
+
+def _legacy_masks(facts: ParallelFacts, seq: SequenceFact, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
+    """Attentions in a walked list whose processor takes a mask and sizes it with the legacy
+    `prepare_attention_mask(mask, key_length, batch)`: under CP the key length it sees is the local one and
+    the heads are still all of them, so the mask is padded to a wrong length (diffusers pads by the target
+    length) and shaped for heads the rank does not hold. Handling it means patching the processor; the plan
+    refuses it with the line instead of writing a planner that fails at run time."""
+    if not seq.masks:
+        return ()  # no mask reaches the blocks
+    walked = {lf.attr for lf in lists}
+    out = []
+    for a in facts_attention(facts):
+        if a.block_list in walked and a.mask_at is not None and a.mask_prepared_at is not None:
+            at = a.mask_prepared_at
+            out.append(Evidence(at.file, at.line, f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): "
+                                                  f"{at.why}; under CP that is the local length, and the mask "
+                                                  "comes out padded to the wrong length"))
+    return tuple(dict.fromkeys(out))
+
+
+def facts_attention(facts: ParallelFacts) -> list:
+    return [a for b in facts.blocks for a in b.attentions]
 
 
 def _lengths(c: _Chart) -> dict[str, int]:

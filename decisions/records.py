@@ -165,6 +165,8 @@ class CpPlan:
     # 1.2: the length, at the config the plan was made for, of each block list a hook key indexes: the planner
     # re-bases an index counted from the list's end (its last block) to the model it runs on
     lengths: dict[str, int] = field(default_factory=dict)
+    # 1.2: what the generated planner cannot handle, with where: no CP planner is written while it is non-empty
+    blocked_by: tuple[Evidence, ...] = ()
 
 
 # -- tensor parallelism ----------------------------------------------------------------------------

@@ -207,6 +207,9 @@ def _cp_planner(b: _Build) -> str | None:
     cp = b.plan.parallelism.cp
     if not cp.plan:
         return None
+    if cp.blocked_by:  # a planner that fails at run time is worse than none: cache-dit then says CP is unsupported
+        b.manual += [f"CP not written: {e.why} ({Path(e.file).name}:{e.line})" for e in cp.blocked_by]
+        return None
     cp_cls = f"{b.base}ContextParallelismPlanner"
     mask = _mask_context(b.plan, b.ws) if cp.mask_reorder.needed else None
     if cp.mask_reorder.needed and mask is None:

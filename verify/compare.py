@@ -61,7 +61,8 @@ def _candidates(ref_shape: tuple, shards: list[np.ndarray], streams: tuple[int, 
         for a, b in (streams, streams[::-1]):
             if a + b == ref_shape[d] and a % world == 0 and b % world == 0:
                 la, lb = a // world, b // world
-                take = lambda s, lo, hi, d=d: np.take(s, range(lo, hi), axis=d)
+                def take(s, lo, hi, d=d):
+                    return np.take(s, range(lo, hi), axis=d)
                 parts = [take(s, 0, la) for s in shards] + [take(s, la, la + lb) for s in shards]
                 yield f"joint dim {d}", np.concatenate(parts, axis=d)
 

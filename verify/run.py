@@ -159,6 +159,10 @@ class Verifier:
             for proof in registry.PAIRED:
                 if proof.NAME not in self.proofs:
                     continue
+                unplanned = None if self.cache_dit_own else proof.not_planned(self.plan)
+                if unplanned:  # the plugin has nothing to prove here: said, not run into an error
+                    results[proof.NAME] = proof.RECORD("skipped", why=unplanned)
+                    continue
                 variants = proof.variants(self.plan)
                 self.progress(proof.progress(variants))
                 results[proof.NAME] = parallel.judge(baseline, variants, self._pair_runs(variants, work / proof.NAME))

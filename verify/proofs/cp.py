@@ -16,6 +16,17 @@ REQUESTABLE = True
 SUMMARY = "Ulysses (and ring) over 2 gloo processes against the 1-process run"
 
 
+def not_planned(plan: Plan) -> str | None:
+    """Why the generated plugin has no CP planner to prove (None: it has one)."""
+    cp = plan.parallelism.cp
+    if cp.blocked_by:
+        e = cp.blocked_by[0]
+        return f"the plan writes no CP planner: {e.why} ({e.file.rsplit('/', 1)[-1]}:{e.line})"
+    if not cp.plan:
+        return "the plan has no CP hooks"
+    return None
+
+
 def variants(plan: Plan) -> list[dict]:
     cp = plan.parallelism.cp
     two = cp.ulysses_anything.get("2")

@@ -15,6 +15,11 @@ REQUESTABLE = True
 SUMMARY = "TP over 2 gloo processes against the 1-process run"
 
 
+def not_planned(plan: Plan) -> str | None:
+    """Why the generated plugin has no TP planner to prove (None: it has one)."""
+    return None if plan.parallelism.tp.block_lists else "the plan has no TP block lists"
+
+
 def variants(plan: Plan) -> list[dict]:
     return [{"name": "tp2", "tp": 2}, {"name": "tp2+cache", "tp": 2, "cache": True}]
 

@@ -1,0 +1,51 @@
+"""A processor that sizes its mask with the legacy `prepare_attention_mask(mask, key_length, batch)` sees the
+local key length under CP and pads the mask to a wrong length: the plan refuses CP there with the line,
+and no CP planner is written (one that fails at run time is worse than none). Real diffusers 0.42.1 sources.
+
+cache-dit 1.5.3 patches that very method by hand in its own CP planners for PixArt, LTX, LTX2, CogVideoX and
+DiT; the plan finds the same places from the processors' code.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import make_model_dir, run_cli
+
+from integrate import api
+
+
+def _cp(tmp_path, pipeline: str, transformer: str):
+    model = make_model_dir(tmp_path / transformer, pipeline, transformer)
+    return api.plan(api.flags_for(str(model)), probe=False).parallelism.cp
+
+
+@pytest.mark.parametrize("pipeline,transformer,attention", [
+    ("SanaVideoPipeline", "SanaVideoTransformer3DModel", "attn2"),  # cache-dit has no planner for it
+    ("PixArtSigmaPipeline", "PixArtTransformer2DModel", "attn2"),  # cache-dit patches the method for it
+])
+def test_cp_is_refused_where_the_processor_sizes_the_mask_for_the_local_keys(tmp_path, pipeline, transformer,
+                                                                               attention):
+    cp = _cp(tmp_path, pipeline, transformer)
+    assert cp.blocked_by and cp.confidence == "low"
+    hit = next(e for e in cp.blocked_by if f"].{attention}`" in e.why)
+    assert "prepare_attention_mask" in hit.why and hit.line > 0 and hit.file.endswith(".py")
+
+
+def test_a_processor_that_builds_no_legacy_mask_is_not_refused(tmp_path):
+    assert not _cp(tmp_path, "FluxPipeline", "FluxTransformer2DModel").blocked_by
+
+
+def test_generate_writes_no_cp_planner_and_verify_says_why(tmp_path):
+    model = make_model_dir(tmp_path / "m", "SanaVideoPipeline", "SanaVideoTransformer3DModel")
+    plan_dir, out = tmp_path / "plan", tmp_path / "out"
+    assert run_cli("plan", str(model), "--out", str(plan_dir), "--no-probe").returncode == 0
+    assert run_cli("approve", str(plan_dir), "--reviewer", "Ada").returncode == 0
+    gen = run_cli("generate", str(plan_dir), "--out", str(out), "--json")
+    report = json.loads(gen.stdout)
+    assert gen.returncode == 1 and "cp_planner" not in report["registered"]
+    assert any(m.startswith("CP not written: ") and "prepare_attention_mask" in m for m in report["manual"])
+    proof = run_cli("verify", str(plan_dir), "--generated", str(out), "--proof", "cp", "--json")
+    cp = json.loads(proof.stdout)["cp"]
+    assert cp["status"] == "skipped" and cp["why"].startswith("the plan writes no CP planner: "), cp
