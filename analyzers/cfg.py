@@ -155,39 +155,61 @@ def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry
         if isinstance(ctx.func, cst.Attribute) and ctx.func.attr.value == "cache_context" and ctx.args:
             evidence.append(Evidence(path, src.line(ctx), f"`{src.code(ctx)}`"))
 
-    count, repeated, notes = _path_calls(body_of(loop), env, aliases, src)
+    # each model's calls are counted on their own: a second transformer (Ideogram4's
+    # `self.unconditional_transformer`) is another model, not a second call of this one
+    models = list(dict.fromkeys(_callee(c) for c in calls))
+    counted = [(_path_calls(body_of(loop), env, aliases, src, m), m) for m in models]
+    (count, repeated, notes), chosen = max(counted, key=lambda x: (bool(x[0][1]), x[0][0]))
+    mine = [c for c in calls if _callee(c) == chosen]
+    others = tuple(Evidence(path, next(src.line(c) for c in calls if _callee(c) == m),
+                            f"`{m}` is a second model called in the loop, not a second call of the transformer: "
+                            "cache-dit needs it as another BlockAdapter entry")
+                   for m in models if m.startswith("self.") and m != "self.transformer" and "self.transformer" in models)
+    evidence += others
     evidence += [Evidence(path, line, why) for line, why in notes]
     if repeated:
         evidence.append(Evidence(path, repeated, "transformer called inside an inner loop (one call per guidance "
                                                  "condition): separate forwards per step"))
-        return PipelineFacts(cls_name, entry, path, True, "medium", len(calls), tuple(evidence))
+        return PipelineFacts(cls_name, entry, path, True, "medium", len(mine), tuple(evidence), other_models=others)
     if count >= 2:
         why = f"{count} transformer calls can run in one step: cond and uncond are separate forwards"
         evidence.append(Evidence(path, src.line(loop), why))
-        return PipelineFacts(cls_name, entry, path, True, "high", count, tuple(evidence))
+        return PipelineFacts(cls_name, entry, path, True, "high", count, tuple(evidence), other_models=others)
     why = "one transformer call per step"
-    if len(calls) > count:
-        why += f" by default ({len(calls) - count} more only run when their condition holds)"
+    if len(mine) > count:
+        why += f" by default ({len(mine) - count} more only run when their condition holds)"
     batched = [c for c in find_all(loop.body, cst.Call) if dotted(c.func) == "torch.cat" and c.args and
                isinstance(c.args[0].value, (cst.List, cst.BinaryOperation))]
     if batched:
         why += "; the batch is doubled for CFG (`torch.cat`)"
     evidence.append(Evidence(path, src.line(loop), why))
-    return PipelineFacts(cls_name, entry, path, False, "high" if count == 1 else "medium", count, tuple(evidence))
+    return PipelineFacts(cls_name, entry, path, False, "high" if count == 1 else "medium", count, tuple(evidence),
+                         other_models=others)
 
 
-def _model_calls(node: cst.CSTNode, aliases: set[str]) -> list[cst.Call]:
-    return [c for c in find_all(node, cst.Call) if _is_model(c.func, aliases)]
+def _model_calls(node: cst.CSTNode, aliases: set[str], callee: str | None = None) -> list[cst.Call]:
+    """Transformer calls under node (`callee`: only those of that one model, by `_callee`)."""
+    return [c for c in find_all(node, cst.Call) if _is_model(c.func, aliases)
+            and (callee is None or _callee(c) == callee)]
 
 
-def _path_calls(stmts, env: _Env, aliases: set[str], src: SourceFile):
-    """(max calls along one path, line of a call inside an inner loop or 0, notes)."""
+def _callee(call: cst.Call) -> str:
+    """Which model a call runs: `self.transformer(...)` and `self.transformer.forward(...)` -> "self.transformer";
+    a local alias is its own name (it may hold either of two models, as Wan 2.2's `current_model` does)."""
+    name = dotted(call.func) or ""
+    return name[: -len(".forward")] if name.endswith(".forward") else name
+
+
+def _path_calls(stmts, env: _Env, aliases: set[str], src: SourceFile, callee: str | None = None):
+    """(max calls along one path, line of a call inside an inner loop or 0, notes); `callee`: count only the
+    calls of that model."""
     total, repeated, notes = 0, 0, []
     for stmt in stmts:
         if isinstance(stmt, cst.If):
             verdict = _eval(stmt.test, env)
-            a = _path_calls(body_of(stmt), env, aliases, src)
-            b = _path_calls(body_of(stmt.orelse), env, aliases, src) if stmt.orelse is not None else (0, 0, [])
+            a = _path_calls(body_of(stmt), env, aliases, src, callee)
+            b = (_path_calls(body_of(stmt.orelse), env, aliases, src, callee) if stmt.orelse is not None
+                 else (0, 0, []))
             notes += a[2] + b[2]
             if verdict is False and a[0]:
                 notes.append((src.line(stmt), f"`if {src.code(stmt.test)}` is false with the defaults: "
@@ -200,15 +222,15 @@ def _path_calls(stmts, env: _Env, aliases: set[str], src: SourceFile):
             total += pick[0]
             repeated = repeated or pick[1]
         elif isinstance(stmt, (cst.For, cst.While)):
-            inner = _model_calls(stmt.body, aliases)
+            inner = _model_calls(stmt.body, aliases, callee)
             if inner:
                 repeated = repeated or src.line(inner[0])
                 total += len(inner)
         elif isinstance(stmt, (cst.With, cst.Try)):
-            a = _path_calls(body_of(stmt), env, aliases, src)
+            a = _path_calls(body_of(stmt), env, aliases, src, callee)
             total, repeated, notes = total + a[0], repeated or a[1], notes + a[2]
         else:
-            total += len(_model_calls(stmt, aliases))
+            total += len(_model_calls(stmt, aliases, callee))
     return total, repeated, notes
 
 

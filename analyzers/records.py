@@ -147,6 +147,8 @@ class PipelineFacts:
     transformer_calls: int | None
     evidence: tuple[Evidence, ...]
     findings: tuple[Finding, ...] = field(default=(), metadata=IN_PROCESS)  # the pipeline rules' findings
+    # 1.2: other models the denoising loop calls beside the transformer (Ideogram4's unconditional_transformer)
+    other_models: tuple[Evidence, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,8 @@ def make_plan(analysis: Analysis, crosscheck: CrossCheck) -> Plan:
                           for bl in cached),
         not_blocks=tuple(NotBlocks(bl.attr, bl.why) for bl in t.block_lists if not bl.is_blocks),
         uncached=uncached,
-        notes=cache_notes,
+        notes=cache_notes + tuple(f"{e.why} ({e.file.rsplit('/', 1)[-1]}:{e.line}); not generated"
+                                  for e in analysis.pipeline.other_models),
         needs_patch_functor=t.needs_patch_functor,
         patch_functor_reasons=t.patch_functor_reasons,
         has_separate_cfg=analysis.pipeline.has_separate_cfg,

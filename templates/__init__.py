@@ -168,6 +168,8 @@ def _adapter(b: _Build) -> dict:
         blocks = [x for x in blocks if x["pattern"] is not None]
     if not blocks:
         b.manual.append("no block list with a ForwardPattern: no BlockAdapter written")
+    b.manual += [f"a second model in the denoising loop: {e.why} ({Path(e.file).name}:{e.line})"
+                 for e in b.analysis.pipeline.other_models]
     separate = cache.has_separate_cfg
     style = "calls the transformer separately for CFG" if separate else "batches CFG in one call"
     if b.m.no_pipeline:  # transformer-only: cache-dit looks the adapter up by the transformer's class name

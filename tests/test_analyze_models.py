@@ -81,3 +81,20 @@ def test_statements_fed_by_index_dependent_ones_are_index_dependent_too(analysis
     ops = block_list(data, "single_transformer_blocks")["call_site"]["loop_extra_ops"]
     temb = next(op for op in ops if op["code"].startswith("temb = pooled_temb"))
     assert temb["kind"] == "index_dependent"
+
+
+def test_a_second_transformer_in_the_loop_is_another_model_not_a_second_call(analysis):
+    """Ideogram4's loop calls `self.transformer` for the conditional branch and `self.unconditional_transformer`
+    for the other: each model runs once per step, so neither is a separate-CFG model, and the second one is
+    named (cache-dit needs it as another BlockAdapter entry)."""
+    p = analysis("Ideogram4Pipeline", "Ideogram4Transformer2DModel")["pipeline"]
+    assert p["has_separate_cfg"] is False and p["transformer_calls"] == 1
+    (other,) = p["other_models"]
+    assert other["why"].startswith("`self.unconditional_transformer` is a second model") and other["line"] > 0
+
+
+def test_two_calls_of_one_model_chosen_per_step_are_still_separate_cfg(analysis):
+    """Wan 2.2 picks `current_model` (transformer or transformer_2) per step and calls it for cond and uncond:
+    two calls of one model, whichever it is."""
+    p = analysis("WanPipeline", "WanTransformer3DModel")["pipeline"]
+    assert p["has_separate_cfg"] is True and not p["other_models"]
