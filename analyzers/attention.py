@@ -46,6 +46,8 @@ class _Reading:
     kernel: tuple[str, int] | None = None  # (the kernel's name, line)
     mask_line: int | None = None
     prepared_line: int | None = None  # `<attn>.prepare_attention_mask(...)` in the processor
+    # per dispatch_attention_fn call: does it run with CP when the module is given encoder_hidden_states
+    cross_cp: list[tuple[bool | None, int]] = field(default_factory=list)
     rope_line: int | None = None
     unknowns: list[str] = field(default_factory=list)
 
@@ -135,7 +137,19 @@ def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFi
         evidence=evidence, unknowns=tuple(reading.unknowns),
         mask_prepared_at=Evidence(where, reading.prepared_line, "the processor sizes the mask with "
                                   "`prepare_attention_mask` from the key length it sees and the full head count")
-        if reading.prepared_line else None)
+        if reading.prepared_line else None,
+        cross_local_at=_cross_local(reading, where))
+
+
+def _cross_local(reading: _Reading, where: str) -> Evidence | None:
+    """Where the processor runs cross-attention without context parallelism (every dispatch call does), else
+    None (it runs with CP, or it was not read)."""
+    if reading.cross_cp and all(cp is False for cp, _ in reading.cross_cp):
+        line = reading.cross_cp[-1][1]
+        return Evidence(where, line, "given encoder_hidden_states, the processor calls dispatch_attention_fn with "
+                                     "no parallel config: cross-attention runs on each rank's own queries against "
+                                     "the whole text")
+    return None
 
 
 def _head_attrs(node: Node) -> tuple[tuple[str, Any] | None, tuple[str, Any] | None, tuple[str, Any] | None]:
@@ -221,6 +235,8 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
         if kernel_line is None and any(w in last for w in _KERNEL_WORDS) and not name.startswith(owner + "."):
             kernel_line = src.line(call)
             reading.kernel = (name, kernel_line)
+        if last == "dispatch_attention_fn":
+            reading.cross_cp.append((_cross_cp(call), src.line(call)))
     for call in calls:
         line = src.line(call)
         if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "prepare_attention_mask"
@@ -281,6 +297,24 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
         if reading.kernel is None:
             reading.unknowns.append(f"no attention kernel call found in {dotted(fn.name)}")
             _split_by_flow(reading, src, fn, calls, owner, modules, index)
+
+
+def _cross_cp(call: cst.Call) -> bool | None:
+    """Whether a `dispatch_attention_fn(...)` call runs context-parallel for cross-attention: False when its
+    `parallel_config` is absent, `None`, or `X if encoder_hidden_states is None else None`; True for any other
+    plain value (`self._parallel_config`); None when it cannot be read."""
+    arg = next((a.value for a in call.args if a.keyword and a.keyword.value == "parallel_config"), None)
+    if arg is None or (isinstance(arg, cst.Name) and arg.value == "None"):
+        return False
+    if isinstance(arg, cst.IfExp):
+        test = arg.test
+        on_cross = arg.orelse if (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+                                  and isinstance(test.comparisons[0].operator, cst.Is)
+                                  and "encoder" in (dotted(test.left) or "")) else None
+        if on_cross is None:
+            return None
+        return not (isinstance(on_cross, cst.Name) and on_cross.value == "None")
+    return True if isinstance(arg, (cst.Attribute, cst.Name)) else None
 
 
 def _split_by_flow(reading: _Reading, src: SourceFile, fn: cst.FunctionDef, calls: list, owner: str,

@@ -188,6 +188,8 @@ class AttentionFact:
     # 1.2: the processor sizes the mask with the attention module's legacy `prepare_attention_mask`, from the
     # (local, under CP) key length and the full head count
     mask_prepared_at: Evidence | None = None
+    # 1.2: the processor runs cross-attention without CP (dispatch_attention_fn gets no parallel config then)
+    cross_local_at: Evidence | None = None
 
 
 @dataclass(frozen=True)

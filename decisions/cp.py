@@ -280,9 +280,18 @@ def _split_positions(c: _Chart, i: int, lf: ListFlowFact) -> None:
 def _split_cross_attention_text(c: _Chart, lf: ListFlowFact) -> None:
     """A text sequence every block reads but does not return: cross-attention keys and values. Ulysses
     gathers K/V across ranks, so each rank must hold its own part: split it at every block."""
+    block = c.blocks.get(lf.attr)
+    atts = [a for a in block.attentions] if block is not None else []
+    local = [a.cross_local_at for a in atts if a.cross_local_at is not None]
     for bi in lf.inputs:
         if bi.role != "other" or bi.param not in TEXT_STREAMS or (bi.arg in c.split_params
                                                                  and bi.producer_kind == "param"):
+            continue
+        if local and len(local) == len(atts):
+            # every attention of the block runs cross-attention on the rank's own queries against the whole
+            # text: a split text would give each rank half the keys
+            e = local[0]
+            c.evidence.append(Evidence(e.file, e.line, f"`{bi.param}` stays whole for `{lf.attr}`: {e.why}"))
             continue
         c.inputs(f"{lf.attr}.*")[bi.param] = STREAM
         c.why(bi.producer_at, lf, f"`{bi.param}` is read by every block of `{lf.attr}` and not returned "
