@@ -199,6 +199,7 @@ class LinearRole:
                   "unknown"]
     why: str
     fused_out_down: bool = False  # its input joins attention output and another projection's output
+    feeds_rowwise: bool = False  # 1.2 (block_in): its output reaches a block-level row-wise Linear
 
 
 @dataclass(frozen=True)

@@ -291,6 +291,7 @@ def _block_dataflow(block: Node, loose: list[str], att_paths: list[str]) -> dict
         return tags
 
     origin = defuse(src, fwd).lineage(seed=tags_of)  # local -> {"attn:<path>", "linear:<path>"}
+    paired: set[str] = set()
     for call in find_all(fwd, cst.Call):
         rel = self_member(call.func)
         if rel not in loose:
@@ -311,7 +312,10 @@ def _block_dataflow(block: Node, loose: list[str], att_paths: list[str]) -> dict
             out[rel] = LinearRole(rel, "block_out", why, fused_out_down=bool(lin))
         else:
             out.setdefault(rel, LinearRole(rel, "block_in", f"applied to the block input (line {line})"))
-    return out
+        for fed in lin if att else ():  # a projection joined into a row-wise one: a column/row pair
+            paired.add(fed)
+    return {k: dataclasses.replace(r, feeds_rowwise=True) if r.role == "block_in" and k in paired else r
+            for k, r in out.items()}
 
 
 def _kernels(ws: Workspace, srcs: list[SourceFile]) -> tuple[Evidence, ...]:

@@ -102,8 +102,12 @@ def _plan_list(b: BlockStructure) -> TpList:
     for path, r in roles.items():
         if path in layer_plan or r.role in ("attention_in", "attention_out"):
             continue
-        if r.role == "ffn_in" or r.role == "block_in":
+        if r.role == "ffn_in" or (r.role == "block_in" and r.feeds_rowwise):
             layer_plan[path] = "colwise"
+        elif r.role == "block_in":
+            # its output goes on to something other than a row-wise Linear (an attention's own projections, a
+            # chunk into shift / scale / gate): every rank needs it whole
+            layer_plan[path] = "colwise(output=replicate)"
         elif r.role == "ffn_out" or r.role == "block_out":
             layer_plan[path] = "rowwise"
             if r.fused_out_down:

@@ -192,3 +192,13 @@ def test_named_decisions_with_evidence(plan):
     for data in (hv, helios):
         for e in data["evidence"]:
             assert e["file"] and e["line"] >= 0 and e["why"]
+
+
+def test_a_block_level_linear_is_column_sharded_only_into_a_row_wise_one(plan):
+    """A block-level Linear cut column-wise hands each rank a slice of its features; that is right only when a
+    row-wise Linear consumes it (Flux's `proj_mlp` into `proj_out`). NucleusMoE's `encoder_proj` feeds the
+    attention's own `add_k_proj` / `add_v_proj`, which take whole features: its output is replicated."""
+    nucleus = _tp_lists(plan("NucleusMoEImagePipeline", "NucleusMoEImageTransformer2DModel"))["transformer_blocks"]
+    assert nucleus["layer_plan"]["encoder_proj"] == "colwise(output=replicate)"
+    flux = _tp_lists(plan("FluxPipeline", "FluxTransformer2DModel"))["single_transformer_blocks"]
+    assert flux["layer_plan"]["proj_mlp"] == "colwise" and flux["layer_plan"]["proj_out"] == "rowwise"

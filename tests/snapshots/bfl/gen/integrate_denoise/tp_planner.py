@@ -31,11 +31,11 @@ def _styles():
 
 LAYER_PLANS = {
     "double_blocks": {
-        "img_mlp": "colwise",
-        "txt_mlp": "colwise",
+        "img_mlp": "colwise(output=replicate)",
+        "txt_mlp": "colwise(output=replicate)",
     },
     "single_blocks": {
-        "mlp": "colwise",
+        "mlp": "colwise(output=replicate)",
     },
 }
 SHARD_DIV_ATTR = {
