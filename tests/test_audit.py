@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from conftest import make_model_dir, run_cli
 
 
@@ -53,11 +55,16 @@ def test_audit_finds_cache_dits_bria_pattern_and_says_how_to_reproduce(tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
 
-def test_a_row_whose_fixture_does_not_run_proves_nothing_either_way(tmp_path):
-    """CogVideoX: the statically synthesised inputs do not fit its patch embedding, so neither integration
-    is proved: `no-fixture`, not a finding (exit 0)."""
-    env = {"INTEGRATE_CACHE_DIR": ""}
-    proc = run_cli("audit", "--only", "CogVideoXTransformer3DModel", "--proof", "cache", "--json", env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    row = json.loads(proc.stdout)["rows"][0]
-    assert row["status"] == "no-fixture" and row["why"].startswith("fixture: ") and "reproduce" not in row
+@pytest.mark.parametrize("fixture, proofs, status", [
+    ("needs-edit", [("error", "error")], "no-fixture"),  # nothing ran: not a finding, whatever the proofs say
+    ("derived", [("fail", "pass")], "finding"),
+    ("derived", [("pass", "pass"), ("error", "pass")], "finding"),
+    ("derived", [("fail", "fail")], "both-fail"),
+    ("derived", [("pass", "error")], "ours-fails"),
+    ("edited", [("pass", "pass"), ("skipped", "skipped")], "agree"),
+])
+def test_a_finding_needs_a_fixture_that_ran_and_our_proof_passing(fixture, proofs, status):
+    from integrate.survey.audit import row_status
+    from integrate.survey.records import AuditProof
+
+    assert row_status(fixture, [AuditProof("cache", t, o) for t, o in proofs]) == status

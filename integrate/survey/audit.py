@@ -99,20 +99,27 @@ def audit_row(row: SurveyRow, diffusers_version: str | None, work: Path, proofs:
     bad = ("fail", "error")
     found = [p for p in out if p.cache_dit in bad and p.ours == "pass"]  # ours passes where cache-dit's fails
     extra = {"reproduce": reproduce(row, diffusers_version, tuple(p.name for p in found))} if found else {}
-    if theirs.fixture.status not in ("derived", "edited"):
-        # nothing was proved on either side: the fixture is the problem, not an integration
-        status = "no-fixture"
+    status = row_status(theirs.fixture.status, out)
+    if status == "no-fixture":
         extra["why"] = f"fixture: {theirs.fixture.errors[0]}" if theirs.fixture.errors else "no usable fixture"
-    elif found:
-        status = "finding"
-    elif any(p.cache_dit in bad and p.ours in bad for p in out):
-        status = "both-fail"  # for a person: the integrations, the fixture or the proof
-    elif any(p.ours in bad for p in out):
-        status = "ours-fails"
-    else:
-        status = "agree"
     return AuditRow(**head, status=status, proofs=tuple(out), fixture=theirs.fixture.status,
                     seconds=round(time.monotonic() - started, 1), **extra)
+
+
+def row_status(fixture: str, proofs: list[AuditProof]) -> str:
+    """A row's verdict. Without a fixture the plain model ran on, nothing was proved on either side: the fixture
+    is the problem, not an integration (`no-fixture`). A finding is a proof cache-dit's integration fails while
+    ours passes; both failing is left to a person (the integrations, the fixture or the proof)."""
+    bad = ("fail", "error")
+    if fixture not in ("derived", "edited"):
+        return "no-fixture"
+    if any(p.cache_dit in bad and p.ours == "pass" for p in proofs):
+        return "finding"
+    if any(p.cache_dit in bad and p.ours in bad for p in proofs):
+        return "both-fail"
+    if any(p.ours in bad for p in proofs):
+        return "ours-fails"
+    return "agree"
 
 
 def run_audit(only: tuple[str, ...] = (), proofs: tuple[str, ...] = DEFAULT_PROOFS, use_cache: bool = True,
