@@ -109,7 +109,7 @@ class SurveyReport:
 # -- integrate audit -----------------------------------------------------------------------------------------
 
 AUDIT_SCHEMA = "integrate.audit"
-AUDIT_SCHEMA_VERSION = "1.0"
+AUDIT_SCHEMA_VERSION = "1.1"
 
 
 @dataclass(frozen=True)
