@@ -127,15 +127,21 @@ def _key(create: bool) -> bytes | None:
             return None
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read the approval key {path}: {exc}") from None
+    # written whole under a private name, then linked into place: a process reading the key never sees it
+    # half-written, and of two processes making it at once the first link wins and both use that key
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_hex(32) + "\n")
+        os.link(tmp, path)
     except FileExistsError:  # another approval made it meanwhile: use that one
         pass
     except OSError as exc:
         raise InputError(f"cannot create the approval key {path}: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
     return bytes.fromhex(path.read_text().strip())
 
 
