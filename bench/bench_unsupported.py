@@ -2,13 +2,14 @@
 cache-dit does not register: the models `integrate` exists for.
 
     python bench/bench_unsupported.py [--fixture-only] [--only CLASS ...] [--tests DIR] [--separate-cfg yes|no]
-                                      [--json]
+                                      [--registered] [--json]
 
 Each model gets a config-only model directory (its class defaults stand in for a real config), then the
 same steps `integrate survey --verify` runs, one model after another; a model no pipeline uses is planned
 transformer-only (`--no-pipeline`, with `--separate-cfg` as given here: no by default). Prints, per model, the fixture's
 status and source and each proof's status; then the pass counts, and the median and maximum time per model.
-A benchmark, not a test: it takes minutes (about half a minute per model on 2 cores, a few seconds each
+`--registered` runs the models cache-dit does register instead (our own integration of each, as `audit` makes
+it), for the fixture target on supported models. A benchmark, not a test: it takes minutes (about half a minute per model on 2 cores, a few seconds each
 with --fixture-only).
 """
 
@@ -27,10 +28,12 @@ from integrate.records import to_json
 from integrate.survey.verify import verify_row
 
 
-def unsupported_rows(only: list[str]):
+def unsupported_rows(only: list[str], registered: bool = False):
+    """The survey's rows cache-dit does not register (`registered`: those it does, with a pipeline)."""
     report = api.survey(progress=lambda line: None)
     rows = [r for r in report.rows if r.status == "ok" and r.transformer_class
-            and not (r.already_supported and r.already_supported.registered)]
+            and bool(r.already_supported and r.already_supported.registered) == registered
+            and (r.analysed_pipeline or not registered)]
     if only:
         rows = [r for r in rows if r.transformer_class in only]
     return report, rows
@@ -56,6 +59,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fixture-only", action="store_true", help="derive the fixture and run the plain model only")
     ap.add_argument("--only", nargs="*", default=[], metavar="CLASS")
+    ap.add_argument("--registered", action="store_true",
+                    help="the models cache-dit does register instead (our integration, generated as for any model)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--separate-cfg", choices=["yes", "no"], default="no",
                     help="the CFG style declared for models no pipeline uses (planned with --no-pipeline)")
@@ -63,7 +68,7 @@ def main() -> int:
                     help="a checkout's tests/models/transformers: each model's test file is tried first "
                          "(--fixture-from; it is run)")
     args = ap.parse_args()
-    report, rows = unsupported_rows(args.only)
+    report, rows = unsupported_rows(args.only, args.registered)
     tests = test_files(args.tests, {r.transformer_class for r in rows}) if args.tests else {}
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-unsupported-") as tmp:
@@ -89,8 +94,11 @@ def main() -> int:
                 print(f"    {r['why'][:200]}")
     ran = [r for r in results if r["fixture"] in ("derived", "edited")]
     times = [r["seconds"] for r in results] or [0.0]
-    print(f"\n{len(results)} models not registered by cache-dit; the plain model ran on the fixture of {len(ran)}",
+    which = "registered" if args.registered else "not registered"
+    print(f"\n{len(results)} models {which} by cache-dit; the plain model ran on the fixture of {len(ran)}",
           file=sys.stderr)
+    for source in sorted({r["fixture_source"] for r in ran}):
+        print(f"  fixture from {source}: {sum(r['fixture_source'] == source for r in ran)}", file=sys.stderr)
     if not args.fixture_only:
         for proof in ("cache", "cp", "tp"):
             print(f"{proof}: {sum(r[proof] == 'pass' for r in results)} pass", file=sys.stderr)

@@ -23,9 +23,20 @@ _DEFAULTS = {
     "TOKENIZERS_PARALLELISM": "false",
     "HF_HUB_OFFLINE": "1",
 }
-# Runs first in every worker: puts the given folders on the path, silences warnings, runs the module.
-_BOOT = ("import json, runpy, sys, warnings; sys.path[:0] = json.loads(sys.argv[1]); "
-         "warnings.simplefilter('ignore'); sys.argv = sys.argv[2:]; "
+# A worker's address space is capped (GiB, `INTEGRATE_WORKER_MEMORY_GB`; 0: no cap): a model or pipeline
+# that asks for far more than a tiny fixture needs fails in its own allocation, reported like any other
+# failure, instead of taking the machine's memory. A worker holding a tiny model maps about 1 GiB.
+MEMORY_GB = 6
+# Runs first in every worker: caps its memory, puts the given folders on the path, silences warnings, runs
+# the module.
+_BOOT = ("import json, os, runpy, sys, warnings\n"
+         "try:\n"
+         "    import resource\n"
+         f"    cap = int(float(os.environ.get('INTEGRATE_WORKER_MEMORY_GB', '{MEMORY_GB}')) * 2 ** 30)\n"
+         "    cap and resource.setrlimit(resource.RLIMIT_AS, (cap, cap))\n"
+         "except (ImportError, ValueError, OSError):\n"
+         "    pass\n"
+         "sys.path[:0] = json.loads(sys.argv[1]); warnings.simplefilter('ignore'); sys.argv = sys.argv[2:]; "
          "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
 
 

@@ -39,7 +39,11 @@ def test_the_inputs_are_what_the_models_own_pipeline_passes(motif):
     rc, r = _verify(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["status"] == "derived" and fx["source"] == "pipeline", fx
-    assert "notes" not in fx  # model_index.json names the scheduler and the guider: nothing stood in
+    # model_index.json names the scheduler and the guider: they are built as named, not stood in for; the
+    # tokenizer it names has no files here, so a stand-in is (and is said to be)
+    notes = fx.get("notes", [])
+    assert not any(n.startswith(("`scheduler`", "`guider`")) for n in notes), notes
+    assert any(n.startswith("`tokenizer`: a word-level tokenizer") for n in notes), notes
     assert (out / "verify_fixture.pt").is_file()
     text = (out / "verify_fixture.py").read_text()
     assert "_saved(step, 'encoder_attention_mask')" in text and ": _fill_in(" not in text
@@ -196,3 +200,39 @@ def test_static_inputs_follow_module_dict_entries_and_nested_shape_annotations()
     assert "x_embedders.image" in flux3.why and flux3.error is None
     shapes = slots(diffusers.QwenImage21Transformer2DModel)["img_shapes"]
     assert shapes.expr.startswith("[[(") and shapes.expr.endswith("]] * 1")
+
+
+def _derived_from_pipeline(tmp_path, pipeline: str, transformer: str) -> dict:
+    model = make_model_dir(tmp_path / "m", pipeline, transformer)
+    plan_dir, out = _generated(model, tmp_path)
+    rc, r = _verify(plan_dir, out, "--fixture-only")
+    fx = r["fixture"]
+    assert rc == 0 and fx["status"] == "derived" and fx["source"] == "pipeline", fx
+    return fx
+
+
+def test_a_pipeline_that_takes_no_prompt_embeddings_gets_a_stand_in_text_encoder(tmp_path):
+    """LongCatAudioDiTPipeline encodes its prompt itself (UMT5): the encoder is its own class, narrowed to the
+    width the tiny transformer takes, and the tokenizer a word-level stand-in; both are said."""
+    fx = _derived_from_pipeline(tmp_path, "LongCatAudioDiTPipeline", "LongCatAudioDiTTransformer")
+    assert any(n.startswith("`text_encoder`: UMT5EncoderModel") and "stand-in" in n for n in fx["notes"]), fx
+    assert any(n.startswith("`tokenizer`: ") for n in fx["notes"])
+
+
+def test_input_widths_the_pipeline_joins_are_scaled_together(tmp_path):
+    """BriaFiboPipeline joins two of its text encoder's layers into one embedding: with every input width made
+    the same, nothing fits; scaled together (the real ratio of 2 kept), with the encoder half the text width,
+    the plain model runs, and the notes say both."""
+    fx = _derived_from_pipeline(tmp_path, "BriaFiboPipeline", "BriaFiboTransformer2DModel")
+    assert fx["tried"] and fx["tried"][0].startswith("pipeline: the plain tiny model does not run"), fx["tried"]
+    assert any("scaled down together" in n for n in fx["notes"]) and any("1/2" in n for n in fx["notes"]), fx
+    joint, text = fx["changes"]["joint_attention_dim"][1], fx["changes"]["text_encoder_dim"][1]
+    assert joint == 2 * text
+
+
+def test_widths_a_pipeline_component_is_built_to_are_kept(tmp_path):
+    """StableAudio3Pipeline builds its duration embedder from its own defaults (768 wide) and joins it to the
+    prompt embeddings: the conditioning widths stay the real ones, the model's own width still shrinks."""
+    fx = _derived_from_pipeline(tmp_path, "StableAudio3Pipeline", "StableAudio3DiTModel")
+    assert any("the real config's: the pipeline's components are sized to them" in n for n in fx["notes"]), fx
+    assert "cond_token_dim" not in fx["changes"] and fx["changes"]["embed_dim"][1] < 1536

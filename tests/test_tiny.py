@@ -73,3 +73,42 @@ def test_motif_video_from_its_config_json():
     # the decoder tail stays shorter than the single-stream list it is cut from, leaving >= 2 encoder blocks
     assert tiny.config["num_single_layers"] - tiny.config["num_decoder_layers"] >= 2
     assert tiny.parameters < 1_000_000
+
+
+def test_t5_style_names_feed_forward_widths_and_large_vocabularies_shrink_too():
+    """`d_model` / `d_kv` / `d_ff` (T5FilmDecoder), `intermediate_size` and a 151,936-token vocabulary
+    (Cosmos3Omni) are widths like any other: both build within the budget."""
+    import diffusers
+
+    t5 = _check(diffusers.T5FilmDecoder, _defaults(diffusers.T5FilmDecoder))
+    assert t5.config["d_kv"] == HEAD_DIM and t5.config["d_model"] == 2 * HEAD_DIM and t5.config["d_ff"] < 2048
+    cosmos = _check(diffusers.Cosmos3OmniTransformer, _defaults(diffusers.Cosmos3OmniTransformer))
+    assert cosmos.config["intermediate_size"] < 12288 and cosmos.config["vocab_size"] == 1024
+
+
+def test_a_vocabulary_a_token_id_points_beyond_is_kept():
+    from integrate.verify.tiny import tiny_config
+
+    cut = tiny_config({"hidden_size": 1024, "num_attention_heads": 8, "vocab_size": 50000})
+    kept = tiny_config({"hidden_size": 1024, "num_attention_heads": 8, "vocab_size": 50000, "image_token_id": 32000})
+    assert cut.config["vocab_size"] == 1024 and kept.config["vocab_size"] == 50000
+
+
+def test_input_widths_are_made_tiny_scaled_together_or_kept_real():
+    """BriaFibo's pipeline joins two text-encoder layers into one embedding (`joint_attention_dim` is twice
+    `text_encoder_dim`): "scaled" keeps that ratio. StableAudio3's pipeline builds a duration embedder 768
+    wide: "real" keeps `global_cond_dim`, while the model's own width (`embed_dim`) still shrinks."""
+    import diffusers
+
+    from integrate.verify.tiny import WIDE
+
+    fibo = _defaults(diffusers.BriaFiboTransformer2DModel)
+    tiny = derive(diffusers.BriaFiboTransformer2DModel, fibo)
+    assert tiny.config["joint_attention_dim"] == tiny.config["text_encoder_dim"] == WIDE
+    scaled = derive(diffusers.BriaFiboTransformer2DModel, fibo, widths="scaled")
+    assert scaled.error is None
+    assert scaled.config["joint_attention_dim"] == 2 * scaled.config["text_encoder_dim"] < 2048
+    audio = _defaults(diffusers.StableAudio3DiTModel)
+    real = derive(diffusers.StableAudio3DiTModel, audio, widths="real")
+    assert real.error is None and real.config["global_cond_dim"] == audio["global_cond_dim"] == 768
+    assert real.config["embed_dim"] < audio["embed_dim"] and real.parameters < MAX_PARAMS

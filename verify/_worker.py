@@ -37,22 +37,32 @@ def derive(job: dict) -> dict:
 
     import torch
     from integrate.verify.inputs import synthesize
+    from integrate.verify.tiny import WIDTHS
     from integrate.verify.tiny import derive as tiny_derive
 
     cls = _load_class(job["transformer_module"], job["transformer_class"], job.get("search_path"))
     config = job["config"] or {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
                                if k != "self" and v.default is not inspect.Parameter.empty}
     tiny = tiny_derive(cls, config)
+    unset = [k for k, v in config.items() if v is None and not job["config"] and any(
+        w in k for w in ("channels", "patch", "dim", "size"))]
+    if tiny.error and unset and tiny.error.startswith("building"):
+        tiny.error += (f" (the class defaults leave {', '.join(f'`{k}`' for k in unset[:4])} unset: the model "
+                       "folder's transformer/config.json gives them)")
     out = {"changes": {k: list(v) for k, v in tiny.changes.items()}, "config": tiny.config,
            "parameters": tiny.parameters, "error": tiny.error}
     if tiny.error:
         out["slots"] = []
         return out
-    with torch.device("meta"):
-        model = cls.from_config(tiny.config)
-    syn = synthesize(model, dict(model.config), {k: v for k, v in job.get("passed", {}).items()})
-    out.update(slots=[dataclasses.asdict(s) for s in syn.slots], image_tokens=syn.image_tokens,
-               text_tokens=syn.text_tokens)
+
+    def synthesised(config: dict) -> dict:
+        with torch.device("meta"):
+            model = cls.from_config(config)
+        syn = synthesize(model, dict(model.config), dict(job.get("passed", {})))
+        return {"slots": [dataclasses.asdict(s) for s in syn.slots], "image_tokens": syn.image_tokens,
+                "text_tokens": syn.text_tokens}
+
+    out.update(synthesised(tiny.config))
     tried = []
     if job.get("fixture_from"):
         taken = _from_test_file(cls, job, out)
@@ -61,11 +71,34 @@ def derive(job: dict) -> dict:
             return out
         tried.append(f"test-file: {taken['why']}")
     if job.get("pipeline"):
-        captured = _from_pipeline(cls, job, tiny.config, out)
-        if captured.get("ok"):
-            out.update(captured["derived"], check={"ok": True, "masks": None}, source="pipeline", tried=tried)
-            return out
-        tried.append(f"pipeline: {captured['why']}")
+        # the pipeline's own components (its VAE's latent channels, a conditioner) may be sized to the
+        # transformer's input widths: when the tiny widths do not fit them, the real widths are tried
+        # the pipeline's own components (its VAE's latent channels, a conditioner, the encoders' layers it
+        # joins) may be sized to the transformer's input widths: when the tiny widths do not fit them, the
+        # widths scaled down together and then the real ones are tried
+        tiers, seen = [("tiny", tiny, out)], [tiny.config]
+        for widths in WIDTHS[1:]:
+            tier = tiny_derive(cls, config, widths=widths)
+            if not tier.error and tier.config not in seen:
+                tiers.append((widths, tier, None))
+                seen.append(tier.config)
+        failures: list[str] = []
+        for widths, tier, static in tiers:
+            static = static or {**out, "config": tier.config, "changes": {k: list(v) for k, v in tier.changes.items()},
+                                "parameters": tier.parameters, **synthesised(tier.config)}
+            captured = _from_pipeline(cls, job, tier.config, static)
+            if captured.get("ok"):
+                if widths != "tiny":
+                    captured["derived"]["notes"].append(_WIDTH_NOTES[widths])
+                out.update(static, **captured["derived"], check={"ok": True, "masks": None}, source="pipeline",
+                           tried=[*tried, *failures])
+                return out
+            label = "pipeline" if widths == "tiny" else f"pipeline, {widths} input widths"
+            if not failures or captured["why"] not in failures[0]:
+                failures.append(f"{label}: {captured['why']}")
+            if not captured["sized"]:  # other widths would not help
+                break
+        tried += failures
     out.update(source="static", tried=tried)
     if not any(s.get("error") for s in out["slots"]):
         out["check"] = _check_static(cls, job, out)
@@ -73,33 +106,52 @@ def derive(job: dict) -> dict:
     return out
 
 
+_WIDTH_NOTES = {
+    "scaled": "the input and conditioning widths are the real config's scaled down together: the pipeline's "
+              "components are sized to their ratios",
+    "real": "the input and conditioning widths are the real config's: the pipeline's components are sized to them"}
+
+
 def _from_pipeline(cls, job: dict, config: dict, static: dict) -> dict:
     """{"ok": True, "derived": ...} when the pipeline's own calls, saved beside the fixture, make the plain
-    tiny model run; else {"ok": False, "why": ...}."""
-    import torch
-    from integrate.verify.capture import TEXT_TOKENS, NotCaptured, capture, image_tokens
+    tiny model run; else {"ok": False, "why": ...}.
 
-    torch.manual_seed(0)
-    model = cls.from_config(config).eval()
-    _randomize(model, 0)
-    notes: list[str] = []
-    try:
-        calls = capture(cls, model, job["pipeline"], config, static["slots"], job.get("steps", 1), notes)
-    except NotCaptured as exc:
-        return {"ok": False, "why": str(exc)}
-    del model
+    Where a stand-in text encoder makes the embeddings, its width is the transformer's text width, unless the
+    pipeline joins several of the encoder's layers into one embedding: then a half, a third or a quarter of
+    it is tried in turn, and the first the plain model runs on is kept (said in the notes)."""
+    import torch
+    from integrate.verify.capture import NotCaptured, capture, image_tokens, text_tokens
+
     path = Path(job["capture_path"])
-    torch.save(calls, path)
-    slots = [{"name": k, "expr": f"_saved(step, {k!r})", "why": "what the pipeline passed"} for k in calls[0]]
-    derived = {"slots": slots, "image_tokens": image_tokens(calls[0], config), "text_tokens": TEXT_TOKENS,
-               "notes": notes}
-    text = _render_check(job, {**static, **derived})
-    failure = plain_forward(cls, _module_from_text(text, path.with_suffix(".py")))
-    if failure is not None:
+    first = None
+    for share in (1, 2, 3, 4):
+        torch.manual_seed(0)
+        model = cls.from_config(config).eval()
+        _randomize(model, 0)
+        notes: list[str] = []
+        try:
+            calls, stood_in = capture(cls, model, job["pipeline"], config, static["slots"], job.get("steps", 1),
+                                      notes, text_share=share)
+        except NotCaptured as exc:
+            return {"ok": False, "why": first or str(exc), "sized": bool(first) or exc.sized}
+        del model
+        torch.save(calls, path)
+        slots = [{"name": k, "expr": f"_saved(step, {k!r})", "why": "what the pipeline passed"} for k in calls[0]]
+        derived = {"slots": slots, "image_tokens": image_tokens(calls[0], config),
+                   "text_tokens": text_tokens(calls[0]), "notes": notes}
+        text = _render_check(job, {**static, **derived})
+        failure = plain_forward(cls, _module_from_text(text, path.with_suffix(".py")))
+        if failure is None:
+            if share > 1:
+                notes.append(f"the stand-in text encoder is 1/{share} of the transformer's text width: the pipeline "
+                             f"joins {share} of its layers")
+            return {"ok": True, "derived": derived}
         path.unlink()
-        return {"ok": False, "why": f"the plain tiny model does not run on the captured inputs: "
-                                    f"{failure['type']}: {failure['message']}"}
-    return {"ok": True, "derived": derived}
+        first = first or (f"the plain tiny model does not run on the captured inputs: {failure['type']}: "
+                          f"{failure['message']}")
+        if not stood_in:  # the embeddings' width is not a stand-in's to vary
+            break
+    return {"ok": False, "why": first, "sized": True}
 
 
 def _from_test_file(cls, job: dict, static: dict) -> dict:

@@ -7,7 +7,7 @@ decodes) and no text encoder or tokenizer: random prompt embeddings go in as `pr
 and masks where `__call__` takes them). It is called for a few steps at a small size, guidance off, and a
 forward pre-hook records the transformer's calls: exactly the inputs the pipeline makes.
 
-`capture(...)` returns the recorded calls, or raises `NotCaptured` saying why not (the caller falls back to
+`capture(...)` returns the recorded calls (and whether a stand-in text encoder made them), or raises `NotCaptured` saying why not (the caller falls back to
 the next fixture source).
 """
 
@@ -15,17 +15,25 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from pathlib import Path
 from typing import Any
 
 TEXT_TOKENS = 6  # even, and never the image token count (16 per frame below)
+PROMPT = "a small test prompt"  # what a stand-in text encoder encodes, where the pipeline takes no embeddings
 _GRID = 4  # latent tokens per side after patching
+_MAX_GRID = 32  # the largest tried when a pipeline refuses the small sizes (its own minimum)
 # The schedule is long and only its first calls are recorded: neighbouring steps then differ as they do in a
 # real run, little, which is what a cache's residual threshold is made for.
 CAPTURE_SCHEDULE = 500
 
 
 class NotCaptured(Exception):
-    pass
+    """Why the pipeline gave no inputs. `sized`: it failed inside its own call, where other widths of the tiny
+    transformer may fare better (a missing class or a component that cannot be built would not)."""
+
+    def __init__(self, why: str, sized: bool = False) -> None:
+        super().__init__(why)
+        self.sized = sized
 
 
 class _Enough(Exception):
@@ -67,16 +75,57 @@ def _candidates(name: str, param: inspect.Parameter, module, components: dict) -
     return _classes_of(param.annotation, module)
 
 
+def _encoders(name: str, cls: type | None, widths: dict, needs_text: bool, notes: list[str]):
+    """(True, the stand-in) for a tokenizer, an image processor, an image encoder, and a text encoder when the
+    call needs one (`needs_text`: the pipeline takes no prompt embeddings); (True, None) for an encoder or
+    processor that is left out; (False, None) for any other component."""
+    from . import standins
+
+    if standins.is_tokenizer(cls, name):
+        notes.append(f"`{name}`: a word-level tokenizer over {standins.VOCAB} placeholder words (a stand-in)")
+        return True, standins.tokenizer()
+    if standins.is_image_processor(cls):
+        try:
+            built = standins.image_processor(cls)
+        except standins.NoStandIn as exc:
+            notes.append(f"`{name}`: {exc}; passed None")
+            return True, None
+        notes.append(f"`{name}`: {cls.__name__} with its default settings (a stand-in)")
+        return True, built
+    text = "text_encoder" in name
+    image = any(w in name for w in ("image_encoder", "vision"))
+    if not (text or image) or text and not needs_text:
+        return any(word in name for word in _NOT_BUILT), None
+    if not standins.is_transformers_model(cls):
+        if text:
+            typed = cls.__name__ if isinstance(cls, type) else "nothing buildable"
+            raise NotCaptured(f"the pipeline takes no prompt embeddings and its `{name}` is typed {typed}, which "
+                              "names no model class to stand in (model_index.json names none)")
+        return True, None
+    second = text and name != "text_encoder" and widths.get("pooled")  # text_encoder_2: the pooled one
+    width = widths["pooled"] if second else widths.get("image" if image else "text") or standins.WIDTH
+    try:
+        built = standins.encoder(cls, width)
+    except standins.NoStandIn as exc:
+        if text:
+            raise NotCaptured(f"a stand-in for the pipeline's `{name}`: {exc}") from None
+        notes.append(f"`{name}`: {exc}; passed None")
+        return True, None
+    notes.append(f"`{name}`: {cls.__name__}, {standins.LAYERS} layers {width} wide with random weights (a stand-in)")
+    return True, built
+
+
 def _component(name: str, param: inspect.Parameter, cls: type | None, configs: dict, notes: list[str],
-               device: str = "meta"):
+               device: str = "meta", widths: dict | None = None, needs_text: bool = False):
     """A component built from its config (the model folder's, else the class defaults): modules on `device`
     (meta first: a VAE is never run with `output_type="latent"`; the CPU, random weights, when the pipeline
-    uses one before the transformer), the rest (schedulers, guiders) on the CPU with guidance off; None for
-    text and image encoders, tokenizers and processors (embeddings go in instead)."""
+    uses one before the transformer), the rest (schedulers, guiders) on the CPU with guidance off; encoders,
+    tokenizers and processors as `_encoders` says (text encoders left out where embeddings go in)."""
     import torch
 
-    if any(word in name for word in _NOT_BUILT):
-        return None
+    handled, built = _encoders(name, cls, widths or {}, needs_text, notes)
+    if handled:
+        return built
     if cls is not None and inspect.isabstract(cls) or cls is not None and cls.__name__ in _ABSTRACT:
         stand_in = _STAND_INS.get(_ABSTRACT.get(cls.__name__, ""))
         if stand_in is None:
@@ -93,6 +142,10 @@ def _component(name: str, param: inspect.Parameter, cls: type | None, configs: d
     config = dict(configs.get(name) or {})
     try:
         if issubclass(cls, torch.nn.Module):
+            if device != "meta":  # run on the CPU: narrower channels first (the full widths may not fit)
+                narrowed = _narrowed(cls, config, notes, name)
+                if narrowed is not None:
+                    return narrowed
             with torch.device(device):
                 return cls.from_config(config) if hasattr(cls, "from_config") else cls(**config)
         if "guidance_scale" in inspect.signature(cls.__init__).parameters:
@@ -107,6 +160,25 @@ def _component(name: str, param: inspect.Parameter, cls: type | None, configs: d
         raise NotCaptured(why) from None
 
 
+def _narrowed(cls, config: dict, notes: list[str], name: str):
+    """`cls` built on the CPU from its config (or its defaults) with narrower channels, or None when that is
+    not a change or its constructor refuses it."""
+    from .standins import narrow_channels
+
+    full = config or {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
+                      if k != "self" and v.default is not inspect.Parameter.empty}
+    narrow = narrow_channels(full)
+    if narrow == full or not hasattr(cls, "from_config"):
+        return None
+    try:
+        built = cls.from_config(narrow)
+    except Exception:  # noqa: BLE001 - the component's own constructor on narrower channels: use the full one
+        return None
+    changed = ", ".join(f"{k} {full[k]} -> {narrow[k]}" for k in narrow if narrow[k] != full.get(k))
+    notes.append(f"`{name}`: {cls.__name__} with narrower channels ({changed})")
+    return built
+
+
 def _on_cpu(pipe_cls):
     """The pipeline class, with its execution device fixed to the CPU (a meta VAE would otherwise be asked)."""
     import torch
@@ -116,14 +188,15 @@ def _on_cpu(pipe_cls):
                                                  "__module__": pipe_cls.__module__})
 
 
-def _text_widths(slots: list[dict]) -> tuple[int | None, int | None]:
-    """(text width, pooled width) the tiny transformer takes, read from the static synthesis's `_randn(...)`
+def _widths(slots: list[dict]) -> dict[str, int]:
+    """The widths the tiny transformer takes for its text, pooled text and image-embedding inputs (keys
+    "text", "pooled", "image"; a width not read is absent), read from the static synthesis's `_randn(...)`
     shapes (our own expressions)."""
     import ast
 
     from integrate.verify.inputs import TEXT_TOKENS as SYN_TEXT
 
-    text = pooled = None
+    text = pooled = image = None
     for s in slots:
         try:
             call = ast.parse(s.get("expr") or "", mode="eval").body
@@ -135,18 +208,20 @@ def _text_widths(slots: list[dict]) -> tuple[int | None, int | None]:
         name = s["name"]
         if "pool" in name and dims:
             pooled = dims[-1]
+        elif "image" in name and len(dims) >= 3:
+            image = image or dims[-1]
         elif any(w in name for w in ("encoder_hidden", "text", "prompt", "context", "caption")) and len(dims) >= 3 \
                 and dims[-2] == SYN_TEXT:
             text = text or dims[-1]
-    return text, pooled
+    return {k: v for k, v in (("text", text), ("pooled", pooled), ("image", image)) if v is not None}
 
 
-def _size(pipe, config: dict) -> dict[str, int]:
+def _size(pipe, config: dict, grid: int = _GRID) -> dict[str, int]:
     patch = config.get("patch_size") or 1
     patch = max(patch) if isinstance(patch, (list, tuple)) else int(patch)
     spatial = getattr(pipe, "vae_scale_factor_spatial", None) or getattr(pipe, "vae_scale_factor", None) or 8
     spatial = int(spatial) if isinstance(spatial, (int, float)) else 8
-    side = spatial * patch * _GRID
+    side = spatial * patch * grid
     size = {"height": side, "width": side}
     temporal = getattr(pipe, "vae_scale_factor_temporal", None)
     size["num_frames"] = int(temporal) + 1 if isinstance(temporal, (int, float)) else 5
@@ -154,9 +229,11 @@ def _size(pipe, config: dict) -> dict[str, int]:
 
 
 def capture(cls, model, pipeline: dict, tiny_config: dict, slots: list[dict], steps: int,
-            notes: list[str]) -> list[dict]:
-    """The transformer's keyword inputs for its first `steps` calls by the pipeline (a list of dicts); what
-    stood in for a component the model folder does not name is added to `notes`.
+            notes: list[str], text_share: int = 1) -> tuple[list[dict], bool]:
+    """The transformer's keyword inputs for its first `steps` calls by the pipeline (a list of dicts), and
+    whether a stand-in text encoder made the embeddings (`text_share`: it is that fraction of the
+    transformer's text width); what stood in for a component the model folder does not name is added to
+    `notes`.
 
     A union-typed component (`AutoencoderDC | AutoencoderKLWan`) is tried member by member, in order, until
     the pipeline both builds and reaches its transformer; the first failure is what is reported."""
@@ -172,36 +249,70 @@ def capture(cls, model, pipeline: dict, tiny_config: dict, slots: list[dict], st
             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if "transformer" not in dict(init):
         raise NotCaptured(f"{pipe_cls.__name__}.__init__ takes no `transformer`")
-    params = inspect.signature(pipe_cls.__call__).parameters
-    if "prompt_embeds" not in params:
-        raise NotCaptured(f"{pipe_cls.__name__}.__call__ takes no `prompt_embeds`: it needs a text encoder")
     options = {n: _candidates(n, p, module, pipeline.get("components", {})) for n, p in init if n != "transformer"}
     first: NotCaptured | None = None
     for choice in _choices(options):
         tried: list[str] = []
         try:
-            calls = _run(pipe_cls, model, init, choice, pipeline.get("configs", {}), tiny_config, slots, steps, tried)
+            calls = _run(pipe_cls, model, init, choice, pipeline.get("configs", {}), tiny_config, slots, steps, tried,
+                         text_share)
         except NotCaptured as exc:
             first = first or exc
             continue
         notes += [n for n in tried if n not in notes]
         notes += [f"`{n}`: {c.__name__}, the member of its annotation's union the pipeline runs with"
                   for n, c in choice.items() if c is not None and options[n] and c is not options[n][0]]
-        return calls
+        return calls, "prompt_embeds" not in inspect.signature(pipe_cls.__call__).parameters and bool(
+            _text_components(init))
     raise first or NotCaptured(f"building {pipe_cls.__name__} failed")
+
+
+def _text_components(init) -> list[str]:
+    """The pipeline's text encoders, by their `__init__` names."""
+    return [n for n, _ in init if "text_encoder" in n]
 
 
 def _line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [""])[0][:200]
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, MemoryError) or "allocate memory" in str(exc)
+
+
+def _raised_in(exc: BaseException, pipe_cls) -> bool:
+    """Did the pipeline's own module raise `exc` (its input checks), rather than a component it called?"""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    try:
+        own = inspect.getsourcefile(pipe_cls)
+    except TypeError:
+        return False
+    return bool(frames and own and Path(frames[-1].filename).resolve() == Path(own).resolve())
+
+
+def _where(exc: BaseException) -> str:
+    """` (at file:line)`: the innermost frame of the raise, where it reads better than the message alone."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+
+
 def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, slots: list[dict], steps: int,
-         notes: list[str]) -> list[dict]:
+         notes: list[str], text_share: int = 1) -> list[dict]:
     """Build the pipeline with one choice of component classes, call it, and record the transformer's calls."""
     import torch
 
+    params = inspect.signature(pipe_cls.__call__).parameters
+    widths = _widths(slots)
+    if text_share > 1 and widths.get("text"):
+        widths["text"] //= text_share
+    needs_text = "prompt_embeds" not in params and bool(_text_components(init))
     try:
-        kwargs = {n: model if n == "transformer" else _component(n, p, choice.get(n), configs, notes)
+        kwargs = {n: model if n == "transformer" else _component(n, p, choice.get(n), configs, notes,
+                                                                 widths=widths, needs_text=needs_text)
                   for n, p in init}
         pipe = _on_cpu(pipe_cls)(**kwargs)
     except NotCaptured:
@@ -209,14 +320,20 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
     except Exception as exc:  # noqa: BLE001 - the pipeline's constructor, without encoders
         raise NotCaptured(f"building {pipe_cls.__name__} without text encoders failed: {type(exc).__name__}: "
                           f"{_line(exc)}") from None
-    params = inspect.signature(pipe_cls.__call__).parameters
-    text, pooled = _text_widths(slots)
-    if text is None:
-        raise NotCaptured("the width of the transformer's text input is not known")
     g = torch.Generator().manual_seed(0)
-    call: dict[str, Any] = {"prompt_embeds": torch.randn(1, TEXT_TOKENS, text, generator=g),
-                            "num_inference_steps": CAPTURE_SCHEDULE, "output_type": "latent",
+    call: dict[str, Any] = {"num_inference_steps": CAPTURE_SCHEDULE, "output_type": "latent",
                             "generator": torch.Generator().manual_seed(0)}
+    text, pooled = widths.get("text"), widths.get("pooled")
+    if "prompt_embeds" in params:
+        if text is None:
+            raise NotCaptured("the width of the transformer's text input is not known")
+        call["prompt_embeds"] = torch.randn(1, TEXT_TOKENS, text, generator=g)
+    elif needs_text:
+        call["prompt"] = PROMPT  # encoded by the stand-in text encoder
+        if "max_sequence_length" in params:
+            call["max_sequence_length"] = TEXT_TOKENS
+    else:
+        notes.append(f"{pipe_cls.__name__} has no text encoder: called without prompt embeddings")
     if "pooled_prompt_embeds" in params:
         if pooled is None:
             raise NotCaptured("the pipeline takes `pooled_prompt_embeds` and the pooled width is not known")
@@ -228,11 +345,6 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
         call["guidance_scale"] = 1.0
     if "use_resolution_binning" in params:  # binning would move the small size to a trained aspect-ratio bin
         call["use_resolution_binning"] = False
-    size = _size(pipe, tiny_config)
-    for key, value in size.items():
-        if key in params:
-            call[key] = value
-    call.update(_required(pipe_cls.__name__, params, call, size, notes))
     calls: list[dict] = []
     forward = inspect.signature(type(model).forward)
 
@@ -244,25 +356,39 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
             raise _Enough
 
     handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+    grid, on_cpu = _GRID, False
     try:
-        for attempt in ("meta", "cpu"):
+        while True:
+            size = _size(pipe, tiny_config, grid)
+            sized = {**call, **{k: v for k, v in size.items() if k in params}}
+            sized.update(_required(pipe_cls.__name__, params, sized, size, []))
             try:
                 with torch.no_grad():
-                    pipe(**call)
+                    pipe(**sized)
                 break
             except _Enough:
                 break
             except Exception as exc:  # noqa: BLE001 - the pipeline's own code on a tiny model
                 if calls:
                     break
-                if attempt == "cpu" or "meta" not in _line(exc):
-                    raise NotCaptured(f"{pipe_cls.__name__}(...) failed before calling the transformer: "
-                                      f"{type(exc).__name__}: {_line(exc)}") from None
-                # the pipeline runs a component (the VAE, encoding an input image) before the transformer:
-                # build its modules on the CPU with random weights and call it again
-                _to_cpu(pipe, init, configs, notes)
+                if "meta" in _line(exc) and not on_cpu:
+                    # the pipeline runs a component (the VAE, encoding an input image) before the transformer:
+                    # build its modules on the CPU with random weights and call it again
+                    _to_cpu(pipe, init, configs, notes)
+                    on_cpu = True
+                    continue
+                if isinstance(exc, ValueError) and grid < _MAX_GRID and _raised_in(exc, pipe_cls):
+                    # the pipeline's own checks refused the size (a minimum, a multiple): the next larger one
+                    notes.append(f"{pipe_cls.__name__} refused {size['width']}x{size['height']} "
+                                 f"({_line(exc)[:120]}); called at twice the size")
+                    grid *= 2
+                    continue
+                raise NotCaptured(f"{pipe_cls.__name__}(...) failed before calling the transformer: "
+                                  f"{type(exc).__name__}: {_line(exc)}{_where(exc)}",
+                                  sized=not _out_of_memory(exc)) from None
     finally:
         handle.remove()
+    _required(pipe_cls.__name__, params, {**call, **size}, size, notes)  # what was made up, said once
     if not calls:
         raise NotCaptured(f"{pipe_cls.__name__}(...) never called the transformer")
     for i, c in enumerate(calls):
@@ -296,7 +422,12 @@ def _to_cpu(pipe, init, configs: dict, notes: list[str]) -> None:
             continue
         if not any(p.is_meta for p in current.parameters()):
             continue
-        built = _component(name, param, type(current), configs, [], device="cpu")
+        why: list[str] = []
+        built = _component(name, param, type(current), configs, why, device="cpu")
+        if not isinstance(built, torch.nn.Module):
+            raise NotCaptured(f"the pipeline runs its `{name}` before the transformer, and building it on the CPU "
+                              f"failed: {why[-1] if why else 'nothing was built'}")
+        notes += why
         setattr(pipe, name, built.eval())
         notes.append(f"`{name}`: {type(current).__name__} built on the CPU with random weights (the pipeline runs "
                      "it before the transformer)")
@@ -369,6 +500,17 @@ def storable(value) -> bool:
     if isinstance(value, dict):
         return all(isinstance(k, str) and storable(v) for k, v in value.items())
     return False
+
+
+def text_tokens(call: dict) -> int:
+    """Text tokens of a captured call: the length of its 3-D text input, else the prompt length we make."""
+    import torch
+
+    for name, value in call.items():
+        if isinstance(value, torch.Tensor) and value.ndim == 3 and name != "hidden_states" and any(
+                w in name for w in ("encoder_hidden", "text", "prompt", "context", "caption")):
+            return int(value.shape[1])
+    return TEXT_TOKENS
 
 
 def image_tokens(call: dict, config: dict) -> int | None:

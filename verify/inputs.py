@@ -66,6 +66,21 @@ def _names(node: cst.CSTNode) -> set[str]:
     return out
 
 
+def _direct_names(node: cst.CSTNode) -> set[str]:
+    """`_names`, less those only reached through a sub-module call nested in `node`: in
+    `self.norm(self.in_layer(x))` the norm takes what `in_layer` made of x, not x."""
+    if isinstance(node, cst.Call) and _module_path(node.func) is not None:
+        return set()
+    if isinstance(node, cst.Name):
+        return {node.value}
+    if isinstance(node, cst.Attribute) and node.attr.value in _NOT_ALIAS and isinstance(node.value, cst.Name):
+        return set()  # `x.shape` is not x
+    out: set[str] = set()
+    for child in node.children:
+        out |= _direct_names(child)
+    return out
+
+
 _WS = Workspace()  # every argument's search reads the same few files: each is parsed once
 
 
@@ -114,7 +129,7 @@ def consumers(module, param: str):
             for a in n.args:
                 if a.star:
                     break
-                if _names(a.value) & tracked:
+                if _direct_names(a.value) & tracked:
                     yield path, (a.keyword.value if a.keyword else position), src.line(n)
                     break
                 if a.keyword is None:

@@ -15,8 +15,12 @@ from typing import Any
 HEAD_DIM = 16
 WIDE = 32  # text / pooled / feature dims
 MAX_PARAMS = 20_000_000
-_HEAD_DIM_KEYS = ("attention_head_dim", "head_dim", "dim_head")
-_HIDDEN_KEYS = ("hidden_size", "inner_dim", "dim", "model_dim")
+_HEAD_DIM_KEYS = ("attention_head_dim", "head_dim", "dim_head", "d_kv")
+_HIDDEN_KEYS = ("hidden_size", "inner_dim", "dim", "model_dim", "d_model")
+_FF_KEYS = ("intermediate_size", "d_ff")  # feed-forward widths not named `*_dim`
+_ENCODER_SIZE = 64  # pixels per side of an image a sub-encoder takes
+_TOKENS = 1024  # a vocabulary larger than this is cut to it, unless the config names a token id beyond it
+_MODEL_WIDTH_KEYS = ("embed_dim", "model_dim", "inner_dim", "hidden_dim", "d_model")
 _KEEP = ("channels", "patch", "sample_size", "max_seq", "axes_lens", "seq_len", "theta", "num_frames")
 
 
@@ -32,8 +36,17 @@ def is_layers(key: str) -> bool:
     return key == "num_layers" or key.endswith("_layers") or key.startswith("depth") or key == "num_blocks"
 
 
-def tiny_config(config: dict[str, Any]) -> Tiny:
-    """Shrink `config` (keys starting with "_" dropped) keeping the structure the proofs need."""
+WIDTHS = ("tiny", "scaled", "real")
+
+
+def tiny_config(config: dict[str, Any], widths: str = "tiny") -> Tiny:
+    """Shrink `config` (keys starting with "_" dropped) keeping the structure the proofs need.
+
+    `widths` says what becomes of the input, conditioning and embedding widths (`text_dim`, `in_visual_dim`,
+    `cond_token_dim`, ...): "tiny" makes each WIDE; "scaled" divides them all by one power of two, so a width
+    that is twice another stays twice it (a pipeline that joins two encoder layers into one embedding);
+    "real" leaves them as they are, for a pipeline whose own components (a VAE's latent channels, a
+    conditioner's output) are sized to match them."""
     cfg = {k: v for k, v in config.items() if not k.startswith("_")}
     out = dict(cfg)
     changes: dict[str, tuple[Any, Any]] = {}
@@ -69,7 +82,7 @@ def tiny_config(config: dict[str, Any]) -> Tiny:
         if axes and cfg[hidden_key] % sum(axes[0]) == 0:
             old_head = sum(axes[0])
     for k, v in cfg.items():
-        if "head_dim" in k and isinstance(v, int) and not isinstance(v, bool):
+        if ("head_dim" in k or k == "d_kv") and isinstance(v, int) and not isinstance(v, bool):
             put(k, HEAD_DIM)
     for k, v in cfg.items():
         if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v) and old_head and sum(v) == old_head:
@@ -91,14 +104,32 @@ def tiny_config(config: dict[str, Any]) -> Tiny:
     for k in _HIDDEN_KEYS:
         if isinstance(cfg.get(k), int) and cfg[k] >= 64:
             put(k, tiny_heads * HEAD_DIM)
-    # wide dims
+    # wide dims: the model's own width and its feed-forward width; then the input, conditioning and embedding
+    # widths, as `widths` says
+    inputs: dict[str, int] = {}
     for k, v in cfg.items():
         if k in changes or any(w in k for w in _KEEP) or not isinstance(v, int) or isinstance(v, bool):
             continue
-        if k.endswith("_dim") and v >= 64:
+        if k.endswith("_dim") and v >= 64 and widths != "tiny" and k not in _MODEL_WIDTH_KEYS and not any(
+                w in k for w in ("ff", "mlp", "hidden")):
+            inputs[k] = v
+        elif k.endswith("_dim") and v >= 64:
             put(k, 4 * tiny_heads * HEAD_DIM if "ff" in k or "mlp" in k else WIDE)
+        elif k.endswith("encoder_size") and v > _ENCODER_SIZE and v & (v - 1) == 0:  # a sub-encoder's input
+            put(k, _ENCODER_SIZE)  # resolution (`motion_encoder_size`: the face crops the pipeline makes)
+        elif k in _FF_KEYS and v >= 64:
+            put(k, 4 * tiny_heads * HEAD_DIM)
+        elif k == "vocab_size" and v > _TOKENS and not any(
+                (k2.endswith("_id") or k2.endswith("_ids")) and isinstance(v2, int) and v2 >= _TOKENS
+                for k2, v2 in cfg.items()):
+            put(k, _TOKENS)
         elif k == "multiple_of" and v > 16:
             put(k, 16)
+    if widths == "scaled" and inputs:  # one power-of-two divisor for all: their ratios survive
+        divisor = 2 ** max(0, (min(inputs.values()) // WIDE).bit_length() - 1)
+        for k, v in inputs.items():
+            if v % divisor == 0:
+                put(k, v // divisor)
     return Tiny(out, changes)
 
 
@@ -122,9 +153,9 @@ def size_on_meta(cls, config: dict[str, Any]) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def derive(cls, config: dict[str, Any], max_params: int = MAX_PARAMS) -> Tiny:
+def derive(cls, config: dict[str, Any], max_params: int = MAX_PARAMS, widths: str = "tiny") -> Tiny:
     """The tiny config, checked by building it on the meta device; `error` says what failed."""
-    tiny = tiny_config(config)
+    tiny = tiny_config(config, widths)
     try:
         tiny.parameters = size_on_meta(cls, tiny.config)
     except Exception as exc:  # the model's own constructor rejected the shrunk config
