@@ -451,14 +451,49 @@ def pipeline_masks(ws: Workspace, gate: GateReport) -> tuple[MaskFact, ...]:
 
 
 def pipeline_call_keywords(ws: Workspace, gate: GateReport) -> list[str]:
-    """Keywords the pipeline's entry passes to the transformer, in the order first seen."""
+    """Keywords the pipeline's entry passes to the transformer, in the order first seen: those written out,
+    and the string keys of a dict it spreads into the call (`**model_kwargs`, where the entry builds that
+    dict as a literal or with `dict(...)`, or sets its keys one by one)."""
     _, _, entry = _pipeline_entry(ws, gate)
     out: list[str] = []
     for call in find_all(entry, cst.Call) if entry is not None else ():
         name = dotted(call.func) or ""
         if name.startswith("self.transformer") or name == "transformer":
-            out += [a.keyword.value for a in call.args if a.keyword is not None and a.keyword.value not in out]
+            for a in call.args:
+                keys = [a.keyword.value] if a.keyword is not None else (
+                    _spread_keys(entry, a.value.value) if a.star == "**" and isinstance(a.value, cst.Name) else [])
+                out += [k for k in keys if k not in out]
     return out
+
+
+def _spread_keys(fn: cst.FunctionDef, name: str) -> list[str]:
+    """The string keys `fn` gives the dict `name`: `name = {"k": ...}` / `dict(k=...)`, `name["k"] = ...`,
+    `name.update(k=...)` (a key spread from another dict, `**other`, is not followed)."""
+    keys: list[str] = []
+
+    def literal(value: cst.BaseExpression) -> list[str]:
+        if isinstance(value, cst.Dict):
+            return [e.key.evaluated_value for e in value.elements if isinstance(e, cst.DictElement)
+                    and isinstance(e.key, cst.SimpleString) and isinstance(e.key.evaluated_value, str)]
+        if isinstance(value, cst.Call) and dotted(value.func) == "dict":
+            return [a.keyword.value for a in value.args if a.keyword is not None]
+        return []
+
+    for node in find_all(fn.body, (cst.Assign, cst.Call)):
+        if isinstance(node, cst.Assign):
+            for t in node.targets:
+                if isinstance(t.target, cst.Name) and t.target.value == name:
+                    keys += literal(node.value)
+                elif (isinstance(t.target, cst.Subscript) and isinstance(t.target.value, cst.Name)
+                      and t.target.value.value == name and len(t.target.slice) == 1
+                      and isinstance(t.target.slice[0].slice, cst.Index)
+                      and isinstance(t.target.slice[0].slice.value, cst.SimpleString)):
+                    key = t.target.slice[0].slice.value.evaluated_value
+                    keys += [key] if isinstance(key, str) else []
+        elif dotted(node.func) == f"{name}.update":
+            keys += [a.keyword.value for a in node.args if a.keyword is not None]
+            keys += [k for a in node.args if a.keyword is None for k in literal(a.value)]
+    return list(dict.fromkeys(keys))
 
 
 def pipeline_arg_ndims(ws: Workspace, gate: GateReport) -> dict[str, tuple[int, Evidence]]:

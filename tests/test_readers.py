@@ -85,3 +85,21 @@ def test_mask_layout(expr, kind):
 
 def test_mask_layout_unknown_for_a_plain_value():
     assert mask_kind(cst.parse_expression("prompt_attention_mask.to(device)")) is None
+
+
+SPREAD = '''
+def call(self, latents, t, emb, mask, extra):
+    model_kwargs = {"mask": mask, "data_info": {"hw": 1}, **extra}
+    model_kwargs["pose"] = latents
+    model_kwargs.update(face=latents)
+    other = dict(ignored=1)
+    return self.transformer(latents, t, emb, return_dict=False, **model_kwargs)
+'''
+
+
+def test_keywords_spread_from_a_dict_the_entry_builds_are_read():
+    from integrate.analyzers.structure import _spread_keys
+
+    fn = parse_source(Path("spread.py"), SPREAD).module.body[0]
+    assert _spread_keys(fn, "model_kwargs") == ["mask", "data_info", "pose", "face"]
+    assert _spread_keys(fn, "other") == ["ignored"] and _spread_keys(fn, "extra") == []  # a parameter: unknown
