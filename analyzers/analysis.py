@@ -22,6 +22,7 @@ from integrate.source import SourceFile, base_names, find_method
 from . import rules
 from .binding import CallArgs, bind
 from .blocks import ListDef, find_module_lists
+from .call import call_inputs
 from .cfg import analyze_pipeline
 from .forward import in_place_input_mutations, signature, summarize_forward
 from .loops import ListUse, find_list_uses
@@ -78,9 +79,11 @@ def _pipeline(ws: Workspace, gate: GateReport) -> PipelineFacts:
                              (Evidence(gate.value("transformer_file") or "", 0, why),))
     p_src = ws.load(Path(p_file))
     p_cls = (gate.value("pipeline_class") or "").split(".")[0]
-    facts = analyze_pipeline(ws, p_src, p_cls if p_cls in p_src.classes else None, gate.pipeline_entry)
+    cls = p_src.classes.get(p_cls)
+    facts = analyze_pipeline(ws, p_src, p_cls if cls is not None else None, gate.pipeline_entry)
     found = rules.run("pipeline", rules.PipelineContext(ws, p_src, gate.pipeline_entry, facts))
-    return dataclasses.replace(facts, findings=tuple(found))
+    entry = find_method(cls, gate.pipeline_entry) if cls is not None else p_src.functions.get(gate.pipeline_entry)
+    return dataclasses.replace(facts, findings=tuple(found), call_inputs=call_inputs(p_src, entry))
 
 
 def analyze_transformer(ws: Workspace, src: SourceFile, cls: cst.ClassDef) -> TransformerFacts:

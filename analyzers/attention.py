@@ -42,6 +42,7 @@ class _Reading:
     in_projs: list[str] = field(default_factory=list)  # module paths relative to the block
     out_projs: list[str] = field(default_factory=list)
     fused: dict[str, str] = field(default_factory=dict)  # projection path -> how its output is split
+    unequal: set[str] = field(default_factory=set)  # fused projections split into parts of different sizes
     reshape_attrs: dict[str, int] = field(default_factory=dict)  # attention attribute -> line of first use
     kernel: tuple[str, int] | None = None  # (the kernel's name, line)
     mask_line: int | None = None
@@ -96,14 +97,16 @@ def _adopt_processor_linears(ws: Workspace, tree: Tree, node: Node, p_src: Sourc
 
 
 def _qk_norms(tree: Tree, node: Node) -> dict[str, Any]:
-    """The attention module's own q/k norms (`norm_q`, `norm_k`) -> the size they normalise (None: not read
+    """The attention module's own q/k norms (`norm_q`, `k_norm`, `norm_added_q`) -> the size they normalise (None: not read
     statically; the generated TP planner then measures the built module)."""
     out: dict[str, Any] = {}
     for path, n in tree.nodes.items():
         if path.startswith(node.path + ".") and "norm" in path.rsplit(".", 1)[-1] and n.kind != "unknown":
             short = path[len(node.path) + 1:]
-            if short.count(".") == 0 and short.endswith(("_q", "_k")):
-                out[short] = n.shape[0] if n.shape else None
+            words = short.split("_")
+            if short.count(".") == 0 and "norm" in words and ("q" in words or "k" in words):  # norm_q, q_norm,
+                out[short] = n.shape[0] if n.shape else None                                 # norm_added_k
+
     return out
 
 
@@ -119,7 +122,7 @@ def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFi
     def pair(p):
         return None if p is None else (p[0], int_value(p[1]))
 
-    equal = all(("chunk(3" in how or "unflatten" in how or "(3," in how) for how in reading.fused.values())
+    equal = not reading.unequal
     processor = proc[1].name.value if proc is not None else None
     return AttentionFact(
         block_list=block_list, path=reading.path, cls=cls.name.value, processor=processor,
@@ -229,12 +232,15 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
     called = {p.split(".")[0] for p in (_projection(c, owner, modules) for c in calls) if p} | {
         c.func.attr.value for c in calls if isinstance(c.func, cst.Attribute) and dotted(c.func.value) == owner}
     kernel_line = None
+    kernel_lines: list[int] = []  # every kernel call: a projection is an input to the next one after it
     for call in calls:
         name = dotted(call.func) or ""
         last = name.rsplit(".", 1)[-1].lower()
-        if kernel_line is None and any(w in last for w in _KERNEL_WORDS) and not name.startswith(owner + "."):
-            kernel_line = src.line(call)
-            reading.kernel = (name, kernel_line)
+        if any(w in last for w in _KERNEL_WORDS) and not name.startswith(owner + "."):
+            kernel_lines.append(src.line(call))
+            if kernel_line is None:
+                kernel_line = src.line(call)
+                reading.kernel = (name, kernel_line)
         if last == "dispatch_attention_fn":
             reading.cross_cp.append((_cross_cp(call), src.line(call)))
     for call in calls:
@@ -245,7 +251,9 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
         proj = _projection(call, owner, modules)
         if proj is not None and call.func is not None and _is_direct(call, owner):
             if modules.get(proj) is not None and modules[proj].kind == "linear":
-                side = reading.in_projs if kernel_line is None or line < kernel_line else reading.out_projs
+                # before a kernel call (the arms of an if / else each call one): it feeds the attention
+                side = reading.in_projs if kernel_line is None or any(k > line for k in kernel_lines) \
+                    else reading.out_projs
                 full = f"{reading.path}.{proj}"
                 if full not in side:
                     side.append(full)
@@ -272,6 +280,8 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
                     src_proj = _projection(held[-1].whole, owner, modules) if held else None
                 if src_proj is not None and modules.get(src_proj) is not None and modules[src_proj].kind == "linear":
                     reading.fused.setdefault(f"{reading.path}.{src_proj}", f"`{src.code(call)[:80]}` (line {line})")
+                    if not _equal_parts(call, method, qual):
+                        reading.unequal.add(f"{reading.path}.{src_proj}")
         # helpers called with the attention module: follow one level
         if depth < 2 and call.args and any(isinstance(a.value, cst.Name) and a.value.value == owner for a in call.args):
             name = dotted(call.func) or ""
@@ -282,7 +292,7 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
                 if idx < len(h_params):
                     before = len(reading.in_projs)
                     _read_processor(ws, reading, tree, node, found.src, found.node, h_params[idx], depth + 1)
-                    if kernel_line is not None and line > kernel_line:
+                    if kernel_line is not None and not any(k > line for k in kernel_lines):
                         moved = reading.in_projs[before:]
                         del reading.in_projs[before:]
                         reading.out_projs.extend(moved)
@@ -297,6 +307,18 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
         if reading.kernel is None:
             reading.unknowns.append(f"no attention kernel call found in {dotted(fn.name)}")
             _split_by_flow(reading, src, fn, calls, owner, modules, index)
+
+
+def _equal_parts(call: cst.Call, method: str, qual: str) -> bool:
+    """Does this split cut its tensor into parts of one size? `chunk(n)`, `unbind`, `split(size)` with one size
+    (not a list of sizes), `unflatten`: yes; `split([a, b])`, `tensor_split`, an einops pattern: not known to."""
+    if method in ("chunk", "unbind", "unflatten"):
+        return True
+    if method == "split" and not qual.startswith("einops."):
+        sizes = call.args[1].value if qual == "torch.split" and len(call.args) > 1 else (
+            call.args[0].value if call.args and qual != "torch.split" else None)
+        return sizes is not None and not isinstance(sizes, (cst.List, cst.Tuple))
+    return False
 
 
 def _cross_cp(call: cst.Call) -> bool | None:

@@ -14,7 +14,7 @@ from integrate.gate.records import GateReport
 
 from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
-ANALYSIS_SCHEMA_VERSION = "1.2"
+ANALYSIS_SCHEMA_VERSION = "1.3"
 
 
 @dataclass(frozen=True)
@@ -138,6 +138,17 @@ class TransformerFacts:
 
 
 @dataclass(frozen=True)
+class CallInput:
+    """One named parameter of the pipeline's entry (1.3)."""
+
+    name: str
+    kind: Literal["image", "video", "audio", "prompt", "value"]  # read from its name and annotation
+    required: bool  # no default
+    default: str | None  # the default's source text (None when required)
+    line: int  # the entry's line
+
+
+@dataclass(frozen=True)
 class PipelineFacts:
     cls: str | None
     entry: str
@@ -149,6 +160,7 @@ class PipelineFacts:
     findings: tuple[Finding, ...] = field(default=(), metadata=IN_PROCESS)  # the pipeline rules' findings
     # 1.2: other models the denoising loop calls beside the transformer (Ideogram4's unconditional_transformer)
     other_models: tuple[Evidence, ...] = ()
+    call_inputs: tuple[CallInput, ...] = ()  # 1.3: the entry's parameters, as its signature declares them
 
 
 @dataclass(frozen=True)
@@ -200,6 +212,7 @@ class LinearRole:
     why: str
     fused_out_down: bool = False  # its input joins attention output and another projection's output
     feeds_rowwise: bool = False  # 1.2 (block_in): its output reaches a block-level row-wise Linear
+    parts: int | Omit = OMIT  # 1.3 (ffn_in), only when set: its output is cut into this many equal parts (a GLU)
 
 
 @dataclass(frozen=True)

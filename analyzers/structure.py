@@ -18,7 +18,7 @@ from integrate.gate.records import GateReport
 
 from integrate import jsonfile
 from integrate.defuse import defuse
-from integrate.records import Evidence
+from integrate.records import OMIT, Evidence
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method
 from integrate.syntax import find_all, params_of, self_member, target_names
@@ -226,7 +226,11 @@ def _linear_roles(ws: Workspace, tree: Tree, block: Node, root: str, atts: list[
             down, why = _ffn_down(node, child, inner)
             for rel in inner:
                 if rel != down:
-                    roles.setdefault(rel, LinearRole(rel, "ffn_in", f"{node.cls} `{child}`: projects up"))
+                    parts = _chunked(tree, prefix, rel)
+                    roles.setdefault(rel, LinearRole(
+                        rel, "ffn_in", f"{node.cls} `{child}`: projects up" + (
+                            f"; its output is cut into {parts[0]} equal parts ({parts[1]})" if parts else ""),
+                        parts=parts[0] if parts else OMIT))
             roles.setdefault(down, LinearRole(down, "ffn_out", f"{node.cls} `{child}`: projects back down ({why})"))
         elif len(inner) == 1 and _is_modulation_name(child):
             roles.setdefault(inner[0], LinearRole(inner[0], "modulation", f"`{child}` produces modulation"))
@@ -237,6 +241,34 @@ def _linear_roles(ws: Workspace, tree: Tree, block: Node, root: str, atts: list[
     for rel, _ in linears:
         roles.setdefault(rel, LinearRole(rel, "unknown", "not reached by any rule"))
     return tuple(roles[rel] for rel, _ in linears if rel in roles)
+
+
+def _chunked(tree: Tree, prefix: str, rel: str) -> tuple[int, str] | None:
+    """(n, where) when the module holding the Linear at `rel` cuts that Linear's output into n equal parts in
+    its forward (`h, gate = self.proj(x).chunk(2, dim=-1)`: a GLU's fused up-projection); None otherwise."""
+    owner_rel, _, leaf = rel.rpartition(".")
+    owner = tree.nodes.get(prefix + owner_rel) if owner_rel else None
+    if owner is None or owner.cls_node is None:
+        return None
+    src, cls = owner.cls_node
+    fwd = find_method(cls, "forward")
+    if fwd is None:
+        return None
+
+    def mine(value: cst.BaseExpression) -> set[str]:
+        return {"out"} if any(self_member(c.func) == leaf for c in find_all(value, cst.Call)) else set()
+
+    fed = defuse(src, fwd).lineage(seed=mine)
+    for call in find_all(fwd, cst.Call):
+        if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "chunk" and call.args):
+            continue
+        target, line = call.func.value, src.line(call)
+        if not (mine(target) or fed.reads(target, line)):
+            continue
+        n = call.args[0].value
+        if isinstance(n, cst.Integer) and int(n.value) > 1:
+            return int(n.value), f"`{src.code(call)[:60]}`, {Path(src.path).name}:{line}"
+    return None
 
 
 def _ffn_down(node: Node, child: str, inner: list[str]) -> tuple[str, str]:

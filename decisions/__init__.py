@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from integrate.analyzers.records import Analysis
+from integrate.analyzers.records import Analysis, PipelineFacts
 
 from integrate import __version__
+from integrate.records import Evidence
 
 from .cp import decide_cp
 from .encoders import decide_tep, decide_vaep
@@ -25,6 +26,8 @@ from .records import (
     CacheList,
     CachePlan,
     CrossCheck,
+    ExampleInput,
+    ExamplePlan,
     NotBlocks,
     Parallelism,
     Plan,
@@ -108,8 +111,30 @@ def make_plan(analysis: Analysis, crosscheck: CrossCheck) -> Plan:
             crosscheck=crosscheck,
         ),
         unknowns=tuple(sorted(set(t.unknowns) | set(cp.unknowns) | {u for b in facts.blocks for u in b.unknowns})),
+        example=None if gate.no_pipeline else decide_example(analysis.pipeline, model.example_type_guess, name),
     )
     return dataclasses.replace(plan, phases=phases(plan))
+
+
+# the call's sizes and steps: the example leaves them at the pipeline's defaults (its checks tie them to others)
+_DEFAULTED = ("height", "width", "num_frames", "num_inference_steps", "guidance_scale")
+
+
+def decide_example(pipeline: PipelineFacts, type_guess: str, name: str | None) -> ExamplePlan | None:
+    """The example's call, from the entry's signature: a prompt where it takes one, each parameter it
+    requires from a flag (prompts aside), the rest at the pipeline's defaults."""
+    params = {p.name: p for p in pipeline.call_inputs}
+    if not params or pipeline.file is None:
+        return None
+    where = Evidence(pipeline.file, next(iter(params.values())).line,
+                     f"{pipeline.cls or pipeline.entry}.{pipeline.entry} signature")
+    prefix = f"{name.upper()}_" if name else ""
+    inputs = tuple(ExampleInput(p.name, p.kind, "--" + p.name.replace("_", "-"), f"{prefix}{p.name.upper()}",
+                                Evidence(pipeline.file, p.line, f"`{p.name}` has no default: the call needs it"))
+                   for p in pipeline.call_inputs if p.required and p.kind != "prompt")
+    return ExamplePlan(prompt="prompt" in params, inputs=inputs,
+                       defaults={k: params[k].default for k in _DEFAULTED if k in params and not params[k].required},
+                       type_guess=type_guess, evidence=where)
 
 
 def _long_enough(lists: list, analysis: Analysis) -> tuple[list, tuple[NotBlocks, ...], tuple[str, ...]]:

@@ -15,8 +15,10 @@ def phases(plan: Plan) -> tuple[Phase, ...]:
     # The plugin's launcher runs cache-dit's generate CLI with the generated registrations loaded;
     # in a cache-dit checkout the same commands work with `cache_dit.generate` instead.
     launcher = f"integrate_{name}"
-    gen = f"python3 -m {launcher} {name}"
-    run2 = f"torchrun --nproc_per_node=2 -m {launcher} {name}"
+    ex = plan.example
+    given = "".join(f' {i.flag} "${i.env_var}"' for i in ex.inputs) if ex is not None else ""
+    gen = f"python3 -m {launcher} {name}{given}"
+    run2 = f"torchrun --nproc_per_node=2 -m {launcher} {name}{given}"
     metrics = "cache-dit-metrics psnr ssim -i1 {base} -i2 {other}"
     cache, cp, tp = plan.cache, plan.parallelism.cp, plan.parallelism.tp
     lists = ", ".join(f"`{b.attr}` ({b.forward_pattern})" for b in cache.block_lists) or "none found"
@@ -60,6 +62,7 @@ def phases(plan: Plan) -> tuple[Phase, ...]:
         ]},
         {"id": 2, "title": "CLI example", "steps": [
             f"Register example `{name}` ({m.example_type_guess}, confirm) with env var {env}",
+            *_example_steps(ex),
         ], "commands": [f"python3 -m {launcher} list | grep {name}"]},
         {"id": 3, "title": "Context parallelism", "steps": cp_steps, "commands": [
             f"{run2} --parallel ulysses --save-path {tmp}/cp_ulysses2.png",
@@ -94,3 +97,13 @@ def phases(plan: Plan) -> tuple[Phase, ...]:
 def _shard_text(shard: dict[str, tuple[str, ...]]) -> str:
     """As plan.json reads: `{'attn': ['heads']}`, or `none`."""
     return str({k: list(v) for k, v in shard.items()}) if shard else "none"
+
+
+def _example_steps(ex) -> list[str]:
+    if ex is None:
+        return []
+    steps = [f"Sizes and steps at the pipeline's own defaults ({', '.join(f'{k}={v}' for k, v in ex.defaults.items())})"
+             if ex.defaults else "The call passes no sizes or steps: the pipeline's defaults apply"]
+    steps += [f"Give {i.flag} PATH (${i.env_var} in the GPU matrix): the pipeline requires `{i.name}` ({i.kind})"
+              for i in ex.inputs]
+    return steps

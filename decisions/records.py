@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.2"
+PLAN_SCHEMA_VERSION = "1.3"
 
 
 @dataclass(frozen=True)
@@ -260,6 +260,29 @@ class Phase:
 
 
 @dataclass(frozen=True)
+class ExampleInput:
+    """A parameter the pipeline's entry requires: the example takes it from a flag of its own (1.3)."""
+
+    name: str
+    kind: str  # "image" | "video" | "audio" | "value" (a Python literal)
+    flag: str  # the example's flag: "--pose-video"
+    env_var: str  # where the GPU matrix takes the flag's value from: "POSE_VIDEO"
+    evidence: Evidence
+
+
+@dataclass(frozen=True)
+class ExamplePlan:
+    """How the generated example calls the pipeline (1.3): a prompt where the entry takes one, each required
+    parameter from a flag, everything else at the pipeline's own defaults (which its checks accept)."""
+
+    prompt: bool
+    inputs: tuple[ExampleInput, ...]
+    defaults: dict[str, str]  # sizes and steps the example leaves at the signature's defaults (source text)
+    type_guess: str  # the task type cache-dit's example registry asks for: a guess from the class name
+    evidence: Evidence | None
+
+
+@dataclass(frozen=True)
 class Plan:
     schema: str
     schema_version: str
@@ -273,6 +296,7 @@ class Plan:
     facts: PlanFacts
     unknowns: tuple[str, ...]
     phases: tuple[Phase, ...] = ()
+    example: ExamplePlan | None = None  # 1.3: None without a pipeline (no example is generated)
 
     @property
     def gate_flags(self) -> GateFlags:

@@ -243,9 +243,9 @@ def _tp_planner(b: _Build) -> str | None:
     if not tp.block_lists:
         return None
     tp_cls = f"{b.base}TensorParallelismPlanner"
-    rearrange, norms = _joined_inputs(b.plan), _distributed_norms(b.plan)
+    rearrange, norms, chunked = _joined_inputs(b.plan), _distributed_norms(b.plan), _chunked_outputs(b.plan)
     scan = any(x.shard_div_attr for x in tp.block_lists)  # attention modules whose q/k norms are measured
-    imports = [("torch", None)] if rearrange or scan else []
+    imports = [("torch", None)] if rearrange or scan or chunked else []
     imports += [("cache_dit.distributed.utils", "shard_div_attr"),
                 ("cache_dit.distributed.transformers.register", "TensorParallelismPlanner"),
                 ("cache_dit.distributed.transformers.register", "TensorParallelismPlannerRegister"),
@@ -254,6 +254,7 @@ def _tp_planner(b: _Build) -> str | None:
                 ("ColwiseParallel", "RowwiseParallel", "parallelize_module")]
     b.piece("tp_planner", "tp_planner", tp_cls, "tp_planner.py.j2", tp=b.data["parallelism"]["tp"],
             imports=import_block(imports), parts=_parts(b.patch), rearrange=rearrange, norms=norms, scan=scan,
+            chunked=chunked,
             tp_prefix=b.m.transformer_class, tp_cls=tp_cls)
     b.registered["tp_planner"] = b.m.transformer_class
     for k in tp.patch_kernels_first:
@@ -308,12 +309,24 @@ def _example(b: _Build) -> None:
     pipeline_cls = m.pipeline_class.split(".")[0]
     p_src = b.ws.load(Path(m.pipeline_file)) if m.pipeline_file else None
     if p_src is not None and pipeline_cls in p_src.classes and p_src.dotted_name:
+        ex = b.plan.example
+        inputs = list(ex.inputs) if ex is not None else []
+        for i in inputs:
+            escape.ident(i.name)
         imports = [("argparse", None), ("os", None), (p_src.dotted_name, pipeline_cls)] + [
             ("cache_dit._utils.registers", n) for n in
             ("Example", "ExampleInitConfig", "ExampleInputData", "ExampleRegister", "ExampleType")]
+        if inputs:
+            imports.insert(0, ("ast", None))
         b.piece("example", "example", f"{b.name}_example", "example.py.j2", imports=import_block(imports),
-                task_type=m.example_type_guess, pipeline_cls=pipeline_cls, example_func=f"{b.name}_example")
+                task_type=m.example_type_guess, pipeline_cls=pipeline_cls, example_func=f"{b.name}_example",
+                prompt=ex is None or ex.prompt, inputs=inputs,
+                input_table={i.name: (i.flag, i.kind) for i in inputs})
         b.registered["example"] = b.name
+        if inputs:
+            b.notes.append(f"the example needs {', '.join(i.flag + ' PATH' for i in inputs)}: {pipeline_cls}.__call__ "
+                           f"requires {', '.join(f'`{i.name}`' for i in inputs)} (the GPU matrix reads them from "
+                           f"{', '.join('$' + i.env_var for i in inputs)})")
     else:
         b.notes.append(f"no CLI example: `{pipeline_cls}` is not a pipeline class cache-dit's generate CLI can "
                        "load (drive the model with cache_dit.enable_cache directly)")
@@ -329,7 +342,9 @@ def _package(b: _Build, adapter: dict, cp_cls: str | None, tp_cls: str | None, t
         b.extra["test_matrix.sh"] = _render(
             "test_matrix.sh.j2", import_name=import_name, uaa=uaa, tep=bool(plan.text_encoders),
             ring=not cp.mask_reorder.needed, vaep=bool(vae and vae.supported),
-            ext="mp4" if task in ("T2V", "I2V") else "png", **b.common)
+            ext="mp4" if task in ("T2V", "I2V") else "png",
+            inputs=list(plan.example.inputs) if plan.example is not None and "example" in b.registered else [],
+            **b.common)
     contents = [f"{p.role}: `{p.symbol}` ({p.module}.py)" for p in b.pieces]
     modules = sorted(["_activate"] + [p.module for p in b.pieces])
     activate = [("cache_dit.distributed.transformers.planners", "_activate_cp_planners"),
@@ -342,9 +357,12 @@ def _package(b: _Build, adapter: dict, cp_cls: str | None, tp_cls: str | None, t
         "plugin_init.py.j2", contents=contents, package_imports=_package_imports(modules), approval=b.approval,
         modules=modules, import_name=import_name, adapter=adapter, cp_cls=cp_cls, cp_module="cp_planner",
         tp_cls=tp_cls, tp_module="tp_planner", te_modules=te_modules, **b.common)
-    launcher = import_block([("cache_dit._utils", "entrypoint"), (import_name, None)], (import_name,))
+    inputs = list(b.plan.example.inputs) if b.plan.example is not None and "example" in b.registered else []
+    launcher = import_block([("cache_dit._utils", "entrypoint")] + (
+        [("sys", None), (f"{import_name}.example", "take_inputs")] if inputs else [(import_name, None)]),
+        (import_name,))
     b.extra[f"{import_name}/__main__.py"] = _render("launcher.py.j2", import_name=import_name, imports=launcher,
-                                                    **b.common)
+                                                    inputs=inputs, **b.common)
 
 
 # -- what the planners need from the plan and the patch -----------------------------------------------
@@ -453,6 +471,16 @@ def _calls(node: cst.CSTNode) -> list[cst.Call]:
 
     node.visit(V())
     return found
+
+
+def _chunked_outputs(plan: Plan) -> dict[str, dict[str, int]]:
+    """{list: {column-wise Linear whose output is cut into n equal parts: n}} (a GLU's fused up-projection)."""
+    out: dict[str, dict[str, int]] = {}
+    for x in plan.parallelism.tp.block_lists:
+        for r in plan.facts.linears.get(x.attr, ()):
+            if isinstance(r.parts, int) and x.layer_plan.get(r.path) == "colwise":
+                out.setdefault(x.attr, {})[r.path] = r.parts
+    return out
 
 
 def _joined_inputs(plan: Plan) -> dict[str, dict[str, str]]:

@@ -236,3 +236,13 @@ def test_widths_a_pipeline_component_is_built_to_are_kept(tmp_path):
     fx = _derived_from_pipeline(tmp_path, "StableAudio3Pipeline", "StableAudio3DiTModel")
     assert any("the real config's: the pipeline's components are sized to them" in n for n in fx["notes"]), fx
     assert "cond_token_dim" not in fx["changes"] and fx["changes"]["embed_dim"][1] < 1536
+
+
+def test_a_model_nobody_integrated_passes_tp_on_the_pipelines_own_inputs(tmp_path):
+    """LongCatAudioDiT end to end: fixture from its pipeline (a stand-in UMT5 encodes the prompt), its
+    `q_norm` / `k_norm` over all heads distributed by the generated planner, and TP 2 agreeing with the
+    1-process run."""
+    model = make_model_dir(tmp_path / "m", "LongCatAudioDiTPipeline", "LongCatAudioDiTTransformer")
+    plan_dir, out = _generated(model, tmp_path)
+    rc, r = _verify(plan_dir, out, "--proof", "tp")
+    assert r["fixture"]["source"] == "pipeline" and r["tp"]["status"] == "pass", r["tp"]

@@ -252,3 +252,36 @@ def test_generated_code_is_ruff_clean_across_models(tmp_path, pipeline, transfor
     assert proc.returncode == 0, proc.stdout
     if transformer == "CosmosTransformer3DModel":
         assert not any(p.role == "adapter" for p in gen.pieces) and gen.manual
+
+
+def test_the_example_calls_the_pipeline_as_its_signature_says(tmp_path):
+    """WanAnimatePipeline requires `image`, `pose_video` and `face_video`: they become flags of the example (its
+    launcher takes them off the command line before cache-dit's parser), `$<EXAMPLE>_<NAME>` in the GPU
+    matrix, and an example run without them stops with one line naming the flag. Sizes and steps stay at the
+    pipeline's defaults (Ideogram4's 48-entry guidance schedule must match its default 48 steps)."""
+    model = make_model_dir(tmp_path / "m", "WanAnimatePipeline", "WanAnimateTransformer3DModel")
+    _, plan, gen = _plan_approve_generate(model, tmp_path)
+    assert gen.returncode in (0, 1), gen.stderr
+    ex = plan["example"]
+    assert [(i["name"], i["kind"], i["flag"]) for i in ex["inputs"]] == [
+        ("image", "image", "--image"), ("pose_video", "video", "--pose-video"), ("face_video", "video", "--face-video")]
+    assert all(i["evidence"]["file"].endswith("pipeline_wan_animate.py") for i in ex["inputs"])
+    out = tmp_path / "out"
+    assert _ruff(out).returncode == 0, _ruff(out).stdout
+    matrix = (out / "test_matrix.sh").read_text()
+    assert '--pose-video "$WAN_ANIMATE_POSE_VIDEO"' in matrix and ": \"${WAN_ANIMATE_FACE_VIDEO:?" in matrix
+    assert subprocess.run(["bash", "-n", str(out / "test_matrix.sh")], check=False).returncode == 0
+    code = ("import sys; from integrate_wan_animate import example as e; "
+            "print(e.take_inputs(['wan_animate', '--image', 'a.png', '--cache'])); e._inputs()")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=out, capture_output=True, text=True, check=False)
+    assert "['wan_animate', '--cache']" in proc.stdout
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+        "wan_animate needs --pose-video PATH, --face-video PATH: WanAnimatePipeline.__call__ requires "
+        "`pose_video` (video), `face_video` (video)")
+    text = (out / "integrate_wan_animate" / "example.py").read_text()
+    assert "num_inference_steps=" not in text and "height=" not in text
+
+    ideogram = make_model_dir(tmp_path / "i" / "m", "Ideogram4Pipeline", "Ideogram4Transformer2DModel")
+    _, plan, _ = _plan_approve_generate(ideogram, tmp_path / "i")
+    assert plan["example"]["inputs"] == [] and plan["example"]["defaults"]["num_inference_steps"] == "48"
+    assert "num_inference_steps=" not in (tmp_path / "i" / "out" / "integrate_ideogram4" / "example.py").read_text()

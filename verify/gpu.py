@@ -8,6 +8,7 @@ so and reports no figures.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import subprocess
@@ -32,16 +33,22 @@ class Row:
     gpus: int
     args: tuple[str, ...]
     output: str
+    inputs: tuple[tuple[str, str], ...] = ()  # (flag, environment variable): what the pipeline requires
 
-    def argv(self, import_name: str, example: str) -> list[str]:
-        """The command as an argument list (run without a shell)."""
-        launch = (["python", "-m", import_name, example] if self.gpus == 1 else
-                  ["torchrun", f"--nproc_per_node={self.gpus}", "-m", import_name, example])
-        return [*launch, *self.args, "--track-memory", "--save-path", self.output]
+    def _launch(self, import_name: str, example: str) -> list[str]:
+        return (["python", "-m", import_name, example] if self.gpus == 1 else
+                ["torchrun", f"--nproc_per_node={self.gpus}", "-m", import_name, example])
+
+    def argv(self, import_name: str, example: str, env: dict | None = None) -> list[str]:
+        """The command as an argument list (run without a shell); each required input's value from `env`."""
+        given = [x for flag, var in self.inputs for x in (flag, (env or {})[var])]
+        return [*self._launch(import_name, example), *given, *self.args, "--track-memory", "--save-path", self.output]
 
     def command(self, import_name: str, example: str) -> str:
-        """The same command as one shell line, every word quoted."""
-        return shlex.join(self.argv(import_name, example))
+        """The same command as one shell line, every word quoted; a required input reads its variable."""
+        given = "".join(f' {shlex.quote(flag)} "${ident(var)}"' for flag, var in self.inputs)
+        rest = shlex.join([*self.args, "--track-memory", "--save-path", self.output])
+        return f"{shlex.join(self._launch(import_name, example))}{given} {rest}"
 
 
 def matrix(plan: Plan, out: str) -> list[Row]:
@@ -66,7 +73,8 @@ def matrix(plan: Plan, out: str) -> list[Row]:
         if cp.plan:
             # cache-dit derives the degrees from the process count: 2 x 2 needs 4 processes
             rows.append(Row("ulysses2+tp2", 4, ("--parallel", "ulysses_tp", *uaa), f"{out}/ulysses_tp.{ext}"))
-    return rows
+    inputs = tuple((i.flag, i.env_var) for i in (plan.example.inputs if plan.example is not None else ()))
+    return [dataclasses.replace(r, inputs=inputs) for r in rows]  # every row takes what the pipeline requires
 
 
 def gpu_count() -> int:
@@ -90,7 +98,7 @@ def run_matrix(rows: list[Row], import_name: str, example: str, env: dict, progr
     base = None
     for row in rows:
         progress(f"gpu: {row.name}")
-        done = subprocess.run(row.argv(import_name, example), capture_output=True, text=True, env=env)
+        done = subprocess.run(row.argv(import_name, example, env), capture_output=True, text=True, env=env)
         text = done.stdout + done.stderr
         t, m = _TIME.search(text), _MEMORY.search(text)
         res = {"name": row.name, "command": row.command(import_name, example), "exit": done.returncode,
@@ -140,8 +148,11 @@ def run_or_print(plan_dir: Path, generated: Path, *, out: str, print_only: bool,
     dotted(v.import_name), ident(m.example_name)
     rows = matrix(v.plan, out)
     commands = tuple(r.command(v.import_name, m.example_name) for r in rows)
+    inputs = v.plan.example.inputs if v.plan.example is not None else ()
     setup = (f"export PYTHONPATH={shlex.quote(str(v.generated.resolve()))}${{PYTHONPATH:+:$PYTHONPATH}}",
-             f"export {ident(m.env_var)}={shlex.quote(m.model_path)}", f"mkdir -p {shlex.quote(out)}")
+             f"export {ident(m.env_var)}={shlex.quote(m.model_path)}", f"mkdir -p {shlex.quote(out)}",
+             *(f': "${{{ident(i.env_var)}:?set {ident(i.env_var)} to the {ident(i.kind)} the pipeline requires as '
+               f'{ident(i.name)}}}"' for i in inputs))
     head = dict(schema=GPU_SCHEMA, schema_version=GPU_SCHEMA_VERSION, setup=setup, commands=commands)
     if print_only:
         return GpuReport(**head)
@@ -149,6 +160,11 @@ def run_or_print(plan_dir: Path, generated: Path, *, out: str, print_only: bool,
     if count < 1:
         return GpuReport(**head, status="skipped",
                          why="no CUDA GPU on this machine: nothing was run, no figures reported")
+    missing = [i.env_var for i in inputs if not os.environ.get(i.env_var)]
+    if missing:
+        return GpuReport(**head, status="skipped",
+                         why=f"the pipeline requires inputs the example reads from {', '.join('$' + x for x in missing)}:"
+                             " set them to files and run again")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(v.generated.resolve()), os.environ.get("PYTHONPATH", "")]),
                **{m.env_var: m.model_path})
     Path(out).mkdir(parents=True, exist_ok=True)

@@ -108,7 +108,8 @@ def _over_heads(block, path: str) -> bool:
     built module before anything is sharded: its width against its projection's (`to_q` for `norm_q`)."""
     parent, _, name = path.rpartition(".")
     attn = block.get_submodule(parent) if parent else block
-    norm, proj = getattr(attn, name, None), getattr(attn, QK_NORMS.get(name, "to_" + name[-1]), None)
+    letter = "q" if "q" in name.split("_") else "k"  # norm_q, q_norm: the projection is to_q
+    norm, proj = getattr(attn, name, None), getattr(attn, QK_NORMS.get(name, "to_" + letter), None)
     if norm is None or getattr(proj, "weight", None) is None or getattr(attn, "heads", 1) <= 1:
         return False
     weight = getattr(norm, "weight", None)

@@ -1,0 +1,105 @@
+"""TP facts read from real diffusers 0.42.1 sources, on models outside the supported set, each the class of a
+rule: q/k norm names, projections in the two arms of an if / else, equal fused splits, a GLU's fused
+up-projection (and the planner's row interleave that makes column-wise shards of it right)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from conftest import make_model_dir
+
+from integrate import api
+
+
+@functools.lru_cache(maxsize=None)
+def _plan(pipeline: str, transformer: str):
+    import tempfile
+    from pathlib import Path
+
+    model = make_model_dir(Path(tempfile.mkdtemp()) / "m", pipeline, transformer)
+    return api.plan(api.flags_for(str(model)), probe=False)
+
+
+def _attention(plan, path: str):
+    return next(a for a in plan.facts.attention if a.path == path)
+
+
+def test_prefix_named_qk_norms_are_found_and_measured_by_the_planner():
+    """LongCatAudioDiT's attention names its norms `q_norm` / `k_norm` (over all heads: RMSNorm(inner_dim)),
+    not `norm_q`: both are q/k norms, and the planner measures and distributes them."""
+    from integrate.templates import _distributed_norms
+
+    plan = _plan("LongCatAudioDiTPipeline", "LongCatAudioDiTTransformer")
+    assert set(_attention(plan, "self_attn").qk_norms) == {"q_norm", "k_norm"}
+    assert "self_attn.q_norm" in _distributed_norms(plan)["blocks"]
+
+
+def test_a_projection_in_the_second_arm_of_an_if_is_still_an_input_projection():
+    """StableAudio3's processor calls `to_qkv` in both arms of `if attn.use_differential: ... else: ...`, each arm
+    with its own kernel call: it feeds the attention in both (it was read as an output projection, because the
+    else arm comes after the first arm's kernel)."""
+    a = _attention(_plan("StableAudio3Pipeline", "StableAudio3DiTModel"), "self_attn")
+    assert a.in_projs == ("self_attn.to_qkv",) and a.out_projs == ("self_attn.to_out",)
+
+
+@pytest.mark.parametrize("path,expected", [("self_attn", True), ("cross_attn", True)])
+def test_a_chunk_into_any_number_of_parts_is_an_equal_split(path, expected):
+    """`to_qkv(x).chunk(5)` (q1, q2, k1, k2, v of differential attention) is as equal as chunk(3): the fused
+    projection gets a replicated output, and the head count is not divided."""
+    plan = _plan("StableAudio3Pipeline", "StableAudio3DiTModel")
+    a = _attention(plan, path)
+    assert a.fused and a.fused_equal_split is expected
+    tp = plan.parallelism.tp.block_lists[0]
+    assert tp.layer_plan[f"{path}.{'to_qkv' if path == 'self_attn' else 'to_kv'}"] == "colwise(output=replicate)"
+
+
+def test_unequal_splits_stay_unequal():
+    import libcst as cst
+
+    from integrate.analyzers.attention import _equal_parts
+
+    def equal(code: str) -> bool:
+        call = cst.parse_expression(code)
+        method = call.func.attr.value
+        qual = "torch.split" if code.startswith("torch.split") else ""
+        return _equal_parts(call, method, qual)
+
+    assert equal("qkv.chunk(3, dim=-1)") and equal("qkv.split(64, dim=-1)") and equal("torch.split(qkv, 64, -1)")
+    assert not equal("qkv.split([3 * d, mlp], dim=-1)") and not equal("torch.split(qkv, [a, b], -1)")
+    assert not equal("qkv.tensor_split(3)")
+
+
+def test_a_glus_fused_up_projection_is_cut_into_parts_and_interleaved_before_sharding():
+    """StableAudio3's feed-forward does `h, gate = self.proj_in(x).chunk(2)`: column-wise shards of `proj_in`
+    would give rank 0 all of h and rank 1 all of gate. The fact records 2 parts; the generated planner
+    interleaves the rows, so each rank's shard holds its slice of h and of gate."""
+    import torch
+
+    plan = _plan("StableAudio3Pipeline", "StableAudio3DiTModel")
+    ff = next(r for r in plan.facts.linears["transformer_blocks"] if r.path == "ff.proj_in")
+    assert ff.role == "ffn_in" and ff.parts == 2 and "transformer_stable_audio3.py:" in ff.why
+    from integrate.templates import _chunked_outputs
+
+    assert _chunked_outputs(plan) == {"transformer_blocks": {"ff.proj_in": 2}}
+
+    from integrate.templates import _ENV
+
+    namespace: dict = {"torch": torch}
+    text = (_ENV.loader.get_source(_ENV, "tp_planner.py.j2")[0])
+    start = text.index("@torch.no_grad()\ndef _interleave_chunked_output")
+    end = text.index("{% endif %}", start)
+    exec(compile(text[start:end], "tp_planner.py.j2", "exec"), namespace)  # noqa: S102 - our own template
+    inner, size = 4, 2
+    linear = torch.nn.Linear(3, 2 * inner)
+    x = torch.randn(5, 3)
+    h, gate = linear(x).chunk(2, dim=-1)
+    block = torch.nn.Module()
+    block.proj = linear
+    namespace["_interleave_chunked_output"](block, "proj", 2, size)
+    out = linear(x)
+    for rank in range(size):  # what a column-wise shard computes, then chunks
+        local_h, local_gate = out[:, rank * inner:(rank + 1) * inner].chunk(2, dim=-1)
+        assert torch.allclose(local_h, h[:, rank * 2:(rank + 1) * 2])
+        assert torch.allclose(local_gate, gate[:, rank * 2:(rank + 1) * 2])
+    namespace["_interleave_chunked_output"](block, "missing", 2, size)  # a block without it: left alone
