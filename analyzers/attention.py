@@ -47,6 +47,7 @@ class _Reading:
     kernel: tuple[str, int] | None = None  # (the kernel's name, line)
     mask_line: int | None = None
     prepared_line: int | None = None  # `<attn>.prepare_attention_mask(...)` in the processor
+    causal_line: int | None = None  # a kernel call whose `is_causal` is not False
     # per dispatch_attention_fn call: does it run with CP when the module is given encoder_hidden_states
     cross_cp: list[tuple[bool | None, int]] = field(default_factory=list)
     rope_line: int | None = None
@@ -141,7 +142,9 @@ def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFi
         mask_prepared_at=Evidence(where, reading.prepared_line, "the processor sizes the mask with "
                                   "`prepare_attention_mask` from the key length it sees and the full head count")
         if reading.prepared_line else None,
-        cross_local_at=_cross_local(reading, where))
+        cross_local_at=_cross_local(reading, where),
+        causal_at=Evidence(where, reading.causal_line, "the attention kernel is called with `is_causal` set")
+        if reading.causal_line else None)
 
 
 def _cross_local(reading: _Reading, where: str) -> Evidence | None:
@@ -238,6 +241,10 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
         last = name.rsplit(".", 1)[-1].lower()
         if any(w in last for w in _KERNEL_WORDS) and not name.startswith(owner + "."):
             kernel_lines.append(src.line(call))
+            causal = next((a.value for a in call.args if a.keyword and a.keyword.value == "is_causal"), None)
+            if causal is not None and not (isinstance(causal, cst.Name) and causal.value in ("False", "None")) \
+                    and reading.causal_line is None:
+                reading.causal_line = src.line(call)
             if kernel_line is None:
                 kernel_line = src.line(call)
                 reading.kernel = (name, kernel_line)

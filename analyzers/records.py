@@ -202,6 +202,7 @@ class AttentionFact:
     mask_prepared_at: Evidence | None = None
     # 1.2: the processor runs cross-attention without CP (dispatch_attention_fn gets no parallel config then)
     cross_local_at: Evidence | None = None
+    causal_at: Evidence | None = None  # 1.3: the kernel is called with `is_causal` other than False
 
 
 @dataclass(frozen=True)

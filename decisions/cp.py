@@ -114,10 +114,15 @@ def decide_cp(facts: ParallelFacts) -> CpPlan:
     if c.root:
         c.risks += [f"{r.why} ({r.file.rsplit('/', 1)[-1]}:{r.line})" for r in seq.root_risks]
     evidence = list(dict.fromkeys(c.evidence))  # first occurrence of each (file, line, why)
-    blocked = _legacy_masks(facts, seq, lists)
+    legacy, causal = _legacy_masks(facts, seq, lists), _causal(facts, lists)
+    blocked = legacy + causal
+    if legacy:
+        c.unknowns.append("a processor sizes its mask for the key length it sees: see blocked_by")
+    if causal:
+        c.unknowns.append("a processor runs causal attention, which cache-dit's context-parallel attention "
+                          "refuses: see blocked_by")
     if blocked:
         confidence = "low"
-        c.unknowns.append("a processor sizes its mask for the key length it sees: see blocked_by")
     return CpPlan("hook", shape, c.plan, confidence, tuple(evidence), tuple(c.risks + extra_risks),
                   tuple(c.unknowns), mask, rope, uaa, NO_HYBRID, _compare(facts, c.plan), _lengths(c), blocked)
 
@@ -139,6 +144,17 @@ def _legacy_masks(facts: ParallelFacts, seq: SequenceFact, lists: list[ListFlowF
                                                   f"{at.why}; under CP that is the local length, and the mask "
                                                   "comes out padded to the wrong length"))
     return tuple(dict.fromkeys(out))
+
+
+def _causal(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
+    """Attentions in a walked list whose kernel call passes `is_causal` (other than False): cache-dit's
+    templated context-parallel attention raises on causal attention, so CP is refused with the line."""
+    walked = {lf.attr for lf in lists}
+    return tuple(dict.fromkeys(
+        Evidence(a.causal_at.file, a.causal_at.line,
+                 f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): {a.causal_at.why}; cache-dit's "
+                 "context-parallel attention does not run causal attention")
+        for a in facts_attention(facts) if a.block_list in walked and a.causal_at is not None))
 
 
 def facts_attention(facts: ParallelFacts) -> list:

@@ -49,3 +49,18 @@ def test_generate_writes_no_cp_planner_and_verify_says_why(tmp_path):
     proof = run_cli("verify", str(plan_dir), "--generated", str(out), "--proof", "cp", "--json")
     cp = json.loads(proof.stdout)["cp"]
     assert cp["status"] == "skipped" and cp["why"].startswith("the plan writes no CP planner: "), cp
+
+
+def test_cp_is_refused_where_the_kernel_runs_causal_attention(tmp_path):
+    """MiniMaxMusic3's depth decoder calls `dispatch_attention_fn(..., is_causal=True)`; cache-dit's templated
+    context-parallel attention raises on causal attention, so CP is refused with the line. A kernel called
+    with `is_causal=False` (ZImage) is not."""
+    model = tmp_path / "m" / "transformer"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"_class_name": "MiniMaxMusic3RVQDepthDecoder",
+                                                    "_diffusers_version": "0.42.1"}))
+    flags = api.flags_for(str(tmp_path / "m"), no_pipeline=True, separate_cfg=False)
+    cp = api.plan(flags, probe=False).parallelism.cp
+    hit = next(e for e in cp.blocked_by if "is_causal" in e.why)
+    assert hit.file.endswith("minimax_music3_rvq_depth_decoder.py") and hit.line > 0 and cp.confidence == "low"
+    assert not any("is_causal" in e.why for e in _cp(tmp_path, "ZImagePipeline", "ZImageTransformer2DModel").blocked_by)
