@@ -263,3 +263,28 @@ def in_place_input_mutations(src: SourceFile, cls: cst.ClassDef,
                         for name in filter(None, targets):
                             note(stmt, name, f"`{dotted(func) or 'a call'}(..., inplace=True)`")
     return found
+
+
+def documented_ranks(src: SourceFile, fn: cst.FunctionDef) -> dict[str, tuple[int, int, str]]:
+    """{parameter: (rank, line, shape text)} from the function's docstring, where it documents a tensor's shape
+    the diffusers way: ``txt_ids (`torch.Tensor` of shape `(text_seq_len, 4)`):``. A parameter documented
+    otherwise is absent (unknown, not guessed)."""
+    doc = fn.get_docstring(clean=False)
+    if not doc:
+        return {}
+    params = {p.name for p in signature(src, fn)}
+    first = src.line(fn.body.body[0]) if fn.body.body else src.line(fn)
+    out: dict[str, tuple[int, int, str]] = {}
+    for offset, raw in enumerate(doc.splitlines()):
+        line = raw.strip()
+        name, _, rest = line.partition(" (")
+        if name not in params or name in out or "of shape `(" not in rest:
+            continue
+        shape = rest.split("of shape `(", 1)[1].split(")`", 1)[0]
+        depth, parts = 0, 1
+        for ch in shape:
+            depth += ch in "([" and 1 or ch in ")]" and -1 or 0
+            parts += ch == "," and depth == 0
+        if shape.strip():
+            out[name] = (parts, first + offset, f"({shape})")
+    return out

@@ -358,7 +358,8 @@ class ParallelFacts:
     diffusers_cp_plan: dict[str, Any] | None  # `_cp_plan` declared on the class, read statically
     diffusers_cp_plan_at: Evidence | None
     pipeline_masks: tuple[MaskFact, ...]
-    pipeline_arg_ndims: dict[str, int]  # transformer keyword argument -> dims of what the pipeline passes
+    # transformer keyword argument -> dims of what the pipeline passes (1.3: else the forward's docstring's shape)
+    pipeline_arg_ndims: dict[str, int]
     pipeline_arg_ndims_at: dict[str, Evidence]
     text_encoders: tuple[TextEncoderFacts, ...]
     vae: VaeFacts | None

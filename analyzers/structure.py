@@ -25,6 +25,7 @@ from integrate.syntax import find_all, params_of, self_member, target_names
 
 from .attention import attention_facts, int_value, is_attention
 from .encoders import text_encoder_facts, vae_facts
+from .forward import documented_ranks
 from .modules import Node, Tree, module_tree
 from .ndim import ndim_of
 from .records import (
@@ -77,7 +78,7 @@ def parallel_facts(gate: GateReport, ws: Workspace, transformer: TransformerFact
     top = tuple(_module_fact(n, "") for p, n in tree.nodes.items() if p and "." not in p)
     cp_plan, cp_at = declared_cp_plan(ws, t_src, cls)
     index = read_model_index(model_path)
-    ndims = pipeline_arg_ndims(ws, gate)
+    ndims = {**documented_ndims(t_src, cls), **pipeline_arg_ndims(ws, gate)}
     mp = Path(model_path) if model_path else None
     return ParallelFacts(
         config={k: v for k, v in config.items() if jsonable(v) is not None},
@@ -528,6 +529,14 @@ def _spread_keys(fn: cst.FunctionDef, name: str) -> list[str]:
     return list(dict.fromkeys(keys))
 
 
+def documented_ndims(src: SourceFile, cls: cst.ClassDef) -> dict[str, tuple[int, Evidence]]:
+    """Dims of each tensor the transformer's forward docstring documents a shape for (a pipeline's own call,
+    where it was read, says more and wins)."""
+    fwd = find_method(cls, "forward")
+    return {k: (rank, Evidence(str(src.path), line, f"the forward's docstring documents `{k}` of shape {shape}"))
+            for k, (rank, line, shape) in (documented_ranks(src, fwd) if fwd is not None else {}).items()}
+
+
 def pipeline_arg_ndims(ws: Workspace, gate: GateReport) -> dict[str, tuple[int, Evidence]]:
     """Dims of each tensor the pipeline passes to the transformer by keyword, where the code says."""
     src, cls, entry = _pipeline_entry(ws, gate)
@@ -611,4 +620,4 @@ def _hook(value: cst.BaseExpression) -> dict[str, Any] | None:
 
 
 __all__ = ["parallel_facts", "block_structure", "declared_cp_plan", "load_config", "read_model_index",
-           "pipeline_arg_ndims", "pipeline_call_keywords", "pipeline_masks"]
+           "documented_ndims", "pipeline_arg_ndims", "pipeline_call_keywords", "pipeline_masks"]

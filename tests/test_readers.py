@@ -103,3 +103,28 @@ def test_keywords_spread_from_a_dict_the_entry_builds_are_read():
     fn = parse_source(Path("spread.py"), SPREAD).module.body[0]
     assert _spread_keys(fn, "model_kwargs") == ["mask", "data_info", "pose", "face"]
     assert _spread_keys(fn, "other") == ["ignored"] and _spread_keys(fn, "extra") == []  # a parameter: unknown
+
+
+DOCUMENTED = '''
+def forward(self, hidden_states, txt_ids, mask=None, scale=1.0):
+    """Run it.
+
+    Args:
+        hidden_states (`torch.Tensor` of shape `(batch_size, image_seq_len, in_channels)`):
+            The latent.
+        txt_ids (`torch.Tensor` of shape `(text_seq_len, 4)`):
+            Position ids.
+        mask (`torch.Tensor`, *optional*):
+            Without a shape: unknown.
+        other (`torch.Tensor` of shape `(a, b)`): not a parameter.
+    """
+'''
+
+
+def test_ranks_a_forward_docstring_documents_the_diffusers_way_are_read():
+    from integrate.analyzers.forward import documented_ranks
+
+    src = parse_source(Path("doc.py"), DOCUMENTED)
+    ranks = documented_ranks(src, src.module.body[0])
+    assert {k: v[0] for k, v in ranks.items()} == {"hidden_states": 3, "txt_ids": 2}
+    assert ranks["txt_ids"][2] == "(text_seq_len, 4)" and ranks["txt_ids"][1] > ranks["hidden_states"][1]

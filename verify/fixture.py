@@ -177,11 +177,13 @@ class Maker:
 
     def passed(self) -> dict[str, int | None]:
         """What the pipeline passes the transformer: keyword -> dims (None: not read)."""
-        from integrate.analyzers.structure import pipeline_arg_ndims, pipeline_call_keywords
+        from integrate.analyzers.structure import documented_ndims, pipeline_arg_ndims, pipeline_call_keywords
         from integrate.gate import run_gate
 
         gate = run_gate(self.plan.gate_flags, self.ws)
-        ndims = {k: v[0] for k, v in pipeline_arg_ndims(self.ws, gate).items()}
+        t_src = self.ws.load(Path(gate.value("transformer_file")))
+        documented = documented_ndims(t_src, t_src.classes[gate.value("transformer_class")])
+        ndims = {k: v[0] for k, v in {**documented, **pipeline_arg_ndims(self.ws, gate)}.items()}
         passed = {k: ndims.get(k) for k in pipeline_call_keywords(self.ws, gate)}
         # masks the forward takes: pipelines often pass them through `**kwargs`, and they are what a CP
         # mask reorder is about, so the fixture always has them
