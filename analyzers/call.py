@@ -11,6 +11,7 @@ from __future__ import annotations
 import libcst as cst
 
 from integrate.source import SourceFile
+from integrate.syntax import find_all
 
 from .forward import signature
 from .records import CallInput
@@ -18,7 +19,22 @@ from .records import CallInput
 _KINDS = (("video", "video"), ("audio", "audio"), ("image", "image"), ("img", "image"), ("prompt", "prompt"))
 
 
+_PLAIN = {"int", "float", "bool", "str", "None", "Optional", "Union", "list", "List", "tuple", "Tuple", "dict", "Dict"}
+
+
 def _kind(name: str, annotation: str | None) -> str:
+    """A prompt by its name; an annotation of plain types only (`int | None`, `list[float]`) is a value whatever
+    else the name says (`num_videos_per_prompt`); otherwise the name and annotation's words."""
+    words = name.split("_")
+    if "prompt" in words and words[0] != "num":  # prompt, prompt_2, negative_prompt; not num_images_per_prompt
+        return "prompt"
+    if annotation:
+        try:
+            words = {n.value for n in find_all(cst.parse_expression(annotation), cst.Name)}
+        except (cst.ParserSyntaxError, RecursionError):
+            words = set()
+        if words and words <= _PLAIN:
+            return "value"
     text = f"{name} {annotation or ''}".lower()
     return next((kind for word, kind in _KINDS if word in text), "value")
 

@@ -145,7 +145,11 @@ def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry
     if not loops:
         return PipelineFacts(cls_name, entry, path, None, "unknown", 0,
                              (Evidence(path, src.line(fn), f"no transformer call inside a loop in `{entry}`"),))
-    loop = loops[0]  # outermost: find_all yields parents first
+    # the step loop: the outermost loop over the schedule (`for i, t in enumerate(timesteps)`), else the outermost
+    # loop that calls the transformer (find_all yields parents first). A loop around the step loop (AnyFlowFAR's
+    # chunks of frames) is not a loop over guidance conditions.
+    stepping = [lp for lp in loops if _over_schedule(lp.iter)]
+    loop = (stepping or loops)[0]
     evidence = [Evidence(path, src.line(loop), f"denoising loop `for {src.code(loop.target)} in "
                                                f"{src.code(loop.iter)}`")]
     calls = _model_calls(loop.body, aliases)
@@ -185,6 +189,12 @@ def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry
     evidence.append(Evidence(path, src.line(loop), why))
     return PipelineFacts(cls_name, entry, path, False, "high" if count == 1 else "medium", count, tuple(evidence),
                          other_models=others)
+
+
+def _over_schedule(iterable: cst.BaseExpression) -> bool:
+    """Does the loop iterate the scheduler's steps: a name or attribute `timesteps` / `sigmas` in its iterable?"""
+    names = [n.value for n in find_all(iterable, cst.Name)] + [a.attr.value for a in find_all(iterable, cst.Attribute)]
+    return any("timestep" in n.lower() or "sigma" in n.lower() for n in names)
 
 
 def _model_calls(node: cst.CSTNode, aliases: set[str], callee: str | None = None) -> list[cst.Call]:

@@ -98,3 +98,12 @@ def test_two_calls_of_one_model_chosen_per_step_are_still_separate_cfg(analysis)
     two calls of one model, whichever it is."""
     p = analysis("WanPipeline", "WanTransformer3DModel")["pipeline"]
     assert p["has_separate_cfg"] is True and not p["other_models"]
+
+
+def test_a_loop_around_the_step_loop_is_not_one_call_per_guidance_condition(analysis):
+    """AnyFlowFAR denoises chunk by chunk: `for chunk_idx in ...: for i, t in enumerate(tqdm(timesteps)):`.
+    The step loop is the one over the schedule; inside it one call on `torch.cat([chunk_latents] * 2)`:
+    batched CFG, not separate forwards."""
+    p = analysis("AnyFlowFARPipeline", "AnyFlowFARTransformer3DModel")["pipeline"]
+    assert p["has_separate_cfg"] is False and p["transformer_calls"] == 1
+    assert "timesteps" in p["evidence"][0]["why"] and "doubled for CFG" in p["evidence"][-1]["why"]
