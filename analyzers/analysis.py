@@ -175,7 +175,7 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
     evidence.append(Evidence(path, loop.line, f"looped in {loop.method}: `for ... in {loop.iter_code}`"))
     if summary is None:
         return verdict(None, f"{o_cls.name.value} has no forward to read", block_file=str(b_src.path)), walk
-    args = CallArgs.of(src, loop.call, skip=loop.call_skip)
+    args = CallArgs.of(src, loop.call, skip=loop.call_skip, scope=loop.node.body)
     call_code = src.code(loop.call)
     evidence.append(Evidence(path, src.line(loop.call), f"block call `{call_code.splitlines()[0]}...`"
                              if "\n" in call_code else f"block call `{call_code}`"))

@@ -33,18 +33,44 @@ class CallArgs:
     opaque: bool = False  # *args / **kwargs at the call site: contents unknown
 
     @classmethod
-    def of(cls, src: SourceFile, call: cst.Call, skip: int = 0) -> CallArgs:
+    def of(cls, src: SourceFile, call: cst.Call, skip: int = 0, scope: cst.CSTNode | None = None) -> CallArgs:
+        """The call's arguments as source text. `*name`, where `scope` (the loop body) builds `name` once as a
+        tuple or list literal (`args = (x, c, y)`; `block(*args)`), is read as those elements; any other
+        spread leaves the call opaque."""
+        spreads = spread_literals(scope) if scope is not None else {}
         pos, kw, opaque = [], [], False
         for i, arg in enumerate(call.args):
             if i < skip:
                 continue
-            if arg.star:
+            if arg.star == "*" and isinstance(arg.value, cst.Name) and arg.value.value in spreads:
+                pos += [src.code(e) for e in spreads[arg.value.value]]
+            elif arg.star:
                 opaque = True
             elif arg.keyword is not None:
                 kw.append((arg.keyword.value, src.code(arg.value)))
             else:
                 pos.append(src.code(arg.value))
         return cls(tuple(pos), tuple(kw), opaque)
+
+
+def spread_literals(scope: cst.CSTNode) -> dict[str, tuple[cst.BaseExpression, ...]]:
+    """{name: elements} for each name `scope` assigns exactly once, and to a tuple or list literal with no
+    starred element: what `*name` spreads into a call there."""
+    from integrate.syntax import find_all, target_names
+
+    seen: dict[str, list] = {}
+    for node in find_all(scope, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        for t in targets:
+            for name in target_names(t):
+                seen.setdefault(name, []).append(node.value if isinstance(t, cst.Name)
+                                                 and isinstance(node, cst.Assign) else None)
+    out = {}
+    for name, values in seen.items():
+        value = values[0] if len(values) == 1 else None
+        if isinstance(value, (cst.Tuple, cst.List)) and all(isinstance(e, cst.Element) for e in value.elements):
+            out[name] = tuple(e.value for e in value.elements)
+    return out
 
 
 def bind(args: CallArgs, params: tuple[Param, ...]) -> dict[str, str]:

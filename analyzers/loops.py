@@ -199,12 +199,13 @@ def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> tup
     counters = {n for s in find_all(loop.node.body, cst.AugAssign) for n in target_names(s.target)}
     derived: set[str] = set()
     after_call = False
+    spread = _spread_only(loop)
     for stmt in body_of(loop.node):
         if id(stmt) in calls or (loop.call_stmt is not None and stmt is loop.call_stmt):
             after_call = True
             continue
-        if _trivial(stmt):
-            continue
+        if _trivial(stmt) or (not after_call and assigned_names(stmt) and assigned_names(stmt) <= spread):
+            continue  # `args = (x, c, y)` spread into the block call is the call's own argument list
         reads, writes = names_read(stmt), assigned_names(stmt)
         code = src.code(stmt)
         first_line = code.splitlines()[0] + (" ..." if "\n" in code else "")
@@ -226,6 +227,20 @@ def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> tup
             varying |= writes
         ops.append(ExtraOp(src.line(stmt), first_line, kind, active, why))
     return tuple(ops)
+
+
+def _spread_only(loop: Loop) -> set[str]:
+    """Names the loop body builds once as a literal argument list and reads only as `*name` in calls (the block
+    call and its checkpointed twin): `args = (x, c, y)` then `block(*args)`."""
+    from .binding import spread_literals
+
+    body = loop.node.body
+    allowed = {id(a.value) for c in find_all(body, cst.Call) for a in c.args
+               if a.star == "*" and isinstance(a.value, cst.Name)}
+    allowed |= {id(t.target) for n in find_all(body, cst.Assign) for t in n.targets if isinstance(t.target, cst.Name)}
+    names = find_all(body, cst.Name)
+    return {name for name in spread_literals(body)
+            if all(id(n) in allowed for n in names if n.value == name)}
 
 
 def _trivial(stmt: cst.CSTNode) -> bool:

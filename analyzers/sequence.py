@@ -179,7 +179,7 @@ class _Flow:
         """One walk over `bl`: the streams it carries, each block input and what produced it, whether it
         continues the walk before it (`earlier`: the walks read so far) and the modules its body joins in."""
         end = self.end_line(loop.node)
-        args = CallArgs.of(self.src, loop.call, skip=loop.call_skip)
+        args = CallArgs.of(self.src, loop.call, skip=loop.call_skip, scope=loop.node.body)
         try:
             bound = bind(args, bl.forward.params) if bl.forward else {}
         except Exception:

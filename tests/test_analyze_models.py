@@ -107,3 +107,13 @@ def test_a_loop_around_the_step_loop_is_not_one_call_per_guidance_condition(anal
     p = analysis("AnyFlowFARPipeline", "AnyFlowFARTransformer3DModel")["pipeline"]
     assert p["has_separate_cfg"] is False and p["transformer_calls"] == 1
     assert "timesteps" in p["evidence"][0]["why"] and "doubled for CFG" in p["evidence"][-1]["why"]
+
+
+def test_a_block_called_with_a_literal_argument_list_spread_into_it_is_read(analysis):
+    """Kandinsky6: `args = (visual_embed, audio_embed, ...)`, then `visual_embed, audio_embed = block(*args)`
+    (or its checkpointed twin). The spread list is the call's arguments: a chain of blocks with a pattern,
+    and the `args = ...` statement is part of the call, not a loop-body statement the wrapper would skip."""
+    data = analysis("Kandinsky6TI2VAPipeline", "Kandinsky6Transformer3DModel")
+    bl = block_list(data, "visual_transformer_blocks")
+    assert bl["is_blocks"] is True and bl["forward_pattern"] == "Pattern_0", bl["why"]
+    assert not data["transformer"]["needs_patch_functor"], data["transformer"]["patch_functor_reasons"]

@@ -128,3 +128,16 @@ def test_ranks_a_forward_docstring_documents_the_diffusers_way_are_read():
     ranks = documented_ranks(src, src.module.body[0])
     assert {k: v[0] for k, v in ranks.items()} == {"hidden_states": 3, "txt_ids": 2}
     assert ranks["txt_ids"][2] == "(text_seq_len, 4)" and ranks["txt_ids"][1] > ranks["hidden_states"][1]
+
+
+def test_a_literal_argument_list_spread_into_a_call_is_read_and_any_other_spread_stays_opaque():
+    import libcst as cst
+
+    from integrate.analyzers.binding import CallArgs, spread_literals
+
+    body = cst.parse_module("args = (x, c, y)\nagain = [x]\nagain = [y]\nout = block(*args, *again, k=1)\n")
+    call = body.body[-1].body[0].value
+    src = parse_source(Path("spread.py"), body.code)
+    assert set(spread_literals(body)) == {"args"}  # `again` is assigned twice: not known
+    got = CallArgs.of(src, call, scope=body)
+    assert got.positional == ("x", "c", "y") and got.keywords == (("k", "1"),) and got.opaque
