@@ -287,7 +287,7 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
                     src_proj = _projection(held[-1].whole, owner, modules) if held else None
                 if src_proj is not None and modules.get(src_proj) is not None and modules[src_proj].kind == "linear":
                     reading.fused.setdefault(f"{reading.path}.{src_proj}", f"`{src.code(call)[:80]}` (line {line})")
-                    if not _equal_parts(call, method, qual):
+                    if not equal_parts(call, method, qual):
                         reading.unequal.add(f"{reading.path}.{src_proj}")
         # helpers called with the attention module: follow one level
         if depth < 2 and call.args and any(isinstance(a.value, cst.Name) and a.value.value == owner for a in call.args):
@@ -316,7 +316,7 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
             _split_by_flow(reading, src, fn, calls, owner, modules, index)
 
 
-def _equal_parts(call: cst.Call, method: str, qual: str) -> bool:
+def equal_parts(call: cst.Call, method: str, qual: str) -> bool:
     """Does this split cut its tensor into parts of one size? `chunk(n)`, `unbind`, `split(size)` with one size
     (not a list of sizes), `unflatten`: yes; `split([a, b])`, `tensor_split`, an einops pattern: not known to."""
     if method in ("chunk", "unbind", "unflatten"):

@@ -281,10 +281,13 @@ def documented_ranks(src: SourceFile, fn: cst.FunctionDef) -> dict[str, tuple[in
         if name not in params or name in out or "of shape `(" not in rest:
             continue
         shape = rest.split("of shape `(", 1)[1].split(")`", 1)[0]
-        depth, parts = 0, 1
-        for ch in shape:
-            depth += ch in "([" and 1 or ch in ")]" and -1 or 0
-            parts += ch == "," and depth == 0
-        if shape.strip():
-            out[name] = (parts, first + offset, f"({shape})")
+        depth, parts, current = 0, [], ""
+        for ch in shape + ",":
+            depth += 1 if ch in "([" else -1 if ch in ")]" else 0
+            if ch == "," and depth == 0:
+                parts, current = parts + [current] if current.strip() else parts, ""
+            else:
+                current += ch
+        if parts:  # `(batch_size,)` is one dim
+            out[name] = (len(parts), first + offset, f"({shape})")
     return out

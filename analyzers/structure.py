@@ -494,12 +494,12 @@ def pipeline_call_keywords(ws: Workspace, gate: GateReport) -> list[str]:
         if name.startswith("self.transformer") or name == "transformer":
             for a in call.args:
                 keys = [a.keyword.value] if a.keyword is not None else (
-                    _spread_keys(entry, a.value.value) if a.star == "**" and isinstance(a.value, cst.Name) else [])
+                    spread_keys(entry, a.value.value) if a.star == "**" and isinstance(a.value, cst.Name) else [])
                 out += [k for k in keys if k not in out]
     return out
 
 
-def _spread_keys(fn: cst.FunctionDef, name: str) -> list[str]:
+def spread_keys(fn: cst.FunctionDef, name: str) -> list[str]:
     """The string keys `fn` gives the dict `name`: `name = {"k": ...}` / `dict(k=...)`, `name["k"] = ...`,
     `name.update(k=...)` (a key spread from another dict, `**other`, is not followed)."""
     keys: list[str] = []

@@ -243,7 +243,7 @@ def _tp_planner(b: _Build) -> str | None:
     if not tp.block_lists:
         return None
     tp_cls = f"{b.base}TensorParallelismPlanner"
-    rearrange, norms, chunked = _joined_inputs(b.plan), _distributed_norms(b.plan), _chunked_outputs(b.plan)
+    rearrange, norms, chunked = _joined_inputs(b.plan), distributed_norms(b.plan), chunked_outputs(b.plan)
     scan = any(x.shard_div_attr for x in tp.block_lists)  # attention modules whose q/k norms are measured
     imports = [("torch", None)] if rearrange or scan or chunked else []
     imports += [("cache_dit.distributed.utils", "shard_div_attr"),
@@ -473,7 +473,7 @@ def _calls(node: cst.CSTNode) -> list[cst.Call]:
     return found
 
 
-def _chunked_outputs(plan: Plan) -> dict[str, dict[str, int]]:
+def chunked_outputs(plan: Plan) -> dict[str, dict[str, int]]:
     """{list: {column-wise Linear whose output is cut into n equal parts: n}} (a GLU's fused up-projection)."""
     out: dict[str, dict[str, int]] = {}
     for x in plan.parallelism.tp.block_lists:
@@ -497,7 +497,7 @@ def _joined_inputs(plan: Plan) -> dict[str, dict[str, str]]:
     return out
 
 
-def _distributed_norms(plan: Plan) -> dict[str, list[str]]:
+def distributed_norms(plan: Plan) -> dict[str, list[str]]:
     """q/k norms that normalise over more than one head, or may (a size or head dim not read statically):
     the planner measures each on the built module before sharding and distributes those over all heads."""
     out: dict[str, list[str]] = {}

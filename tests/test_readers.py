@@ -98,11 +98,11 @@ def call(self, latents, t, emb, mask, extra):
 
 
 def test_keywords_spread_from_a_dict_the_entry_builds_are_read():
-    from integrate.analyzers.structure import _spread_keys
+    from integrate.analyzers.structure import spread_keys
 
     fn = parse_source(Path("spread.py"), SPREAD).module.body[0]
-    assert _spread_keys(fn, "model_kwargs") == ["mask", "data_info", "pose", "face"]
-    assert _spread_keys(fn, "other") == ["ignored"] and _spread_keys(fn, "extra") == []  # a parameter: unknown
+    assert spread_keys(fn, "model_kwargs") == ["mask", "data_info", "pose", "face"]
+    assert spread_keys(fn, "other") == ["ignored"] and spread_keys(fn, "extra") == []  # a parameter: unknown
 
 
 DOCUMENTED = '''
@@ -141,3 +141,12 @@ def test_a_literal_argument_list_spread_into_a_call_is_read_and_any_other_spread
     assert set(spread_literals(body)) == {"args"}  # `again` is assigned twice: not known
     got = CallArgs.of(src, call, scope=body)
     assert got.positional == ("x", "c", "y") and got.keywords == (("k", "1"),) and got.opaque
+
+
+def test_a_one_dim_shape_with_a_trailing_comma_is_one_dim():
+    from integrate.analyzers.forward import documented_ranks
+
+    text = 'def forward(self, timestep, ids):\n    """\n    timestep (`torch.Tensor` of shape `(batch_size,)`):\n' \
+           '    ids (`torch.Tensor` of shape `(S, f(a, b))`):\n    """\n'
+    src = parse_source(Path("one.py"), text)
+    assert {k: v[0] for k, v in documented_ranks(src, src.module.body[0]).items()} == {"timestep": 1, "ids": 2}

@@ -5,6 +5,7 @@ up-projection (and the planner's row interleave that makes column-wise shards of
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import pytest
 from conftest import make_model_dir
@@ -15,7 +16,6 @@ from integrate import api
 @functools.lru_cache(maxsize=None)
 def _plan(pipeline: str, transformer: str):
     import tempfile
-    from pathlib import Path
 
     model = make_model_dir(Path(tempfile.mkdtemp()) / "m", pipeline, transformer)
     return api.plan(api.flags_for(str(model)), probe=False)
@@ -28,11 +28,11 @@ def _attention(plan, path: str):
 def test_prefix_named_qk_norms_are_found_and_measured_by_the_planner():
     """LongCatAudioDiT's attention names its norms `q_norm` / `k_norm` (over all heads: RMSNorm(inner_dim)),
     not `norm_q`: both are q/k norms, and the planner measures and distributes them."""
-    from integrate.templates import _distributed_norms
+    from integrate.templates import distributed_norms
 
     plan = _plan("LongCatAudioDiTPipeline", "LongCatAudioDiTTransformer")
     assert set(_attention(plan, "self_attn").qk_norms) == {"q_norm", "k_norm"}
-    assert "self_attn.q_norm" in _distributed_norms(plan)["blocks"]
+    assert "self_attn.q_norm" in distributed_norms(plan)["blocks"]
 
 
 def test_a_projection_in_the_second_arm_of_an_if_is_still_an_input_projection():
@@ -57,13 +57,13 @@ def test_a_chunk_into_any_number_of_parts_is_an_equal_split(path, expected):
 def test_unequal_splits_stay_unequal():
     import libcst as cst
 
-    from integrate.analyzers.attention import _equal_parts
+    from integrate.analyzers.attention import equal_parts
 
     def equal(code: str) -> bool:
         call = cst.parse_expression(code)
         method = call.func.attr.value
         qual = "torch.split" if code.startswith("torch.split") else ""
-        return _equal_parts(call, method, qual)
+        return equal_parts(call, method, qual)
 
     assert equal("qkv.chunk(3, dim=-1)") and equal("qkv.split(64, dim=-1)") and equal("torch.split(qkv, 64, -1)")
     assert not equal("qkv.split([3 * d, mlp], dim=-1)") and not equal("torch.split(qkv, [a, b], -1)")
@@ -79,14 +79,14 @@ def test_a_glus_fused_up_projection_is_cut_into_parts_and_interleaved_before_sha
     plan = _plan("StableAudio3Pipeline", "StableAudio3DiTModel")
     ff = next(r for r in plan.facts.linears["transformer_blocks"] if r.path == "ff.proj_in")
     assert ff.role == "ffn_in" and ff.parts == 2 and "transformer_stable_audio3.py:" in ff.why
-    from integrate.templates import _chunked_outputs
+    from integrate.templates import chunked_outputs
 
-    assert _chunked_outputs(plan) == {"transformer_blocks": {"ff.proj_in": 2}}
+    assert chunked_outputs(plan) == {"transformer_blocks": {"ff.proj_in": 2}}
 
-    from integrate.templates import _ENV
+    import integrate.templates
 
     namespace: dict = {"torch": torch}
-    text = (_ENV.loader.get_source(_ENV, "tp_planner.py.j2")[0])
+    text = Path(integrate.templates.__file__).with_name("tp_planner.py.j2").read_text()
     start = text.index("@torch.no_grad()\ndef _interleave_chunked_output")
     end = text.index("{% endif %}", start)
     exec(compile(text[start:end], "tp_planner.py.j2", "exec"), namespace)  # noqa: S102 - our own template
