@@ -65,4 +65,8 @@ def test_which_components_stand_in():
     assert standins.is_transformers_model(transformers.CLIPVisionModel)
     assert not standins.is_transformers_model(transformers.PreTrainedModel)  # names no model to build
     assert standins.is_tokenizer(None, "tokenizer_2") and standins.is_tokenizer(transformers.CLIPTokenizer, "x")
+    assert standins.is_tokenizer(transformers.AutoTokenizer, "tokenizer")
+    from diffusers.pipelines.ace_step.pipeline_ace_step import AceStepAudioTokenizer
+
+    assert not standins.is_tokenizer(AceStepAudioTokenizer, "audio_tokenizer")  # a model, whatever its name
     assert standins.is_image_processor(transformers.CLIPImageProcessor)

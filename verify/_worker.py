@@ -71,21 +71,22 @@ def derive(job: dict) -> dict:
             return out
         tried.append(f"test-file: {taken['why']}")
     if job.get("pipeline"):
-        # the pipeline's own components (its VAE's latent channels, a conditioner) may be sized to the
-        # transformer's input widths: when the tiny widths do not fit them, the real widths are tried
         # the pipeline's own components (its VAE's latent channels, a conditioner, the encoders' layers it
         # joins) may be sized to the transformer's input widths: when the tiny widths do not fit them, the
-        # widths scaled down together and then the real ones are tried
-        tiers, seen = [("tiny", tiny, out)], [tiny.config]
-        for widths in WIDTHS[1:]:
-            tier = tiny_derive(cls, config, widths=widths)
-            if not tier.error and tier.config not in seen:
-                tiers.append((widths, tier, None))
-                seen.append(tier.config)
+        # widths scaled down together and then the real ones are tried (each derived only when reached)
+        def tiers():
+            yield "tiny", tiny, out
+            seen = [tiny.config]
+            for widths in WIDTHS[1:]:
+                tier = tiny_derive(cls, config, widths=widths)
+                if not tier.error and tier.config not in seen:
+                    seen.append(tier.config)
+                    yield widths, tier, {**out, "config": tier.config, "parameters": tier.parameters,
+                                         "changes": {k: list(v) for k, v in tier.changes.items()},
+                                         **synthesised(tier.config)}
+
         failures: list[str] = []
-        for widths, tier, static in tiers:
-            static = static or {**out, "config": tier.config, "changes": {k: list(v) for k, v in tier.changes.items()},
-                                "parameters": tier.parameters, **synthesised(tier.config)}
+        for widths, tier, static in tiers():
             captured = _from_pipeline(cls, job, tier.config, static)
             if captured.get("ok"):
                 if widths != "tiny":

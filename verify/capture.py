@@ -3,12 +3,14 @@ the pipeline's code).
 
 The pipeline is built around the tiny transformer, with its scheduler and VAE made from their configs (the
 model folder's, else the class defaults; the VAE on the meta device, since `output_type="latent"` never
-decodes) and no text encoder or tokenizer: random prompt embeddings go in as `prompt_embeds` (pooled ones
-and masks where `__call__` takes them). It is called for a few steps at a small size, guidance off, and a
-forward pre-hook records the transformer's calls: exactly the inputs the pipeline makes.
+decodes). Random prompt embeddings go in as `prompt_embeds` (pooled ones and masks where `__call__` takes
+them), so no text encoder runs; a pipeline that takes none encodes a fixed prompt with a stand-in encoder
+(`standins.py`), and tokenizers and image processors always stand in. It is called for a few steps at a
+small size, guidance off, and a forward pre-hook records the transformer's calls: exactly the inputs the
+pipeline makes.
 
-`capture(...)` returns the recorded calls (and whether a stand-in text encoder made them), or raises `NotCaptured` saying why not (the caller falls back to
-the next fixture source).
+`capture(...)` returns the recorded calls (and whether a stand-in text encoder made them), or raises
+`NotCaptured` saying why not (the caller falls back to the next fixture source).
 """
 
 from __future__ import annotations
@@ -262,14 +264,15 @@ def capture(cls, model, pipeline: dict, tiny_config: dict, slots: list[dict], st
         notes += [n for n in tried if n not in notes]
         notes += [f"`{n}`: {c.__name__}, the member of its annotation's union the pipeline runs with"
                   for n, c in choice.items() if c is not None and options[n] and c is not options[n][0]]
-        return calls, "prompt_embeds" not in inspect.signature(pipe_cls.__call__).parameters and bool(
-            _text_components(init))
+        return calls, _needs_text(pipe_cls, init)
     raise first or NotCaptured(f"building {pipe_cls.__name__} failed")
 
 
-def _text_components(init) -> list[str]:
-    """The pipeline's text encoders, by their `__init__` names."""
-    return [n for n, _ in init if "text_encoder" in n]
+def _needs_text(pipe_cls, init) -> bool:
+    """Does the pipeline encode prompts itself: a text encoder among its components, and no `prompt_embeds` its
+    call takes instead?"""
+    return "prompt_embeds" not in inspect.signature(pipe_cls.__call__).parameters and any(
+        "text_encoder" in n for n, _ in init)
 
 
 def _line(exc: BaseException) -> str:
@@ -309,7 +312,7 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
     widths = _widths(slots)
     if text_share > 1 and widths.get("text"):
         widths["text"] //= text_share
-    needs_text = "prompt_embeds" not in params and bool(_text_components(init))
+    needs_text = _needs_text(pipe_cls, init)
     try:
         kwargs = {n: model if n == "transformer" else _component(n, p, choice.get(n), configs, notes,
                                                                  widths=widths, needs_text=needs_text)

@@ -49,10 +49,13 @@ def is_transformers_model(cls: Any) -> bool:
 
 
 def is_tokenizer(cls: Any, name: str) -> bool:
-    if "tokenizer" in name:
-        return True
-    return isinstance(cls, type) and any(c.__name__ in ("PreTrainedTokenizerBase", "PreTrainedTokenizer",
-                                                        "PreTrainedTokenizerFast") for c in cls.__mro__)
+    """A text tokenizer: by its class where one is named (AceStep's `audio_tokenizer` is a model), else by
+    the component's name."""
+    if isinstance(cls, type):
+        return cls.__name__ == "AutoTokenizer" or any(  # AutoTokenizer: a factory of tokenizers
+            c.__name__ in ("PreTrainedTokenizerBase", "PreTrainedTokenizer", "PreTrainedTokenizerFast",
+                           "TokenizersBackend", "PythonBackend") for c in cls.__mro__)
+    return "tokenizer" in name
 
 
 def is_image_processor(cls: Any) -> bool:
