@@ -262,11 +262,12 @@ def metrics(baseline: Path, candidate: Path, side_by_side: Path | None = None):
 
 
 def audit(only: tuple[str, ...] = (), *, proofs: tuple[str, ...] | None = None, use_cache: bool = True,
-          progress: Progress = _quiet):
-    """Every integration the installed cache-dit registers, proved side by side with ours (an `AuditReport`)."""
+          jobs: int | None = None, progress: Progress = _quiet):
+    """Every integration the installed cache-dit registers, proved side by side with ours (an `AuditReport`);
+    `jobs` rows at once (default: half the cores)."""
     from integrate.survey.audit import DEFAULT_PROOFS, run_audit
 
-    return run_audit(only, proofs or DEFAULT_PROOFS, use_cache=use_cache, progress=progress)
+    return run_audit(only, proofs or DEFAULT_PROOFS, use_cache=use_cache, progress=progress, jobs=jobs)
 
 
 def survey(paths: list[str] | tuple[str, ...] = (), *, jobs: int | None = None, use_cache: bool = True,

@@ -285,12 +285,14 @@ def survey(paths: tuple[str, ...], as_json: bool, jobs: int | None, no_cache: bo
 @click.option("--proof", "proofs", multiple=True, type=click.Choice(_proof_choices()),
               help="The proofs to run on both integrations (repeatable; default: cache, cp, tp).")
 @click.option("--no-cache", is_flag=True, help="Ignore and do not write the result cache.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Rows proved at once, each in a process of its own (default: half the cores).")
 @click.option("--json", "as_json", is_flag=True, help="Print the audit as JSON (schema: docs/schema.md).")
-def audit(only: tuple[str, ...], proofs: tuple[str, ...], no_cache: bool, as_json: bool) -> int:
+def audit(only: tuple[str, ...], proofs: tuple[str, ...], no_cache: bool, jobs: int | None, as_json: bool) -> int:
     """Prove every integration the installed cache-dit ships side by side with ours: the same CPU proofs on
     the same fixture. A proof cache-dit's own integration fails is a finding (exit 1), with the commands that
     reproduce it."""
-    report = api.audit(only, proofs=proofs or None, use_cache=not no_cache,
+    report = api.audit(only, proofs=proofs or None, use_cache=not no_cache, jobs=jobs,
                        progress=lambda line: click.echo(line, err=True))
     data = to_json(report)
     _emit(data, as_json, lambda: terminal.audit(data))

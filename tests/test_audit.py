@@ -68,3 +68,25 @@ def test_a_finding_needs_a_fixture_that_ran_and_our_proof_passing(fixture, proof
     from integrate.survey.records import AuditProof
 
     assert row_status(fixture, [AuditProof("cache", t, o) for t, o in proofs]) == status
+
+
+def _fake_row(row, diffusers_version, work, proofs):
+    """Stands in for a row's proofs (minutes each), in a pool process of its own."""
+    from integrate.survey.records import AuditRow
+
+    return AuditRow(row.transformer_class, row.analysed_pipeline, None, "agree", why=f"pid {os.getpid()}")
+
+
+def test_audit_rows_run_in_a_process_pool_and_come_back_in_order(monkeypatch):
+    from integrate import api
+    from integrate.survey import audit
+
+    monkeypatch.setattr(audit, "audit_row", _fake_row)
+    only = ("FluxTransformer2DModel", "WanTransformer3DModel", "QwenImageTransformer2DModel")
+    lines: list[str] = []
+    report = api.audit(only, proofs=("cache",), use_cache=False, jobs=2, progress=lines.append)
+    assert sorted(r.transformer_class for r in report.rows) == sorted(only)
+    survey_order = [r.transformer_class for r in api.survey().rows if r.transformer_class in only]
+    assert [r.transformer_class for r in report.rows] == survey_order  # whatever finished first
+    assert len({r.why for r in report.rows}) > 1 and all(r.why != f"pid {os.getpid()}" for r in report.rows)
+    assert "2 at a time" in lines[0] and sum(": agree" in line for line in lines) == 3

@@ -15,10 +15,12 @@ version (the same result cache as the survey; `--no-cache` ignores it).
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from integrate import __version__, api, cache
@@ -122,8 +124,13 @@ def row_status(fixture: str, proofs: list[AuditProof]) -> str:
     return "agree"
 
 
+def default_jobs() -> int:
+    """Rows audited at once: half the cores (each row's CP and TP proofs run two processes at a time)."""
+    return max(1, (os.cpu_count() or 1) // 2)
+
+
 def run_audit(only: tuple[str, ...] = (), proofs: tuple[str, ...] = DEFAULT_PROOFS, use_cache: bool = True,
-              progress: Callable[[str], None] | None = None) -> AuditReport:
+              progress: Callable[[str], None] | None = None, jobs: int | None = None) -> AuditReport:
     from integrate.verify.proofs import CHOICES
 
     bad = [p for p in proofs if p not in CHOICES]
@@ -138,25 +145,50 @@ def run_audit(only: tuple[str, ...] = (), proofs: tuple[str, ...] = DEFAULT_PROO
         if missing:
             raise InputError(f"--only {missing[0]}: not a transformer class the installed cache-dit registers")
         rows = [r for r in rows if r.transformer_class in only]
-    progress(f"auditing {len(rows)} integration(s) cache-dit {survey.cache_dit.version} registers")
-    out: list[AuditRow] = []
-    with tempfile.TemporaryDirectory(prefix="integrate-audit-") as tmp:
-        for i, row in enumerate(rows, 1):
-            key = cache.key_for("audit", {"file": row.file, "class": row.transformer_class,
+    jobs = max(1, jobs or default_jobs())
+    progress(f"auditing {len(rows)} integration(s) cache-dit {survey.cache_dit.version} registers"
+             + (f", {jobs} at a time" if jobs > 1 else ""))
+    results: dict[int, AuditRow] = {}
+    todo: list[int] = []
+    keys, deps = {}, {}
+    for i, row in enumerate(rows):
+        keys[i] = cache.key_for("audit", {"file": row.file, "class": row.transformer_class,
                                           "pipeline": row.analysed_pipeline, "proofs": list(proofs),
                                           "cache_dit": survey.cache_dit.version, "tool": __version__})
-            deps = [row.file, *(p.file for p in row.pipelines if p.cls == row.analysed_pipeline)]
-            if row.already_supported and row.already_supported.matches:
-                deps.append(row.already_supported.matches[0].adapter.rpartition(":")[0])
-            hit = cache.load(key) if use_cache else None
-            if hit is not None:
-                out.append(from_json(AuditRow, {**hit, "cached": True}))
-                progress(f"audit [{i}/{len(rows)}] {row.transformer_class} (cached)")
-                continue
-            progress(f"audit [{i}/{len(rows)}] {row.transformer_class}")
-            result = audit_row(row, survey.diffusers.version, Path(tmp), proofs)
-            if result.status != "error" and use_cache:
-                cache.store(key, to_json(result), deps)
-            out.append(result)
+        deps[i] = [row.file, *(p.file for p in row.pipelines if p.cls == row.analysed_pipeline)]
+        if row.already_supported and row.already_supported.matches:
+            deps[i].append(row.already_supported.matches[0].adapter.rpartition(":")[0])
+        hit = cache.load(keys[i]) if use_cache else None
+        if hit is not None:
+            results[i] = from_json(AuditRow, {**hit, "cached": True})
+            progress(f"audit [{len(results)}/{len(rows)}] {row.transformer_class} (cached)")
+        else:
+            todo.append(i)
+
+    def done(i: int, result: AuditRow) -> None:
+        if result.status != "error" and use_cache:
+            cache.store(keys[i], to_json(result), deps[i])
+        results[i] = result
+        progress(f"audit [{len(results)}/{len(rows)}] {rows[i].transformer_class}: {result.status}")
+
+    with tempfile.TemporaryDirectory(prefix="integrate-audit-") as tmp:
+        if jobs == 1 or len(todo) <= 1:
+            for i in todo:
+                progress(f"audit {rows[i].transformer_class} ...")
+                done(i, audit_row(rows[i], survey.diffusers.version, Path(tmp), proofs))
+        else:  # each row in a process of its own: its proofs start their own workers
+            with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+                futures = {pool.submit(audit_row, rows[i], survey.diffusers.version, Path(tmp), proofs): i
+                           for i in todo}
+                for fut in as_completed(futures):
+                    i = futures[fut]
+                    try:
+                        result = fut.result()
+                    except Exception as exc:  # noqa: BLE001 - a pool process died (memory, a signal)
+                        result = AuditRow(transformer_class=rows[i].transformer_class,
+                                          pipeline=rows[i].analysed_pipeline, adapter=None, status="error",
+                                          why=f"the audit process failed: {type(exc).__name__}: {exc}")
+                    done(i, result)
+    out = [results[i] for i in range(len(rows))]
     return AuditReport(AUDIT_SCHEMA, AUDIT_SCHEMA_VERSION, __version__, survey.cache_dit, survey.diffusers,
                        tuple(proofs), tuple(out), sum(r.status == "finding" for r in out))
