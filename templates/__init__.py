@@ -179,8 +179,15 @@ def _adapter(b: _Build) -> dict:
         prefix = b.m.pipeline_class.split(".")[0]
         prefix = prefix[: -len("Pipeline")] if prefix.endswith("Pipeline") else prefix
         cfg_why = f"the pipeline's denoising loop {style} (confidence {cache.cfg_confidence})"
+    # cache-dit looks a transformer alone (`enable_cache(transformer)`, verify's proofs) up by its own class name:
+    # where that does not start with the pipeline's prefix (Kandinsky6TI2VAPipeline, Kandinsky6Transformer3DModel),
+    # the adapter is registered under both (only for a pipeline class: a third-party loop's short class names, `Flux`, would claim others)
+    p_cls = (b.m.pipeline_class or "").split(".")[0]
+    is_class = bool(b.m.pipeline_file) and "." not in (b.m.pipeline_class or "") and \
+        p_cls in b.ws.load(Path(b.m.pipeline_file)).classes
+    also = b.m.transformer_class if is_class and not b.m.transformer_class.startswith(prefix) else None
     adapter = {
-        "prefix": prefix, "func": f"{b.name}_adapter", "blocks": blocks,
+        "prefix": prefix, "also": also, "func": f"{b.name}_adapter", "blocks": blocks,
         "has_separate_cfg": bool(separate), "cfg_why": cfg_why,
         "check_forward_pattern": all(x.check_forward_pattern for x in cache.block_lists),
         "check_why": "cache-dit's name/annotation check cannot read these blocks (see the plan's cache section)",
@@ -198,7 +205,7 @@ def _adapter(b: _Build) -> dict:
             b.notes.append(f"cache-dit's own adapter accepts {b.m.transformer_class}: the plugin registers no "
                            "adapter over it, and its planners only where cache-dit has none")
         else:
-            b.registered["adapter"] = prefix
+            b.registered["adapter"] = prefix if also is None else f"{prefix}, {also}"
     return adapter
 
 

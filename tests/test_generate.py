@@ -285,3 +285,19 @@ def test_the_example_calls_the_pipeline_as_its_signature_says(tmp_path):
     _, plan, _ = _plan_approve_generate(ideogram, tmp_path / "i")
     assert plan["example"]["inputs"] == [] and plan["example"]["defaults"]["num_inference_steps"] == "48"
     assert "num_inference_steps=" not in (tmp_path / "i" / "out" / "integrate_ideogram4" / "example.py").read_text()
+
+
+def test_an_adapter_is_found_by_the_transformer_alone_where_the_pipeline_prefix_does_not_cover_it(tmp_path):
+    """Kandinsky6TI2VAPipeline / Kandinsky6Transformer3DModel: registered under the pipeline's prefix only, a
+    transformer looked up alone (enable_cache(transformer), verify's proofs) found no adapter."""
+    model = make_model_dir(tmp_path / "m", "Kandinsky6TI2VAPipeline", "Kandinsky6Transformer3DModel")
+    _, _, gen = _plan_approve_generate(model, tmp_path)
+    assert json.loads(gen.stdout)["registered"]["adapter"] == "Kandinsky6TI2VA, Kandinsky6Transformer3DModel"
+    code = ("import integrate_kandinsky6_ti2_va\n"
+            "from cache_dit.caching.block_adapters.block_registers import BlockAdapterRegister as R\n"
+            "names = list(R._adapters)\n"
+            "print(sorted(n for n in names[:2]), R._adapters['Kandinsky6TI2VA'] is R._adapters["
+            "'Kandinsky6Transformer3DModel'])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path / "out",
+                          timeout=300, check=False)
+    assert proc.stdout.split("\n")[0] == "['Kandinsky6TI2VA', 'Kandinsky6Transformer3DModel'] True", proc.stderr[-2000:]

@@ -276,7 +276,7 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None]) -> 
             dims = passed.get(name) or 2
             lead = "" if dims == 2 else f"{BATCH}, "
             expr = (f"torch.zeros({lead}{n}, {axes})" if text else
-                    f"_grid_ids({grid or (1, 4, 4)!r}, {axes})" + ("" if dims == 2 else ".unsqueeze(0)"))
+                    f"_grid_ids({grid or (1, 4, 4)!r}, {axes}" + (")" if dims == 2 else f", batch={BATCH})"))
             out.slots.append(Slot(name, expr, f"position ids of the {'text' if text else 'image'} tokens"))
         elif "shape" in low:
             lists = _list_depth(p.annotation)
