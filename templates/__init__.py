@@ -181,7 +181,8 @@ def _adapter(b: _Build) -> dict:
         cfg_why = f"the pipeline's denoising loop {style} (confidence {cache.cfg_confidence})"
     # cache-dit looks a transformer alone (`enable_cache(transformer)`, verify's proofs) up by its own class name:
     # where that does not start with the pipeline's prefix (Kandinsky6TI2VAPipeline, Kandinsky6Transformer3DModel),
-    # the adapter is registered under both (only for a pipeline class: a third-party loop's short class names, `Flux`, would claim others)
+    # the adapter is registered under both (only for a pipeline class: a third-party loop's short class names,
+    # `Flux`, would claim other models)
     p_cls = (b.m.pipeline_class or "").split(".")[0]
     is_class = bool(b.m.pipeline_file) and "." not in (b.m.pipeline_class or "") and \
         p_cls in b.ws.load(Path(b.m.pipeline_file)).classes
