@@ -244,17 +244,23 @@ def _linear_roles(ws: Workspace, tree: Tree, block: Node, root: str, atts: list[
     return tuple(roles[rel] for rel, _ in linears if rel in roles)
 
 
+def _forward(node: Node | None) -> tuple[SourceFile, cst.FunctionDef] | None:
+    """(source, forward) of the class a module node was built from; None when its class or forward is not read."""
+    if node is None or node.cls_node is None:
+        return None
+    src, cls = node.cls_node
+    fwd = find_method(cls, "forward")
+    return (src, fwd) if fwd is not None else None
+
+
 def _chunked(tree: Tree, prefix: str, rel: str) -> tuple[int, str] | None:
     """(n, where) when the module holding the Linear at `rel` cuts that Linear's output into n equal parts in
     its forward (`h, gate = self.proj(x).chunk(2, dim=-1)`: a GLU's fused up-projection); None otherwise."""
     owner_rel, _, leaf = rel.rpartition(".")
-    owner = tree.nodes.get(prefix + owner_rel) if owner_rel else None
-    if owner is None or owner.cls_node is None:
+    found = _forward(tree.nodes.get(prefix + owner_rel) if owner_rel else None)
+    if found is None:
         return None
-    src, cls = owner.cls_node
-    fwd = find_method(cls, "forward")
-    if fwd is None:
-        return None
+    src, fwd = found
 
     def mine(value: cst.BaseExpression) -> set[str]:
         return {"out"} if any(self_member(c.func) == leaf for c in find_all(value, cst.Call)) else set()
@@ -400,12 +406,10 @@ def _position_modules(ws: Workspace, tree: Tree, seq: SequenceFact | None) -> di
 def _layout(node: Node | None) -> PositionLayout:
     """Count returned tensors and read their last reshape: `x.reshape(1, f * h * w, 1, -1)` -> dims 4, split 1."""
     unread = PositionLayout(None, 0, 2, "low", "layout not read; assumed [S, D] tables")
-    if node is None or node.cls_node is None:
+    found = _forward(node)
+    if found is None:
         return unread
-    src, cls = node.cls_node
-    fwd = find_method(cls, "forward")
-    if fwd is None:
-        return unread
+    src, fwd = found
     returns = find_all(fwd, cst.Return)
     if not returns or returns[-1].value is None:
         return unread
