@@ -16,7 +16,7 @@ def phases(plan: Plan) -> tuple[Phase, ...]:
     # in a cache-dit checkout the same commands work with `cache_dit.generate` instead.
     launcher = f"integrate_{name}"
     ex = plan.example
-    given = "".join(f' {i.flag} "${i.env_var}"' for i in ex.inputs) if ex is not None else ""
+    given = "".join(f' {i.flag} "${i.env_var}"' for i in plan.example_inputs)
     gen = f"python3 -m {launcher} {name}{given}"
     run2 = f"torchrun --nproc_per_node=2 -m {launcher} {name}{given}"
     metrics = "cache-dit-metrics psnr ssim -i1 {base} -i2 {other}"

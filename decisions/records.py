@@ -299,6 +299,11 @@ class Plan:
     example: ExamplePlan | None = None  # 1.3: None without a pipeline (no example is generated)
 
     @property
+    def example_inputs(self) -> tuple[ExampleInput, ...]:
+        """What the pipeline requires beyond a prompt, each a flag of the example (none without an example)."""
+        return self.example.inputs if self.example is not None else ()
+
+    @property
     def gate_flags(self) -> GateFlags:
         """The gate's flags the plan was made from, to run the gate again on the same model."""
         m = self.model

@@ -318,7 +318,7 @@ def _example(b: _Build) -> None:
     p_src = b.ws.load(Path(m.pipeline_file)) if m.pipeline_file else None
     if p_src is not None and pipeline_cls in p_src.classes and p_src.dotted_name:
         ex = b.plan.example
-        inputs = list(ex.inputs) if ex is not None else []
+        inputs = list(b.plan.example_inputs)
         for i in inputs:
             escape.ident(i.name)
         imports = [("argparse", None), ("os", None), (p_src.dotted_name, pipeline_cls)] + [
@@ -351,7 +351,7 @@ def _package(b: _Build, adapter: dict, cp_cls: str | None, tp_cls: str | None, t
             "test_matrix.sh.j2", import_name=import_name, uaa=uaa, tep=bool(plan.text_encoders),
             ring=not cp.mask_reorder.needed, vaep=bool(vae and vae.supported),
             ext="mp4" if task in ("T2V", "I2V") else "png",
-            inputs=list(plan.example.inputs) if plan.example is not None and "example" in b.registered else [],
+            inputs=list(plan.example_inputs) if "example" in b.registered else [],
             **b.common)
     contents = [f"{p.role}: `{p.symbol}` ({p.module}.py)" for p in b.pieces]
     modules = sorted(["_activate"] + [p.module for p in b.pieces])
@@ -365,7 +365,7 @@ def _package(b: _Build, adapter: dict, cp_cls: str | None, tp_cls: str | None, t
         "plugin_init.py.j2", contents=contents, package_imports=_package_imports(modules), approval=b.approval,
         modules=modules, import_name=import_name, adapter=adapter, cp_cls=cp_cls, cp_module="cp_planner",
         tp_cls=tp_cls, tp_module="tp_planner", te_modules=te_modules, **b.common)
-    inputs = list(b.plan.example.inputs) if b.plan.example is not None and "example" in b.registered else []
+    inputs = list(b.plan.example_inputs) if "example" in b.registered else []
     launcher = import_block([("cache_dit._utils", "entrypoint")] + (
         [("sys", None), (f"{import_name}.example", "take_inputs")] if inputs else [(import_name, None)]),
         (import_name,))

@@ -73,7 +73,7 @@ def matrix(plan: Plan, out: str) -> list[Row]:
         if cp.plan:
             # cache-dit derives the degrees from the process count: 2 x 2 needs 4 processes
             rows.append(Row("ulysses2+tp2", 4, ("--parallel", "ulysses_tp", *uaa), f"{out}/ulysses_tp.{ext}"))
-    inputs = tuple((i.flag, i.env_var) for i in (plan.example.inputs if plan.example is not None else ()))
+    inputs = tuple((i.flag, i.env_var) for i in plan.example_inputs)
     return [dataclasses.replace(r, inputs=inputs) for r in rows]  # every row takes what the pipeline requires
 
 
@@ -148,7 +148,7 @@ def run_or_print(plan_dir: Path, generated: Path, *, out: str, print_only: bool,
     dotted(v.import_name), ident(m.example_name)
     rows = matrix(v.plan, out)
     commands = tuple(r.command(v.import_name, m.example_name) for r in rows)
-    inputs = v.plan.example.inputs if v.plan.example is not None else ()
+    inputs = v.plan.example_inputs
     setup = (f"export PYTHONPATH={shlex.quote(str(v.generated.resolve()))}${{PYTHONPATH:+:$PYTHONPATH}}",
              f"export {ident(m.env_var)}={shlex.quote(m.model_path)}", f"mkdir -p {shlex.quote(out)}",
              *(f': "${{{ident(i.env_var)}:?set {ident(i.env_var)} to the {ident(i.kind)} the pipeline requires as '
