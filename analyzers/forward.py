@@ -269,12 +269,18 @@ def documented_ranks(src: SourceFile, fn: cst.FunctionDef) -> dict[str, tuple[in
     """{parameter: (rank, line, shape text)} from the function's docstring, where it documents a tensor's shape
     the diffusers way: ``txt_ids (`torch.Tensor` of shape `(text_seq_len, 4)`):``. A parameter documented
     otherwise is absent (unknown, not guessed)."""
+    return {k: (len(dims), line, f"({', '.join(dims)})") for k, (dims, line) in documented_shapes(src, fn).items()}
+
+
+def documented_shapes(src: SourceFile, fn: cst.FunctionDef) -> dict[str, tuple[tuple[str, ...], int]]:
+    """{parameter: (the documented dims as written, line)}: `encoder_hidden_states` documented of shape
+    `(batch_size, text_seq_len, num_text_layers, text_hidden_dim)` gives those four names."""
     doc = fn.get_docstring(clean=False)
     if not doc:
         return {}
     params = {p.name for p in signature(src, fn)}
     first = src.line(fn.body.body[0]) if fn.body.body else src.line(fn)
-    out: dict[str, tuple[int, int, str]] = {}
+    out: dict[str, tuple[tuple[str, ...], int]] = {}
     for offset, raw in enumerate(doc.splitlines()):
         line = raw.strip()
         name, _, rest = line.partition(" (")
@@ -289,5 +295,5 @@ def documented_ranks(src: SourceFile, fn: cst.FunctionDef) -> dict[str, tuple[in
             else:
                 current += ch
         if parts:  # `(batch_size,)` is one dim
-            out[name] = (len(parts), first + offset, f"({shape})")
+            out[name] = (tuple(p.strip() for p in parts), first + offset)
     return out

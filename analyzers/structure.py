@@ -25,7 +25,7 @@ from integrate.syntax import find_all, params_of, self_member, target_names
 
 from .attention import attention_facts, int_value, is_attention
 from .encoders import text_encoder_facts, vae_facts
-from .forward import documented_ranks
+from .forward import documented_ranks, documented_shapes
 from .modules import Node, Tree, module_tree
 from .ndim import ndim_of
 from .records import (
@@ -541,6 +541,12 @@ def documented_ndims(src: SourceFile, cls: cst.ClassDef) -> dict[str, tuple[int,
             for k, (rank, line, shape) in (documented_ranks(src, fwd) if fwd is not None else {}).items()}
 
 
+def documented_dims(src: SourceFile, cls: cst.ClassDef) -> dict[str, tuple[str, ...]]:
+    """The dims, by name as written, of each tensor the transformer's forward docstring documents a shape for."""
+    fwd = find_method(cls, "forward")
+    return {k: dims for k, (dims, _) in (documented_shapes(src, fwd) if fwd is not None else {}).items()}
+
+
 def pipeline_arg_ndims(ws: Workspace, gate: GateReport) -> dict[str, tuple[int, Evidence]]:
     """Dims of each tensor the pipeline passes to the transformer by keyword, where the code says."""
     src, cls, entry = _pipeline_entry(ws, gate)
@@ -624,4 +630,4 @@ def _hook(value: cst.BaseExpression) -> dict[str, Any] | None:
 
 
 __all__ = ["parallel_facts", "block_structure", "declared_cp_plan", "load_config", "read_model_index",
-           "documented_ndims", "pipeline_arg_ndims", "pipeline_call_keywords", "pipeline_masks"]
+           "documented_ndims", "documented_dims", "pipeline_arg_ndims", "pipeline_call_keywords", "pipeline_masks"]

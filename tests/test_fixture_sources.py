@@ -247,3 +247,28 @@ def test_a_model_nobody_integrated_passes_tp_on_the_pipelines_own_inputs(tmp_pat
     plan_dir, out = _generated(model, tmp_path)
     rc, r = _verify(plan_dir, out, "--proof", "tp")
     assert r["fixture"]["source"] == "pipeline" and r["tp"]["status"] == "pass", r["tp"]
+
+
+# Each row: a model whose pipeline stopped before its transformer (or whose plain model refused the captured
+# inputs) until a rule of capture or of the tiny config covered its case; the note the rule writes is the
+# evidence that it, and not luck, made the fixture run.
+CAPTURE_RULES = [
+    # the class defaults leave in_channels / patch_size None; a second text encoder's embeddings
+    # (`prompt_embeds_2`) sized from the module the transformer feeds its second text input to
+    ("HunyuanDiTPipeline", "HunyuanDiT2DModel", "the class defaults leave `in_channels`, `patch_size` unset"),
+    # `prompt_embeds: list[torch.FloatTensor]`, and guidance on at any scale: the pipeline asks for negatives
+    ("ZImagePipeline", "ZImageTransformer2DModel", "stopped without negative embeddings"),
+    # the model refuses a tokenizer's integer mask; the pipeline's own encoding would have cast it
+    ("ChromaPipeline", "ChromaTransformer2DModel", "refuses the captured integer masks"),
+    # `KarrasDiffusionSchedulers`: an enum of scheduler classes, its first member; `class_labels` required
+    ("DiTPipeline", "DiTTransformer2DModel", "DDIMScheduler, the first of KarrasDiffusionSchedulers"),
+    # the VAE built from its defaults makes 4 latent channels; the class defaults say 16: theirs is taken
+    ("PRXPipeline", "PRXTransformer2DModel", "the tiny config takes theirs"),
+]
+
+
+@pytest.mark.parametrize(("pipeline", "transformer", "note"), CAPTURE_RULES,
+                         ids=[row[1] for row in CAPTURE_RULES])
+def test_capture_rules_that_take_a_pipeline_to_its_transformer(tmp_path, pipeline, transformer, note):
+    fx = _derived_from_pipeline(tmp_path, pipeline, transformer)
+    assert any(note in n for n in fx.get("notes", [])), fx.get("notes")

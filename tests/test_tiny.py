@@ -38,10 +38,15 @@ def _check(cls, original: dict):
     for k in kv:  # grouped-query ratio kept
         q = next(h for h in heads if h not in kv)
         assert original[q] // original[k] == cfg[q] // cfg[k]
+    q_heads = max((v for k, v in heads.items() if k not in kv), default=None)
+    head = next((cfg[k] for k in ("attention_head_dim", "head_dim", "d_kv") if isinstance(cfg.get(k), int)), None) or next(
+        (cfg[k] // q_heads for k in ("hidden_size", "dim", "inner_dim") if isinstance(cfg.get(k), int) and q_heads),
+        None)
+    assert head in (HEAD_DIM, HEAD_DIM * 3 // 2), head  # 24 where the real head dim divides by three
     for k, v in tiny.changes.items():
         if isinstance(v[0], (list, tuple)) and "layer" not in k and "block" not in k:
             # RoPE axes: even, summing to the head dim (or half of it, for sections of a cos / sin half)
-            assert sum(v[1]) in (HEAD_DIM, HEAD_DIM // 2) and all(x % 2 == 0 for x in v[1])
+            assert sum(v[1]) in (head, head // 2) and all(x % 2 == 0 for x in v[1])
     return tiny
 
 
@@ -112,3 +117,53 @@ def test_input_widths_are_made_tiny_scaled_together_or_kept_real():
     real = derive(diffusers.StableAudio3DiTModel, audio, widths="real")
     assert real.error is None and real.config["global_cond_dim"] == audio["global_cond_dim"] == 768
     assert real.config["embed_dim"] < audio["embed_dim"] and real.parameters < MAX_PARAMS
+
+
+def test_a_head_dim_that_divides_by_three_keeps_that_factor():
+    """Allegro's 3-D RoPE splits each head in three (each part even); PixArt embeds the resolution in a third
+    of its width. A tiny head dim of 16 breaks both; 24 keeps the factor the real 96 and 72 have."""
+    from integrate.verify.tiny import tiny_config
+
+    three = tiny_config({"num_attention_heads": 16, "attention_head_dim": 72})
+    plain = tiny_config({"num_attention_heads": 24, "attention_head_dim": 128})
+    assert three.config["attention_head_dim"] == 24 and (three.config["attention_head_dim"] // 3) % 2 == 0
+    assert plain.config["attention_head_dim"] == HEAD_DIM
+
+
+def test_a_width_equal_to_the_models_own_stays_equal_to_it():
+    """PixArt's `cross_attention_dim` (1152) is its inner width (16 heads x 72): without a caption projection
+    the blocks take the text at that width, so the tiny one must be the tiny inner width, not a text width."""
+    import diffusers
+
+    tiny = derive(diffusers.PixArtTransformer2DModel, _defaults(diffusers.PixArtTransformer2DModel))
+    c = tiny.config
+    assert tiny.error is None and c["cross_attention_dim"] == c["num_attention_heads"] * c["attention_head_dim"]
+
+
+def test_a_text_length_the_model_is_built_for_is_the_tiny_text_length():
+    """CogVideoX builds its positional table for `max_text_seq_length` text tokens plus the image; HunyuanDiT
+    learns a padding per token of `text_len` + `text_len_t5`: the fixture's text is TEXT_TOKENS long, so those
+    fields are too. A gist length that only bounds another (`gist_max_text_len`) is not one of them."""
+    from integrate.verify.tiny import TEXT_TOKENS, tiny_config
+
+    tiny = tiny_config({"max_text_seq_length": 226, "text_len": 77, "text_len_t5": 256, "gist_max_text_len": 512})
+    assert tiny.config["max_text_seq_length"] == tiny.config["text_len"] == tiny.config["text_len_t5"] == TEXT_TOKENS
+    assert tiny.config["gist_max_text_len"] == 512
+
+
+def test_fields_the_class_defaults_leave_unset_get_small_values_of_their_kind():
+    """EasyAnimate's defaults leave `in_channels`, `out_channels`, `patch_size` and `text_embed_dim_t5` None
+    (its real configs give them); LuminaNext leaves `num_kv_heads` None. Filled, both build; a field that is
+    None by design and not a size is left alone."""
+    import diffusers
+
+    from integrate.verify.tiny import WIDE, fill_unset
+
+    ea = _defaults(diffusers.EasyAnimateTransformer3DModel)
+    filled = fill_unset(ea)
+    assert filled == {"in_channels": 4, "out_channels": 4, "patch_size": 2, "text_embed_dim_t5": WIDE}
+    assert derive(diffusers.EasyAnimateTransformer3DModel, {**ea, **filled}).error is None
+    assert derive(diffusers.EasyAnimateTransformer3DModel, ea).error is not None
+    lumina = _defaults(diffusers.LuminaNextDiT2DModel)
+    assert fill_unset(lumina) == {"num_kv_heads": lumina["num_attention_heads"]}
+    assert derive(diffusers.LuminaNextDiT2DModel, {**lumina, **fill_unset(lumina)}).error is None

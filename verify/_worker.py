@@ -39,18 +39,36 @@ def derive(job: dict) -> dict:
     from integrate.verify.inputs import synthesize
     from integrate.verify.tiny import WIDTHS
     from integrate.verify.tiny import derive as tiny_derive
+    from integrate.verify.tiny import fill_unset
 
     cls = _load_class(job["transformer_module"], job["transformer_class"], job.get("search_path"))
     config = job["config"] or {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
                                if k != "self" and v.default is not inspect.Parameter.empty}
     tiny = tiny_derive(cls, config)
-    unset = [k for k, v in config.items() if v is None and not job["config"] and any(
-        w in k for w in ("channels", "patch", "dim", "size"))]
-    if tiny.error and unset and tiny.error.startswith("building"):
-        tiny.error += (f" (the class defaults leave {', '.join(f'`{k}`' for k in unset[:4])} unset: the model "
-                       "folder's transformer/config.json gives them)")
+    filled_notes: list[str] = []
+    filled: dict = {}
+    if tiny.error and not job["config"] and tiny.error.startswith("building"):
+        # the class defaults leave fields unset that a real config gives: small stand-ins, said in the notes
+        filled = fill_unset(config)
+        retry = tiny_derive(cls, {**config, **filled}) if filled else tiny
+        if retry.error:
+            filled = {}
+        if filled:
+            config, tiny = {**config, **filled}, retry
+            tiny.changes.update({k: (None, tiny.config[k]) for k in filled})
+            filled_notes.append("the class defaults leave " + ", ".join(f"`{k}`" for k in filled) + " unset (a real "
+                                "config gives them): the tiny config sets " + ", ".join(
+                                    f"{k}={tiny.config[k]!r}" for k in filled))
+        else:
+            unset = [k for k, v in config.items() if v is None and any(
+                w in k for w in ("channels", "patch", "dim", "size"))]
+            if unset:
+                tiny.error += (f" (the class defaults leave {', '.join(f'`{k}`' for k in unset[:4])} unset: the "
+                               "model folder's transformer/config.json gives them)")
     out = {"changes": {k: list(v) for k, v in tiny.changes.items()}, "config": tiny.config,
            "parameters": tiny.parameters, "error": tiny.error}
+    if filled_notes:
+        out["notes"] = list(filled_notes)
     if tiny.error:
         out["slots"] = []
         return out
@@ -58,7 +76,7 @@ def derive(job: dict) -> dict:
     def synthesised(config: dict) -> dict:
         with torch.device("meta"):
             model = cls.from_config(config)
-        syn = synthesize(model, dict(model.config), dict(job.get("passed", {})))
+        syn = synthesize(model, dict(model.config), dict(job.get("passed", {})), job.get("shapes") or {})
         return {"slots": [dataclasses.asdict(s) for s in syn.slots], "image_tokens": syn.image_tokens,
                 "text_tokens": syn.text_tokens}
 
@@ -68,35 +86,57 @@ def derive(job: dict) -> dict:
         taken = _from_test_file(cls, job, out)
         if taken.get("ok"):
             out.update(taken["derived"], check={"ok": True, "masks": None}, source="test-file", tried=tried)
+            out.pop("notes", None)  # the test's own config: nothing was filled in
             return out
         tried.append(f"test-file: {taken['why']}")
     if job.get("pipeline"):
         # the pipeline's own components (its VAE's latent channels, a conditioner, the encoders' layers it
         # joins) may be sized to the transformer's input widths: when the tiny widths do not fit them, the
         # widths scaled down together and then the real ones are tried (each derived only when reached)
-        def tiers():
-            yield "tiny", tiny, out
-            seen = [tiny.config]
-            for widths in WIDTHS[1:]:
-                tier = tiny_derive(cls, config, widths=widths)
-                if not tier.error and tier.config not in seen:
-                    seen.append(tier.config)
-                    yield widths, tier, {**out, "config": tier.config, "parameters": tier.parameters,
-                                         "changes": {k: list(v) for k, v in tier.changes.items()},
-                                         **synthesised(tier.config)}
+        def tier(widths: str, base: dict, extra: dict):
+            t = tiny_derive(cls, base, widths=widths)
+            t.changes.update({k: (None, t.config[k]) for k in filled} | extra)
+            if t.error or t.config in seen:
+                return None
+            seen.append(t.config)
+            return t, {**out, "config": t.config, "parameters": t.parameters,
+                       "changes": {k: list(v) for k, v in t.changes.items()}, **synthesised(t.config)}
 
+        seen = [tiny.config]
+        pending, later, extra, notes = [("tiny", tiny, out)], list(WIDTHS[1:]), {}, list(filled_notes)
         failures: list[str] = []
-        for widths, tier, static in tiers():
-            captured = _from_pipeline(cls, job, tier.config, static)
+        while pending or later:
+            if pending:
+                widths, t, static = pending.pop(0)
+            else:
+                widths = later.pop(0)
+                made = tier(widths, config, extra)
+                if made is None:
+                    continue
+                t, static = made
+            captured = _from_pipeline(cls, job, t.config, static)
             if captured.get("ok"):
                 if widths != "tiny":
                     captured["derived"]["notes"].append(_WIDTH_NOTES[widths])
+                captured["derived"]["notes"][:0] = notes
                 out.update(static, **captured["derived"], check={"ok": True, "masks": None}, source="pipeline",
                            tried=[*tried, *failures])
                 return out
             label = "pipeline" if widths == "tiny" else f"pipeline, {widths} input widths"
             if not failures or captured["why"] not in failures[0]:
                 failures.append(f"{label}: {captured['why']}")
+            channels = captured.get("channels")
+            if channels and not job["config"] and "in_channels" not in extra:
+                # the class defaults' `in_channels` is not what the pipeline's own components make (a VAE's latent
+                # channels, a condition concatenated to the latent): a real config agrees with them; take theirs
+                extra = {"in_channels": (config.get("in_channels"), channels)}
+                config = {**config, "in_channels": channels}
+                notes.append(f"the class defaults' in_channels {extra['in_channels'][0]} is not the {channels} "
+                             "channels the pipeline's components make of the latent: the tiny config takes theirs")
+                made = tier(widths, config, extra)
+                if made is not None:
+                    pending.insert(0, (widths, *made))
+                continue
             if not captured["sized"]:  # other widths would not help
                 break
         tried += failures
@@ -136,23 +176,57 @@ def _from_pipeline(cls, job: dict, config: dict, static: dict) -> dict:
         except NotCaptured as exc:
             return {"ok": False, "why": first or str(exc), "sized": bool(first) or exc.sized}
         del model
-        torch.save(calls, path)
         slots = [{"name": k, "expr": f"_saved(step, {k!r})", "why": "what the pipeline passed"} for k in calls[0]]
         derived = {"slots": slots, "image_tokens": image_tokens(calls[0], config),
                    "text_tokens": text_tokens(calls[0]), "notes": notes}
-        text = _render_check(job, {**static, **derived})
-        failure = plain_forward(cls, _module_from_text(text, path.with_suffix(".py")))
+        # the prompt masks we pass are a tokenizer's (integers); a pipeline's own encoding may cast them (to bool,
+        # or to the embeddings' dtype): where the model refuses integer masks, bool and then float are tried
+        for dtype in (None, torch.bool, torch.float32):
+            cast = calls if dtype is None else _masks_as(calls, dtype)
+            if cast is None:
+                break
+            torch.save(cast, path)
+            failure = plain_forward(cls, _module_from_text(_render_check(job, {**static, **derived}),
+                                                           path.with_suffix(".py")))
+            if failure is None:
+                if dtype is not None:
+                    notes.append(f"the model refuses the captured integer masks (ours are a tokenizer's): passed as "
+                                 f"{str(dtype).removeprefix('torch.')}, as a pipeline's own prompt encoding may cast them")
+                break
+        latent = calls[0].get("hidden_states")
+        if failure is not None and isinstance(latent, torch.Tensor) and latent.ndim in (4, 5) and isinstance(
+                config.get("in_channels"), int) and latent.shape[1] != config["in_channels"]:
+            path.unlink()
+            return {"ok": False, "sized": True, "channels": int(latent.shape[1]),
+                    "why": f"the pipeline made a latent of {latent.shape[1]} channels; the tiny model takes "
+                           f"in_channels={config['in_channels']}: {failure['type']}: {failure['message']}"}
         if failure is None:
             if share > 1:
                 notes.append(f"the stand-in text encoder is 1/{share} of the transformer's text width: the pipeline "
                              f"joins {share} of its layers")
             return {"ok": True, "derived": derived}
         path.unlink()
+        at = f" (at {Path(failure['at']).name})" if failure.get("at") else ""
         first = first or (f"the plain tiny model does not run on the captured inputs: {failure['type']}: "
-                          f"{failure['message']}")
+                          f"{failure['message']}{at}")
         if not stood_in:  # the embeddings' width is not a stand-in's to vary
             break
     return {"ok": False, "why": first, "sized": True}
+
+
+def _masks_as(calls: list[dict], dtype) -> list[dict] | None:
+    """The calls with every integer tensor named `*mask*` cast to `dtype`; None when there is none."""
+    import torch
+
+    def cast(name, value):
+        if "mask" in name and isinstance(value, torch.Tensor) and not value.is_floating_point() \
+                and value.dtype != torch.bool:
+            return value.to(dtype)
+        return value
+
+    out = [{k: cast(k, v) for k, v in call.items()} for call in calls]
+    changed = any(out[i][k] is not v for i, call in enumerate(calls) for k, v in call.items())
+    return out if changed else None
 
 
 def _from_test_file(cls, job: dict, static: dict) -> dict:

@@ -15,13 +15,16 @@ pipeline makes.
 
 from __future__ import annotations
 
+import enum
 import importlib
 import inspect
+import types
 from pathlib import Path
 from typing import Any
 
-TEXT_TOKENS = 6  # even, and never the image token count (16 per frame below)
+from integrate.verify.tiny import TEXT_TOKENS  # even, and never the image token count (16 per frame below)
 PROMPT = "a small test prompt"  # what a stand-in text encoder encodes, where the pipeline takes no embeddings
+_TEXT_INPUT = ("encoder_hidden", "text", "prompt", "context", "caption", "cap_")  # a transformer's text input
 _GRID = 4  # latent tokens per side after patching
 _MAX_GRID = 32  # the largest tried when a pipeline refuses the small sizes (its own minimum)
 # The schedule is long and only its first calls are recorded: neighbouring steps then differ as they do in a
@@ -125,9 +128,18 @@ def _component(name: str, param: inspect.Parameter, cls: type | None, configs: d
     tokenizers and processors as `_encoders` says (text encoders left out where embeddings go in)."""
     import torch
 
+    if param.default is not inspect.Parameter.empty and getattr(cls, "__module__", "builtins") == "builtins":
+        return param.default  # a setting (`patch_size: int = 2`), not a component: its own default
     handled, built = _encoders(name, cls, widths or {}, needs_text, notes)
     if handled:
         return built
+    if isinstance(cls, type) and issubclass(cls, enum.Enum) and cls.__name__ in _ABSTRACT:
+        # an enum of the classes it may be (`KarrasDiffusionSchedulers`): its first member that is a class
+        member = next((getattr(importlib.import_module("diffusers"), m.name, None) for m in cls
+                       if isinstance(getattr(importlib.import_module("diffusers"), m.name, None), type)), None)
+        if member is not None:
+            notes.append(f"`{name}`: {member.__name__}, the first of {cls.__name__} (model_index.json names none)")
+            cls = member
     if cls is not None and inspect.isabstract(cls) or cls is not None and cls.__name__ in _ABSTRACT:
         stand_in = _STAND_INS.get(_ABSTRACT.get(cls.__name__, ""))
         if stand_in is None:
@@ -192,13 +204,14 @@ def _on_cpu(pipe_cls):
 
 def _widths(slots: list[dict]) -> dict[str, int]:
     """The widths the tiny transformer takes for its text, pooled text and image-embedding inputs (keys
-    "text", "pooled", "image"; a width not read is absent), read from the static synthesis's `_randn(...)`
+    "text", "text_2" for a second text input, "pooled", "image"; a width not read is absent), read from the static synthesis's `_randn(...)`
     shapes (our own expressions)."""
     import ast
 
     from integrate.verify.inputs import TEXT_TOKENS as SYN_TEXT
 
     text = pooled = image = None
+    texts: list[int] = []
     for s in slots:
         try:
             call = ast.parse(s.get("expr") or "", mode="eval").body
@@ -212,10 +225,29 @@ def _widths(slots: list[dict]) -> dict[str, int]:
             pooled = dims[-1]
         elif "image" in name and len(dims) >= 3:
             image = image or dims[-1]
-        elif any(w in name for w in ("encoder_hidden", "text", "prompt", "context", "caption")) and len(dims) >= 3 \
-                and dims[-2] == SYN_TEXT:
-            text = text or dims[-1]
-    return {k: v for k, v in (("text", text), ("pooled", pooled), ("image", image)) if v is not None}
+        elif any(w in name for w in _TEXT_INPUT) and len(dims) >= 3 \
+                and SYN_TEXT in dims[1:-1]:
+            texts.append(dims)
+    text, second = ([t[-1] for t in texts] + [None, None])[:2]
+    found = {k: v for k, v in (("text", text), ("text_2", second), ("pooled", pooled), ("image", image))
+             if v is not None}
+    if texts and len(texts[0]) > 3:  # per-layer embeddings, [B, S, layers, D], as the docstring documents
+        found["text_dims"] = texts[0][1:-1]
+    return found
+
+
+def _second_text_width(model) -> int | None:
+    """The width of the transformer's second text input (`encoder_hidden_states_2`, `..._t5`), read from the
+    module its forward feeds it to; None when there is none or it is not read."""
+    from integrate.verify.inputs import intake
+
+    names = [p for p in inspect.signature(type(model).forward).parameters
+             if any(w in p for w in _TEXT_INPUT) and not any(w in p for w in ("mask", "ids", "pool", "len", "kwargs"))]
+    for name in names[1:]:
+        taken = intake(model, name)
+        if taken is not None and taken[0] in ("linear", "norm"):
+            return int(taken[1]["width"])
+    return None
 
 
 def _size(pipe, config: dict, grid: int = _GRID) -> dict[str, int]:
@@ -313,11 +345,23 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
     if text_share > 1 and widths.get("text"):
         widths["text"] //= text_share
     needs_text = _needs_text(pipe_cls, init)
+    # a second transformer of the same class (Wan's `transformer_2`) is built from the tiny config as well
+    configs = {**configs, **{n: tiny_config for n, _ in init if n != "transformer" and choice.get(n) is type(model)}}
     try:
         kwargs = {n: model if n == "transformer" else _component(n, p, choice.get(n), configs, notes,
                                                                  widths=widths, needs_text=needs_text)
                   for n, p in init}
-        pipe = _on_cpu(pipe_cls)(**kwargs)
+        try:
+            pipe = _on_cpu(pipe_cls)(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - a pipeline that refuses to be built without a safety checker
+            if kwargs.get("safety_checker", False) is not None or "safety" not in str(exc).lower():
+                raise
+            from . import standins
+
+            kwargs["safety_checker"] = standins.safety_checker()
+            pipe = _on_cpu(pipe_cls)(**kwargs)
+            notes.append(f"`safety_checker`: a stand-in that lets everything through ({pipe_cls.__name__} is not "
+                         f"built without one: {_line(exc)[:80]})")
     except NotCaptured:
         raise
     except Exception as exc:  # noqa: BLE001 - the pipeline's constructor, without encoders
@@ -330,13 +374,26 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
     if "prompt_embeds" in params:
         if text is None:
             raise NotCaptured("the width of the transformer's text input is not known")
-        call["prompt_embeds"] = torch.randn(1, TEXT_TOKENS, text, generator=g)
+        call["prompt_embeds"] = torch.randn(1, *widths.get("text_dims", [TEXT_TOKENS]), text, generator=g)
+        if _a_list(params["prompt_embeds"].annotation):  # one [tokens, width] tensor per prompt
+            call["prompt_embeds"] = list(call["prompt_embeds"].unbind(0))
     elif needs_text:
         call["prompt"] = PROMPT  # encoded by the stand-in text encoder
         if "max_sequence_length" in params:
             call["max_sequence_length"] = TEXT_TOKENS
     else:
         notes.append(f"{pipe_cls.__name__} has no text encoder: called without prompt embeddings")
+    for name in params:  # a second text encoder's embeddings (`prompt_embeds_2`): the second text input's width
+        if name.startswith("prompt_embeds_") and "mask" not in name and "prompt_embeds" in call:
+            if widths.get("text_2") is None:
+                widths["text_2"] = _second_text_width(model)
+            if widths.get("text_2") is None and widths.get("text"):
+                # no module of the built model takes a second text input at this config: any width passes
+                widths["text_2"] = widths["text"]
+                notes.append(f"`{name}`: no module of the tiny model reads it; made {widths['text']} wide as the first")
+            if widths.get("text_2") is None:
+                raise NotCaptured(f"the pipeline takes `{name}` and the transformer's second text width is not known")
+            call[name] = torch.randn(1, TEXT_TOKENS, widths["text_2"], generator=g)
     if "pooled_prompt_embeds" in params:
         if pooled is None:
             raise NotCaptured("the pipeline takes `pooled_prompt_embeds` and the pooled width is not known")
@@ -380,7 +437,13 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
                     _to_cpu(pipe, init, configs, notes)
                     on_cpu = True
                     continue
-                if isinstance(exc, ValueError) and grid < _MAX_GRID and _raised_in(exc, pipe_cls):
+                if ("negative_" in str(exc) or "NoneType" in str(exc)) and _add_negatives(call, params, g):
+                    # the pipeline asks for negative embeddings beside ours, or encodes a negative prompt with
+                    # the text encoder it was built without (its guidance is on at any scale): random ones
+                    notes.append(f"{pipe_cls.__name__} stopped without negative embeddings ({_line(exc)[:100]}): "
+                                 "random ones of the same shapes are passed")
+                    continue
+                if isinstance(exc, (ValueError, ZeroDivisionError)) and grid < _MAX_GRID and _raised_in(exc, pipe_cls):
                     # the pipeline's own checks refused the size (a minimum, a multiple): the next larger one
                     notes.append(f"{pipe_cls.__name__} refused {size['width']}x{size['height']} "
                                  f"({_line(exc)[:120]}); called at twice the size")
@@ -399,6 +462,35 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
         if bad:
             raise NotCaptured(f"the transformer's input `{bad[0]}` (call {i}) is not a tensor or a plain value")
     return calls
+
+
+def _a_list(annotation) -> bool:
+    """Is a parameter typed a list (`list[torch.FloatTensor] | None`), and not a tensor as well?"""
+    import typing
+
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+        else (annotation,)
+    members = [m for m in members if m is not type(None)]
+    return bool(members) and all(typing.get_origin(m) is list for m in members)
+
+
+def _add_negatives(call: dict, params, g) -> bool:
+    """Add the `negative_` twin of each embedding and mask in `call` that `__call__` takes; False when none was
+    missing."""
+    import torch
+
+    added = False
+    for name in list(call):
+        twin = f"negative_{name}"
+        value = call[name]
+        if twin in params and twin not in call and isinstance(value, torch.Tensor):
+            call[twin] = value.clone() if "mask" in name else torch.randn(value.shape, generator=g)
+            added = True
+        elif twin in params and twin not in call and isinstance(value, list) and value \
+                and all(isinstance(v, torch.Tensor) for v in value):
+            call[twin] = [torch.randn(v.shape, generator=g) for v in value]
+            added = True
+    return added
 
 
 def _choices(options: dict[str, list[type]], limit: int = 6):
@@ -462,6 +554,9 @@ def _required(pipe_name: str, params, call: dict, size: dict[str, int], notes: l
             notes.append(f"`{name}`: a noise picture of {size['width']}x{size['height']} (required)")
         elif "prompt" in name:
             out[name] = None
+        elif "label" in name:  # class-conditional models (`class_labels`): the first class
+            out[name] = [0]
+            notes.append(f"`{name}`: [0], the first class (required)")
         else:
             raise NotCaptured(f"{pipe_name}.__call__ requires `{name}`, and no rule makes one")
     return out
@@ -511,7 +606,7 @@ def text_tokens(call: dict) -> int:
 
     for name, value in call.items():
         if isinstance(value, torch.Tensor) and value.ndim == 3 and name != "hidden_states" and any(
-                w in name for w in ("encoder_hidden", "text", "prompt", "context", "caption")):
+                w in name for w in _TEXT_INPUT):
             return int(value.shape[1])
     return TEXT_TOKENS
 

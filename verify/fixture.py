@@ -193,6 +193,15 @@ class Maker:
                 passed.setdefault(mask.name, None)
         return passed
 
+    def shapes(self) -> dict[str, list[str]]:
+        """The dims, by name, of each input the transformer's forward docstring documents a shape for."""
+        from integrate.analyzers.structure import documented_dims
+
+        m = self.plan.model
+        t_src = self.ws.load(Path(m.transformer_file))
+        cls = t_src.classes.get(m.transformer_class)
+        return {k: list(v) for k, v in documented_dims(t_src, cls).items()} if cls is not None else {}
+
     def pipeline(self) -> dict | None:
         """What the worker needs to build the model's own pipeline: its module and class, the components
         model_index.json names and the scheduler's and VAE's configs (read and checked here, as data). None
@@ -235,7 +244,8 @@ class Maker:
         saved = path.with_suffix(".pt")
         saved.unlink(missing_ok=True)  # a capture from an earlier run is not this fixture's
         job = {"mode": "derive", "transformer_module": self.module, "transformer_class": m.transformer_class,
-               "search_path": self.search_path, "config": config, "passed": self.passed(), "steps": self.steps,
+               "search_path": self.search_path, "config": config, "passed": self.passed(), "shapes": self.shapes(),
+               "steps": self.steps,
                "pipeline": self.pipeline(), "capture_path": str(saved),
                "fixture_from": str(self.fixture_from.resolve()) if self.fixture_from else None}
         proc = spawn(job, self.env, self.search_path)

@@ -24,10 +24,10 @@ from integrate.resolve import Workspace
 from integrate.source import find_method
 from integrate.syntax import find_all, self_member
 
-TEXT_TOKENS = 6
+from integrate.verify.tiny import TEXT_TOKENS
 TEXT_PADDING = 2  # masked-out text tokens at the end of the prompt
 BATCH = 1
-_TEXT_WORDS = ("encoder", "text", "txt", "context", "prompt", "caption", "cond")
+_TEXT_WORDS = ("encoder", "text", "txt", "context", "prompt", "caption", "cap_", "cond")
 _SKIP = ("attention_kwargs", "joint_attention_kwargs", "cross_attention_kwargs", "controlnet", "cache", "lora")
 _NOT_ALIAS = ("shape", "size", "dtype", "device", "ndim", "dim")
 
@@ -223,9 +223,13 @@ def _patch(config: dict[str, Any]) -> tuple[int, int]:
     return int(p or 1), int(pt or 1)
 
 
-def synthesize(model, config: dict[str, Any], passed: dict[str, int | None]) -> Synthesis:
+def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
+               shapes: dict[str, list[str]] | None = None) -> Synthesis:
     """Inputs for `model` (built on meta is enough). `passed`: keyword -> dims of the tensors the
-    pipeline passes to the transformer (None when the dims were not traced)."""
+    pipeline passes to the transformer (None when the dims were not traced); `shapes`: keyword -> the dims,
+    by name, the forward's docstring documents (a tensor of more than 3 dims is shaped by them where every
+    name is a batch, a sequence length or a config field)."""
+    shapes = shapes or {}
     sig = inspect.signature(type(model).forward)
     params = [p for p in sig.parameters.values() if p.name != "self" and p.kind not in (p.VAR_POSITIONAL,
                                                                                            p.VAR_KEYWORD)]
@@ -288,8 +292,32 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None]) -> 
         elif "seq_len" in low:
             out.slots.append(Slot(name, f"[{s_txt}] * {BATCH}", "text length"))
         else:
-            out.slots.append(_tensor(model, name, passed.get(name), s_txt, s_img))
+            named = _documented(name, shapes.get(name), config, s_txt, s_img)
+            out.slots.append(named or _tensor(model, name, passed.get(name), s_txt, s_img))
     return out
+
+
+def _documented(name: str, dims: list[str] | None, config: dict[str, Any], s_txt: int, s_img: int) -> Slot | None:
+    """A tensor of more than three dims shaped as the docstring names them, or None where a name is not one of
+    a batch, a sequence length or a config field (the other rules then size it)."""
+    if not dims or len(dims) <= 3:
+        return None
+    text = any(w in name.lower() for w in _TEXT_WORDS)
+    sizes = []
+    for d in dims:
+        low = d.lower()
+        if low.isdigit():
+            sizes.append(int(low))
+        elif "batch" in low:
+            sizes.append(BATCH)
+        elif "seq" in low or low.endswith(("_len", "_length", "tokens")):
+            sizes.append(s_txt if text or "text" in low else s_img)
+        elif isinstance(config.get(d), int) and not isinstance(config.get(d), bool):
+            sizes.append(config[d])
+        else:
+            return None
+    return Slot(name, f"_randn({name!r}, {_shape(*sizes)})", f"of shape ({', '.join(dims)}) as the forward's "
+                f"docstring documents it, each from the config")
 
 
 def _list_depth(annotation) -> int:

@@ -11,7 +11,9 @@ tiny transformer, so each is built from its own class with a small config and ra
 - a tokenizer: a word-level fast tokenizer over a small vocabulary, with a chat template that joins the
   messages' text (every prompt word it does not know is `<unk>`, which is all an encoder with random
   weights needs);
-- an image processor: its class with default settings (no files needed).
+- an image processor: its class with default settings (no files needed);
+- a safety checker, for a pipeline that refuses to be built without one: a module that lets every prompt
+  and every picture through (the captured run generates nothing to check: it stops at the transformer).
 
 The inputs these make have the shapes the real ones have, not their values; the fixture's notes say which
 components stood in.
@@ -159,3 +161,20 @@ def narrow_channels(config: dict[str, Any]) -> dict[str, Any]:
         elif key in ("base_dim", "decoder_base_dim") and isinstance(value, int) and value > 32:
             out[key] = 32
     return out
+
+
+def safety_checker():
+    """A safety checker that lets everything through, with the methods pipelines call on one."""
+    import torch
+
+    class PassThroughSafetyChecker(torch.nn.Module):
+        def check_text_safety(self, prompt) -> bool:
+            return True
+
+        def check_video_safety(self, frames):
+            return frames
+
+        def forward(self, images, *args, **kwargs):
+            return images, [False] * (len(images) if hasattr(images, "__len__") else 1)
+
+    return PassThroughSafetyChecker()

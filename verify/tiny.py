@@ -3,7 +3,8 @@
 Structure is what the proofs check, so the tiny model keeps it: every block list keeps at least two
 blocks and the order of the list lengths (a decoder tail stays shorter than the list it is cut
 from), the GQA ratio is kept with every head count even (so CP 2 and TP 2 divide it), RoPE axis
-splits keep summing to the head dim (each axis even), and the wide dims shrink together. The result
+splits keep summing to the head dim (each axis even), the head dim (16) keeps a factor of three the real
+one has (24), and the wide dims shrink together. The result
 is sized on the meta device before anything is allocated.
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 HEAD_DIM = 16
+TEXT_TOKENS = 6  # the tiny text input's length (even, and never an image token count)
 WIDE = 32  # text / pooled / feature dims
 MAX_PARAMS = 20_000_000
 _HEAD_DIM_KEYS = ("attention_head_dim", "head_dim", "dim_head", "d_kv")
@@ -21,6 +23,7 @@ _FF_KEYS = ("intermediate_size", "d_ff")  # feed-forward widths not named `*_dim
 _ENCODER_SIZE = 64  # pixels per side of an image a sub-encoder takes
 _TOKENS = 1024  # a vocabulary larger than this is cut to it, unless the config names a token id beyond it
 _MODEL_WIDTH_KEYS = ("embed_dim", "model_dim", "inner_dim", "hidden_dim", "d_model")
+_TEXT_LENGTH_KEYS = ("max_text_seq_length", "text_seq_len", "max_text_len", "max_text_length")
 _KEEP = ("channels", "patch", "sample_size", "max_seq", "axes_lens", "seq_len", "theta", "num_frames")
 
 
@@ -81,15 +84,18 @@ def tiny_config(config: dict[str, Any], widths: str = "tiny") -> Tiny:
                 and all(isinstance(x, int) for x in v)]
         if axes and cfg[hidden_key] % sum(axes[0]) == 0:
             old_head = sum(axes[0])
+    # a head dim the model splits in three (3-D RoPE over frames, height and width; a size embedding a third of
+    # the width) keeps its factor of three
+    head_dim = HEAD_DIM * 3 // 2 if old_head and old_head % 3 == 0 else HEAD_DIM
     for k, v in cfg.items():
-        if ("head_dim" in k or k == "d_kv") and isinstance(v, int) and not isinstance(v, bool):
-            put(k, HEAD_DIM)
+        if ("head_dim" in k or k.endswith("dim_head") or k == "d_kv") and isinstance(v, int) and not isinstance(v, bool):
+            put(k, head_dim)
     for k, v in cfg.items():
         if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v) and old_head and sum(v) == old_head:
-            put(k, _split_even(list(v), HEAD_DIM))
+            put(k, _split_even(list(v), head_dim))
         elif (isinstance(v, (list, tuple)) and len(v) > 1 and all(isinstance(x, int) for x in v) and old_head
               and sum(v) * 2 == old_head):  # sections of half a head (multimodal RoPE over cos / sin halves)
-            put(k, _split_even(list(v), HEAD_DIM // 2))
+            put(k, _split_even(list(v), head_dim // 2))
     # a block interval or index (`inject_..._blocks`: every n-th block) stays within the shrunk lists
     tiny_layers = min((out[k] for k in layers if out[k] > 0), default=None)
     for k, v in cfg.items():
@@ -100,25 +106,34 @@ def tiny_config(config: dict[str, Any], widths: str = "tiny") -> Tiny:
               and v and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < max(layers.values())
                             for x in v) and max(v) >= tiny_layers):  # block indices: those the tiny lists have
             put(k, sorted({x for x in v if x < tiny_layers}) or [0])
+    # a text length the model is built for (a positional table over text + image, a learned padding per
+    # token): the length of the tiny text input, which the fixture and the pipeline capture both make
+    for k, v in cfg.items():
+        if (k.startswith("text_len") or k in _TEXT_LENGTH_KEYS) and isinstance(v, int) and not isinstance(v, bool):
+            put(k, TEXT_TOKENS)
     tiny_heads = max([out[k] for k in q] or [2])
     for k in _HIDDEN_KEYS:
         if isinstance(cfg.get(k), int) and cfg[k] >= 64:
-            put(k, tiny_heads * HEAD_DIM)
+            put(k, tiny_heads * head_dim)
     # wide dims: the model's own width and its feed-forward width; then the input, conditioning and embedding
     # widths, as `widths` says
     inputs: dict[str, int] = {}
+    real_width = old_head * max(q.values()) if old_head and q else None
     for k, v in cfg.items():
         if k in changes or any(w in k for w in _KEEP) or not isinstance(v, int) or isinstance(v, bool):
             continue
-        if k.endswith("_dim") and v >= 64 and widths != "tiny" and k not in _MODEL_WIDTH_KEYS and not any(
+        dim = k.endswith("_dim") or ("_dim_" in k and not k.endswith("_head"))  # cross_attention_dim_t5
+        if dim and real_width and v == real_width:  # the model's own width under another name: it stays equal
+            put(k, tiny_heads * head_dim)
+        elif dim and v >= 64 and widths != "tiny" and k not in _MODEL_WIDTH_KEYS and not any(
                 w in k for w in ("ff", "mlp", "hidden")):
             inputs[k] = v
-        elif k.endswith("_dim") and v >= 64:
-            put(k, 4 * tiny_heads * HEAD_DIM if "ff" in k or "mlp" in k else WIDE)
+        elif dim and v >= 64:
+            put(k, 4 * tiny_heads * head_dim if "ff" in k or "mlp" in k else WIDE)
         elif k.endswith("encoder_size") and v > _ENCODER_SIZE and v & (v - 1) == 0:  # a sub-encoder's input
             put(k, _ENCODER_SIZE)  # resolution (`motion_encoder_size`: the face crops the pipeline makes)
-        elif k in _FF_KEYS and v >= 64:
-            put(k, 4 * tiny_heads * HEAD_DIM)
+        elif (k in _FF_KEYS or k.endswith("_intermediate_size")) and v >= 64:
+            put(k, 4 * tiny_heads * head_dim)
         elif k == "vocab_size" and v > _TOKENS and not any(
                 (k2.endswith("_id") or k2.endswith("_ids")) and isinstance(v2, int) and v2 >= _TOKENS
                 for k2, v2 in cfg.items()):
@@ -131,6 +146,34 @@ def tiny_config(config: dict[str, Any], widths: str = "tiny") -> Tiny:
             if v % divisor == 0:
                 put(k, v // divisor)
     return Tiny(out, changes)
+
+
+def fill_unset(config: dict[str, Any]) -> dict[str, Any]:
+    """{key: value} for the fields a class's defaults leave None where the model cannot be built without them
+    (a real config always gives them): small values of the kind the name says, for a tiny model only. The
+    caller says which were filled; the full-size check never uses them."""
+    heads = max((v for k, v in config.items() if k.endswith("heads") and "kv" not in k and isinstance(v, int)),
+                default=None)
+    filled: dict[str, Any] = {}
+    for k, v in config.items():
+        if v is not None:
+            continue
+        if k == "in_channels":
+            filled[k] = 4
+        elif k == "out_channels":
+            filled[k] = config.get("in_channels") if isinstance(config.get("in_channels"), int) else 4
+        elif k.startswith("patch_size"):
+            filled[k] = 1 if k.endswith("_t") else 2
+        elif k.endswith("kv_heads") and heads:
+            filled[k] = heads  # no grouping: as many KV heads as query heads
+        elif k.startswith("axes_dim"):
+            filled[k] = [HEAD_DIM // 2] * 2  # two axes over one head; re-split to the tiny head dim below
+        elif (k.endswith("_dim") or "_dim_" in k or k in ("caption_channels", "text_channels")) and not any(
+                w in k for w in ("multiplier", "ratio")):
+            filled[k] = WIDE
+    if "out_channels" in filled and "in_channels" in filled:
+        filled["out_channels"] = filled["in_channels"]
+    return filled
 
 
 def _split_even(parts: list[int], total: int) -> list[int]:
