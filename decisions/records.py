@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.3"
+PLAN_SCHEMA_VERSION = "1.4"
 
 
 @dataclass(frozen=True)
@@ -283,6 +283,28 @@ class ExamplePlan:
 
 
 @dataclass(frozen=True)
+class Override:
+    """A reviewer's revision of one value (1.4, `integrate revise`): what the analysis said and what was set."""
+
+    key: str  # the value's dotted path in plan.json: "cache.has_separate_cfg"
+    analysis: Any  # what the analysis decided there (null where the key was new)
+    value: Any  # what the reviewer set
+    by: str
+    why: str
+    at: str  # when, ISO 8601 UTC
+
+
+@dataclass(frozen=True)
+class Revision:
+    """What `integrate revise` did (its --json, docs/schema.md)."""
+
+    plan_dir: str
+    changed: bool  # False: every value set was what the plan already said (nothing written)
+    approval_voided: bool  # an approval was recorded and is void now
+    overrides: tuple[Override, ...]  # every override the plan now holds
+
+
+@dataclass(frozen=True)
 class Plan:
     schema: str
     schema_version: str
@@ -297,6 +319,7 @@ class Plan:
     unknowns: tuple[str, ...]
     phases: tuple[Phase, ...] = ()
     example: ExamplePlan | None = None  # 1.3: None without a pipeline (no example is generated)
+    overrides: tuple[Override, ...] = ()  # 1.4: the reviewer's revisions, each beside what the analysis said
 
     @property
     def example_inputs(self) -> tuple[ExampleInput, ...]:

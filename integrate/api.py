@@ -1,6 +1,6 @@
 """The pipeline as functions over typed records: what the CLI, the survey, verify and tests call.
 
-    gate -> analyze -> plan -> (a reviewer approves) -> generate -> verify
+    gate -> analyze -> plan -> (a reviewer revises and approves) -> generate -> verify
 
 Each function takes the previous stage's record (or the gate's flags) and returns its own record; the
 JSON a command prints is `integrate.records.to_json` of that record. Nothing here prints: `progress`
@@ -24,7 +24,7 @@ from integrate.records import to_json
 
 if TYPE_CHECKING:
     from integrate.analyzers.records import Analysis
-    from integrate.decisions.records import ApprovalStatus, Plan
+    from integrate.decisions.records import ApprovalStatus, Plan, Revision
     from integrate.resolve import Workspace
 
 Progress = Callable[[str], None]
@@ -148,12 +148,44 @@ def check_out_dir(out_dir: Path) -> None:
 
 
 def approve(plan_dir: Path, reviewer: str) -> ApprovalStatus:
-    """Record `reviewer`'s approval of plan.json as it stands."""
+    """Record `reviewer`'s approval of plan.json as it stands; refused when PLAN.md does not show it (plan.json
+    edited by hand: the reviewer would approve what they did not read)."""
+    from integrate.decisions.approval import PLAN_FILE, PLAN_MD, load_plan
     from integrate.decisions.approval import approve as record_approval
     from integrate.decisions.records import ApprovalStatus
+    from integrate.render.markdown import plan_markdown
 
+    shown = (plan_dir / PLAN_MD).read_text() if (plan_dir / PLAN_MD).is_file() else None
+    if shown is not None and shown != plan_markdown(to_json(load_plan(plan_dir))):
+        raise InputError(f"{plan_dir / PLAN_MD} does not show {plan_dir / PLAN_FILE} as it stands (was plan.json "
+                         f"edited by hand?): change a decision with `integrate revise {plan_dir} --set KEY=VALUE "
+                         "--why TEXT --reviewer NAME`, which renders both, then review PLAN.md")
     a = record_approval(plan_dir, reviewer)
     return ApprovalStatus(reviewer=a.reviewer, approved_at=a.approved_at, plan_sha256=a.plan_sha256, approved=True)
+
+
+def revise(plan_dir: Path, assignments: list[str], *, why: str, reviewer: str) -> Revision:
+    """Apply a reviewer's `KEY=VALUE` assignments to plan.json, record each beside what the analysis said, render
+    PLAN.md again, write both (or neither) and void the approval."""
+    import json
+
+    from integrate.decisions.approval import APPROVAL_FILE, load_plan
+    from integrate.decisions.records import Revision
+    from integrate.decisions.revise import parse_assignment
+    from integrate.decisions.revise import revise as apply_revision
+    from integrate.files import write_tree
+    from integrate.render.markdown import plan_markdown
+
+    before = load_plan(plan_dir)
+    revised = apply_revision(before, [parse_assignment(a) for a in assignments], why, reviewer)
+    if revised == before:  # every value set is what the plan already says: nothing to write or to void
+        return Revision(str(plan_dir), changed=False, approval_voided=False, overrides=revised.overrides)
+    data = to_json(revised)
+    write_tree(plan_dir, {"plan.json": json.dumps(data, indent=2) + "\n", "PLAN.md": plan_markdown(data)})
+    approval = plan_dir / APPROVAL_FILE
+    voided = approval.is_file()
+    approval.unlink(missing_ok=True)  # what was approved is not this plan
+    return Revision(str(plan_dir), changed=True, approval_voided=voided, overrides=revised.overrides)
 
 
 def approval(plan_dir: Path) -> ApprovalStatus:
@@ -175,11 +207,22 @@ def analysis_for_plan(plan: Plan, ws: Workspace | None = None) -> tuple[Analysis
     left_out = {u.attr for u in plan.cache.uncached}  # block lists the plan decided not to cache
     now = [(b.attr, b.forward_pattern) for b in analysis.transformer.block_lists
            if b.is_blocks and b.attr not in left_out]
-    planned = [(b.attr, b.forward_pattern) for b in plan.cache.block_lists]
+    planned = _analysed_lists(plan)
     if now != planned:
         raise InputError(f"the model's source changed since the plan was made (block lists {planned} -> {now}): "
                          "run `integrate plan` again and have it approved")
     return analysis, ws
+
+
+def _analysed_lists(plan: Plan) -> list[tuple]:
+    """(attr, ForwardPattern) of each cached list as the analysis made them: a reviewer's override of either
+    is the reviewer's decision, not a change in the model's source."""
+    from integrate.decisions.revise import analysis_value
+
+    lists = analysis_value(plan, "cache.block_lists", [to_json(b) for b in plan.cache.block_lists])
+    return [(analysis_value(plan, f"cache.block_lists.{i}.attr", b.get("attr")),
+             analysis_value(plan, f"cache.block_lists.{i}.forward_pattern", b.get("forward_pattern")))
+            for i, b in enumerate(lists) if isinstance(b, dict)]
 
 
 def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", cache_dit_src: Path | None = None,

@@ -166,6 +166,23 @@ def approve(plan_dir: Path, reviewer: str | None, check: bool, as_json: bool) ->
 
 @main.command()
 @click.argument("plan_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--set", "assignments", multiple=True, required=True, metavar="KEY=VALUE",
+              help="A value to change: KEY a dotted path into plan.json (cache.has_separate_cfg, "
+                   "facts.attention.0.head_dim), VALUE JSON or plain text. Repeatable.")
+@click.option("--why", required=True, help="Why the analysis's value is wrong (recorded with the override).")
+@click.option("--reviewer", required=True, help="Who makes the change.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was revised as JSON.")
+def revise(plan_dir: Path, assignments: tuple[str, ...], why: str, reviewer: str, as_json: bool) -> int:
+    """Change decisions of a plan: checked against the plan's types, recorded beside what the analysis said;
+    PLAN.md is rendered again and the approval voided."""
+    record = api.revise(plan_dir, list(assignments), why=why, reviewer=reviewer)
+    data = {"schema_version": "1.0", "revision": to_json(record)}
+    _emit(data, as_json, lambda: terminal.revised(data["revision"]))
+    return 0
+
+
+@main.command()
+@click.argument("plan_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=str), callback=_named,
               help="Folder for the plugin package and the GPU test script (plugin mode: required).")
 @click.option("--mode", type=click.Choice(["plugin", "checkout"]), default="plugin", show_default=True,

@@ -179,6 +179,8 @@ def _adapter(b: _Build) -> dict:
         prefix = b.m.pipeline_class.split(".")[0]
         prefix = prefix[: -len("Pipeline")] if prefix.endswith("Pipeline") else prefix
         cfg_why = f"the pipeline's denoising loop {style} (confidence {cache.cfg_confidence})"
+    if any(o.key == "cache.has_separate_cfg" for o in b.plan.overrides):
+        cfg_why = f"the reviewer's override: the caller {style}"
     # cache-dit looks a transformer alone (`enable_cache(transformer)`, verify's proofs) up by its own class name:
     # where that does not start with the pipeline's prefix (Kandinsky6TI2VAPipeline, Kandinsky6Transformer3DModel),
     # the adapter is registered under both (only for a pipeline class: a third-party loop's short class names,

@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 
 from integrate.analyzers.records import ANALYSIS_SCHEMA_VERSION, Analysis
-from integrate.decisions.records import PLAN_SCHEMA_VERSION, Approval, ApprovalStatus, Plan
+from integrate.decisions.records import PLAN_SCHEMA_VERSION, Approval, ApprovalStatus, Plan, Revision
 from integrate.gate.records import GATE_SCHEMA_VERSION, GateReport
 from integrate.records import json_name, record_types
 from integrate.survey.records import AUDIT_SCHEMA_VERSION, SURVEY_SCHEMA_VERSION, AuditReport, SurveyReport
@@ -31,6 +31,7 @@ OUTPUTS = [  # (section heading starts with, root record, version it documents)
     ("## `integrate metrics --json`", MetricsReport, "1.0"),
     ("## `integrate survey --json`", SurveyReport, SURVEY_SCHEMA_VERSION),
     ("## `integrate audit --json`", AuditReport, AUDIT_SCHEMA_VERSION),
+    ("## `integrate revise --json`", Revision, "1.0"),
     ("## `integrate approve --json`", ApprovalStatus, "1.0"),
     ("## `integrate approve --json`", Approval, "1.0"),  # APPROVAL.json
 ]

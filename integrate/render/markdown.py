@@ -14,6 +14,32 @@ _ENV = jinja2.Environment(
     trim_blocks=False,
 )
 _ENV.filters["basename"] = lambda p: Path(str(p)).name if p else "?"
+_MD_PUNCTUATION = set("\\`*_{}[]()<>#+-.!|~")
+
+
+def code_span(value: Any) -> str:
+    """`value` (as JSON unless it is text) in an inline code span no backtick inside it can close."""
+    import json
+
+    text = value if isinstance(value, str) else json.dumps(value)
+    text = " ".join(text.split())  # one line
+    run = longest = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_text(value: Any) -> str:
+    """A reviewer's words as plain Markdown text: one line, every Markdown punctuation mark escaped."""
+    text = " ".join(str(value).split())
+    return "".join(f"\\{ch}" if ch in _MD_PUNCTUATION else ch for ch in text)
+
+
+_ENV.filters["code"] = code_span
+_ENV.filters["md_text"] = md_text
 
 
 def cp_code(plan: dict[str, Any]) -> str:

@@ -104,6 +104,23 @@ def plan(data: dict, out_dir) -> str:
     return "\n".join(lines)
 
 
+def revised(data: dict) -> str:
+    import json
+
+    where = data["plan_dir"]
+    if not data["changed"]:
+        lines = [f"nothing changed: {where}/plan.json already says that"]
+    else:
+        lines = [f"plan revised: {where}/plan.json and PLAN.md rendered again"
+                 + ("; its approval is void" if data["approval_voided"] else "")]
+    for o in data["overrides"]:
+        lines.append(f"  override {o['key']}: analysis {json.dumps(o['analysis'])} -> {json.dumps(o['value'])} "
+                     f"(by {o['by']}: {o['why']})")
+    if data["changed"]:
+        lines.append(f"next: review PLAN.md, then `integrate approve {where} --reviewer <name>`")
+    return "\n".join(lines)
+
+
 def approval(data: dict) -> str:
     return (f"approved by {data.get('reviewer')} at {data.get('approved_at')} (plan.json sha256 "
             f"{data.get('plan_sha256', '')[:12]}...)")
