@@ -17,6 +17,7 @@ from integrate.analyzers.records import Analysis, PipelineFacts
 from integrate import __version__
 from integrate.records import Evidence
 
+from .alternatives import alternatives
 from .cp import decide_cp
 from .encoders import decide_tep, decide_vaep
 from .phases import phases
@@ -113,7 +114,8 @@ def make_plan(analysis: Analysis, crosscheck: CrossCheck) -> Plan:
         unknowns=tuple(sorted(set(t.unknowns) | set(cp.unknowns) | {u for b in facts.blocks for u in b.unknowns})),
         example=None if gate.no_pipeline else decide_example(analysis.pipeline, model.example_type_guess, name),
     )
-    return dataclasses.replace(plan, phases=phases(plan))
+    plan = dataclasses.replace(plan, phases=phases(plan))
+    return dataclasses.replace(plan, alternatives=alternatives(plan, facts))
 
 
 # the call's sizes and steps: the example leaves them at the pipeline's defaults (its checks tie them to others)

@@ -153,12 +153,18 @@ def _signature(record: Approval, key: bytes) -> str:
 # -- approving and checking ---------------------------------------------------------------------------
 
 
-def approve(plan_dir: Path, reviewer: str) -> Approval:
+def check_reviewer(reviewer: str) -> str:
+    """The reviewer's name, stripped; an InputError when it is not one line of printable text."""
     reviewer = reviewer.strip()
     if not reviewer:
         raise InputError("--reviewer must name a person")
     if any(not ch.isprintable() for ch in reviewer) or len(reviewer) > 200:
         raise InputError("--reviewer must be one line of printable text (at most 200 characters)")
+    return reviewer
+
+
+def approve(plan_dir: Path, reviewer: str) -> Approval:
+    reviewer = check_reviewer(reviewer)
     data = _read(plan_dir, PLAN_FILE)
     plan = _parse(data, plan_dir / PLAN_FILE)
     md = _read(plan_dir, PLAN_MD)

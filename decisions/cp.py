@@ -77,7 +77,9 @@ class _Chart:
         self.evidence.append(_at(e, self.seq.file, lf.loop_line if lf else self.seq.forward_line, why))
 
 
-def decide_cp(facts: ParallelFacts) -> CpPlan:
+def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
+    """The CP chart; `root=False` asks for the plan without a root split (the alternative a reviewer or
+    `integrate repair` may try when the root split is not of high confidence)."""
     seq = facts.sequence
     if seq is None or not seq.lists:
         mask, rope, uaa, risks = _extras(facts, seq, {}, joint=False)
@@ -85,7 +87,8 @@ def decide_cp(facts: ParallelFacts) -> CpPlan:
                       ("no block loop found in the transformer's forward: nothing to split",), mask, rope, uaa,
                       NO_HYBRID, None)
     c = _Chart(facts, seq)
-    _split_at_root(c)
+    if root:
+        _split_at_root(c)
     shape = "root split" if c.root else "first-block split"
     if not c.root:
         for b in seq.root_blockers:

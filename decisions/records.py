@@ -283,6 +283,20 @@ class ExamplePlan:
 
 
 @dataclass(frozen=True)
+class Alternative:
+    """Another choice a decision below high confidence could have made (1.4), as the revision that makes it."""
+
+    decision: str  # what is decided: "ForwardPattern of `transformer_blocks`"
+    now: str  # the plan's choice, in words
+    instead: str  # this alternative, in words
+    sets: dict[str, Any]  # `integrate revise --set` assignments: plan.json key -> value
+    unsets: tuple[str, ...]  # `--unset` keys (a mapping entry removed: a stream left whole, a linear unsharded)
+    confidence: Confidence  # the decision's, as planned
+    touches: tuple[str, ...]  # the modules it acts on, as verify's divergence tables name them ("" = the root)
+    why: str
+
+
+@dataclass(frozen=True)
 class Override:
     """A reviewer's revision of one value (1.4, `integrate revise`): what the analysis said and what was set."""
 
@@ -292,6 +306,7 @@ class Override:
     by: str
     why: str
     at: str  # when, ISO 8601 UTC
+    removed: bool = False  # the key was taken out of its mapping (`--unset`); `value` is then null
 
 
 @dataclass(frozen=True)
@@ -320,6 +335,7 @@ class Plan:
     phases: tuple[Phase, ...] = ()
     example: ExamplePlan | None = None  # 1.3: None without a pipeline (no example is generated)
     overrides: tuple[Override, ...] = ()  # 1.4: the reviewer's revisions, each beside what the analysis said
+    alternatives: tuple[Alternative, ...] = ()  # 1.4: other choices of the decisions below high confidence
 
     @property
     def example_inputs(self) -> tuple[ExampleInput, ...]:

@@ -4,8 +4,10 @@ what the analysis said.
 A key is the dotted path of a value in plan.json: `cache.has_separate_cfg`, `facts.attention.0.head_dim`,
 `parallelism.tp.block_lists.0.layer_plan.attn.to_q`. Each step must name a field of the record it is in, an
 index of a list that has it, or a key of a mapping (a new key may be added to a mapping, never to a record).
-A value is read as JSON (`false`, `64`, `"colwise"`, `{"split_dim": 1, ...}`); text that is not JSON is the
-string it spells. The revised plan is decoded as a whole, so a value of the wrong type is refused with the
+A part that holds a dot is written as a bracketed JSON string: `parallelism.cp.plan["blocks.*"].txt`. A value
+is read as JSON (`false`, `64`, `"colwise"`, `{"split_dim": 1, ...}`); text that is not JSON is the string it
+spells. `UNSET` as a value (`--unset KEY`) takes an entry out of a mapping (a stream left whole, a linear
+left unsharded). The revised plan is decoded as a whole, so a value of the wrong type is refused with the
 path of the fault, and nothing is written.
 
 Every override is kept in the plan (`Plan.overrides`): the key, the analysis's value, the reviewer's value,
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 import typing
 from datetime import datetime, timezone
 from typing import Any
@@ -29,7 +32,47 @@ from .phases import phases
 from .records import Override, Plan
 
 # what the reviewer may not change: what the plan is for and which tool wrote it (a new plan is `integrate plan`)
-_FIXED = ("schema", "schema_version", "tool_version", "model", "overrides", "phases")
+_FIXED = ("schema", "schema_version", "tool_version", "model", "overrides", "phases", "alternatives")
+
+
+class _Unset:
+    """The value of an `--unset KEY` assignment: the key is taken out of its mapping."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = _Unset()
+
+
+def split_key(key: str) -> list[str]:
+    """`parallelism.cp.plan["blocks.*"].encoder_hidden_states` -> its parts; a bracketed part is a JSON string
+    (for a part that holds a dot)."""
+    parts, i = [], 0
+    while i < len(key):
+        if key[i] == "[":
+            end = key.find("]", i)
+            while end != -1:
+                try:
+                    part = json.loads(key[i + 1:end])
+                    break
+                except ValueError:
+                    end = key.find("]", end + 1)
+            if end == -1 or not isinstance(part, str):
+                raise InputError(f"key {key!r}: a bracketed part must be a JSON string, as in [\"blocks.*\"]")
+            parts.append(part)
+            i = end + 1
+            if i < len(key) and key[i] == ".":
+                i += 1
+            continue
+        end = min((j for j in (key.find(".", i), key.find("[", i)) if j != -1), default=len(key))
+        if end == i:
+            raise InputError(f"key {key!r} has an empty part")
+        parts.append(key[i:end])
+        i = end + 1 if end < len(key) and key[end] == "." else end
+    if not parts:
+        raise InputError("an empty key")
+    return parts
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:
@@ -46,16 +89,19 @@ def parse_assignment(text: str) -> tuple[str, Any]:
 
 
 def _arms(tp: Any) -> list[Any]:
-    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType")):
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
         return [a for a in typing.get_args(tp) if a is not type(None)]
     return [tp]
 
 
 def _step(tp: Any, node: Any, part: str, where: str) -> tuple[Any, Any, bool]:
     """(the type at `part`, the value there or None, whether it may be created) inside `node` of type `tp`."""
-    for arm in _arms(tp):
+    arms = _arms(tp)
+    for arm in arms:
         if dataclasses.is_dataclass(arm) and isinstance(node, dict):
             hints = typing.get_type_hints(arm)
+            if len(arms) > 1 and not set(node) <= set(hints):
+                continue  # a union (`Gather | dict[...]`): this value is not that record
             if part not in hints:
                 fields = ", ".join(f.name for f in dataclasses.fields(arm))
                 raise InputError(f"{where}: no field `{part}` (fields: {fields})")
@@ -75,26 +121,31 @@ def _step(tp: Any, node: Any, part: str, where: str) -> tuple[Any, Any, bool]:
 
 def _set(data: dict, key: str, value: Any) -> Any:
     """Put `value` at `key` in `data` (a plan's JSON form); returns the value that was there (None if new)."""
-    parts = key.split(".")
+    parts = split_key(key)
     if parts[0] in _FIXED:
-        raise InputError(f"--set {key}: `{parts[0]}` is not a decision a reviewer revises (run `integrate plan` "
+        raise InputError(f"{key}: `{parts[0]}` is not a decision a reviewer revises (run `integrate plan` "
                          "for a different model)")
     tp, node = Plan, data
     for i, part in enumerate(parts):
         where = ".".join(parts[:i]) or "plan.json"
-        child_tp, child, creatable = _step(tp, node, part, f"--set {key}: {where}")
+        child_tp, child, creatable = _step(tp, node, part, f"{key}: {where}")
         if i == len(parts) - 1:
             if child is None and not creatable and not (isinstance(node, dict) and part in node) \
                     and not isinstance(node, list):
-                raise InputError(f"--set {key}: {where} has no `{part}`")
+                raise InputError(f"{key}: {where} has no `{part}`")
             old = node[int(part)] if isinstance(node, list) else node.get(part)
-            if isinstance(node, list):
+            if value is UNSET:
+                if not creatable or part not in node:
+                    raise InputError(f"{key}: only an entry of a mapping can be taken out "
+                                     f"({where} has {'no such entry' if creatable else 'a fixed field here'})")
+                del node[part]
+            elif isinstance(node, list):
                 node[int(part)] = value
             else:
                 node[part] = value
             return old
         if child is None:
-            raise InputError(f"--set {key}: {'.'.join(parts[:i + 1])} is null: set it whole")
+            raise InputError(f"{key}: {'.'.join(parts[:i + 1])} is null: set it whole")
         tp, node = child_tp, child
     raise AssertionError("unreachable")
 
@@ -109,17 +160,19 @@ def revise(plan: Plan, assignments: list[tuple[str, Any]], why: str, reviewer: s
         if any(not ch.isprintable() for ch in text) or len(text) > 500:
             raise InputError(f"{label} must be one line of printable text (at most 500 characters)")
     if not assignments:
-        raise InputError("nothing to revise: give at least one --set KEY=VALUE")
+        raise InputError("nothing to revise: give at least one --set KEY=VALUE or --unset KEY")
     data = to_json(plan)
     recorded = {o.key: o for o in plan.overrides}
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     for key, value in assignments:
         old = _set(data, key, value)
         analysis = recorded[key].analysis if key in recorded else old
-        if value == analysis:
+        if value is not UNSET and value == analysis:
             recorded.pop(key, None)  # back to what the analysis said: no longer an override
         else:
-            recorded[key] = Override(key=key, analysis=analysis, value=value, by=reviewer, why=why, at=now)
+            removed = value is UNSET
+            recorded[key] = Override(key=key, analysis=analysis, value=None if removed else value, by=reviewer,
+                                     why=why, at=now, removed=removed)
     data["overrides"] = [to_json(o) for o in recorded.values()]
     try:
         revised = from_json(Plan, data)

@@ -150,13 +150,14 @@ def check_out_dir(out_dir: Path) -> None:
 def approve(plan_dir: Path, reviewer: str) -> ApprovalStatus:
     """Record `reviewer`'s approval of plan.json as it stands; refused when PLAN.md does not show it (plan.json
     edited by hand: the reviewer would approve what they did not read)."""
-    from integrate.decisions.approval import PLAN_FILE, PLAN_MD, load_plan
+    from integrate.decisions.approval import PLAN_FILE, PLAN_MD, check_reviewer, load_plan
     from integrate.decisions.approval import approve as record_approval
     from integrate.decisions.records import ApprovalStatus
-    from integrate.render.markdown import plan_markdown
 
+    check_reviewer(reviewer)
     shown = (plan_dir / PLAN_MD).read_text() if (plan_dir / PLAN_MD).is_file() else None
-    if shown is not None and shown != plan_markdown(to_json(load_plan(plan_dir))):
+    rendered = _shown(to_json(load_plan(plan_dir)), plan_dir)
+    if shown is not None and shown != rendered:
         raise InputError(f"{plan_dir / PLAN_MD} does not show {plan_dir / PLAN_FILE} as it stands (was plan.json "
                          f"edited by hand?): change a decision with `integrate revise {plan_dir} --set KEY=VALUE "
                          "--why TEXT --reviewer NAME`, which renders both, then review PLAN.md")
@@ -164,24 +165,36 @@ def approve(plan_dir: Path, reviewer: str) -> ApprovalStatus:
     return ApprovalStatus(reviewer=a.reviewer, approved_at=a.approved_at, plan_sha256=a.plan_sha256, approved=True)
 
 
-def revise(plan_dir: Path, assignments: list[str], *, why: str, reviewer: str) -> Revision:
+def _shown(data: dict, plan_dir: Path) -> str:
+    """PLAN.md for a plan's data; an InputError where values no plan of ours holds keep it from rendering."""
+    from integrate.render.markdown import plan_markdown
+
+    try:
+        return plan_markdown(data)
+    except Exception as exc:  # noqa: BLE001 - a hand-edited plan.json (a layer plan entry without a reason)
+        raise InputError(f"{plan_dir}/plan.json cannot be shown as PLAN.md ({type(exc).__name__}: "
+                         f"{str(exc)[:120]}): was it edited by hand? Make the plan again or use `integrate revise`"
+                         ) from None
+
+
+def revise(plan_dir: Path, assignments: list[str], *, why: str, reviewer: str, unsets: list[str] = ()) -> Revision:
     """Apply a reviewer's `KEY=VALUE` assignments to plan.json, record each beside what the analysis said, render
     PLAN.md again, write both (or neither) and void the approval."""
     import json
 
     from integrate.decisions.approval import APPROVAL_FILE, load_plan
     from integrate.decisions.records import Revision
-    from integrate.decisions.revise import parse_assignment
+    from integrate.decisions.revise import UNSET, parse_assignment
     from integrate.decisions.revise import revise as apply_revision
     from integrate.files import write_tree
-    from integrate.render.markdown import plan_markdown
 
     before = load_plan(plan_dir)
-    revised = apply_revision(before, [parse_assignment(a) for a in assignments], why, reviewer)
+    changes = [parse_assignment(a) for a in assignments] + [(k.strip(), UNSET) for k in unsets]
+    revised = apply_revision(before, changes, why, reviewer)
     if revised == before:  # every value set is what the plan already says: nothing to write or to void
         return Revision(str(plan_dir), changed=False, approval_voided=False, overrides=revised.overrides)
     data = to_json(revised)
-    write_tree(plan_dir, {"plan.json": json.dumps(data, indent=2) + "\n", "PLAN.md": plan_markdown(data)})
+    write_tree(plan_dir, {"plan.json": json.dumps(data, indent=2) + "\n", "PLAN.md": _shown(data, plan_dir)})
     approval = plan_dir / APPROVAL_FILE
     voided = approval.is_file()
     approval.unlink(missing_ok=True)  # what was approved is not this plan
@@ -286,6 +299,17 @@ def verify(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] | None = 
 
     return Verifier(plan_dir, generated, trust_code=trust_code, proofs=proofs, fixture_only=fixture_only,
                     fixture_from=fixture_from, cache_dit_own=cache_dit_own, progress=progress).run()
+
+
+def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = ("cache", "cp", "tp"),
+           max_candidates: int = 8, max_seconds: float = 300.0, trust_code: bool = False,
+           progress: Progress = _quiet):
+    """After a failed verify: the plan's alternatives tried one at a time on the failing proof; the smallest
+    revision that passes is proposed beside the plan, never approved (a `RepairReport`)."""
+    from integrate.repair import repair as run_repair
+
+    return run_repair(plan_dir, generated, proofs=proofs, max_candidates=max_candidates, max_seconds=max_seconds,
+                      trust_code=trust_code, progress=progress)
 
 
 def verify_gpu(plan_dir: Path, generated: Path, *, out: str, print_only: bool, trust_code: bool = False,

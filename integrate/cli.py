@@ -166,16 +166,20 @@ def approve(plan_dir: Path, reviewer: str | None, check: bool, as_json: bool) ->
 
 @main.command()
 @click.argument("plan_dir", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--set", "assignments", multiple=True, required=True, metavar="KEY=VALUE",
+@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE",
               help="A value to change: KEY a dotted path into plan.json (cache.has_separate_cfg, "
-                   "facts.attention.0.head_dim), VALUE JSON or plain text. Repeatable.")
+                   "facts.attention.0.head_dim.1; a part with a dot in brackets: "
+                   "parallelism.cp.plan[\"blocks.*\"]), VALUE JSON or plain text. Repeatable.")
+@click.option("--unset", "unsets", multiple=True, metavar="KEY",
+              help="An entry to take out of a mapping (a CP split of a stream, a TP layer plan entry). Repeatable.")
 @click.option("--why", required=True, help="Why the analysis's value is wrong (recorded with the override).")
 @click.option("--reviewer", required=True, help="Who makes the change.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was revised as JSON.")
-def revise(plan_dir: Path, assignments: tuple[str, ...], why: str, reviewer: str, as_json: bool) -> int:
+def revise(plan_dir: Path, assignments: tuple[str, ...], unsets: tuple[str, ...], why: str, reviewer: str,
+           as_json: bool) -> int:
     """Change decisions of a plan: checked against the plan's types, recorded beside what the analysis said;
     PLAN.md is rendered again and the approval voided."""
-    record = api.revise(plan_dir, list(assignments), why=why, reviewer=reviewer)
+    record = api.revise(plan_dir, list(assignments), unsets=list(unsets), why=why, reviewer=reviewer)
     data = {"schema_version": "1.0", "revision": to_json(record)}
     _emit(data, as_json, lambda: terminal.revised(data["revision"]))
     return 0
@@ -271,6 +275,29 @@ def verify(plan_dir: Path, generated: Path, proofs: tuple[str, ...], fixture_fro
                         fixture_from=fixture_from, cache_dit_own=cache_dit_own, progress=_progress)
     data = to_json(report)
     _emit(data, as_json, lambda: terminal.verify(data))
+    return 1 if report.failed else 0
+
+
+@main.command()
+@click.argument("plan_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--generated", "generated", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="The folder `integrate generate --out` wrote (whose verify failed).")
+@click.option("--proof", "proofs", multiple=True, type=click.Choice(["cache", "cp", "tp"]),
+              help="Only these proofs (default: cache, cp and tp). Repeatable.")
+@click.option("--max-candidates", type=click.IntRange(min=1), default=8, show_default=True,
+              help="At most this many alternatives tried (each one proof run).")
+@click.option("--max-seconds", type=click.FloatRange(min=1), default=300, show_default=True,
+              help="Stop trying candidates after this long.")
+@click.option("--trust-code", is_flag=True, help="Run a model that is not part of an installed package.")
+@click.option("--json", "as_json", is_flag=True, help="Print the repair report as JSON (schema: docs/schema.md).")
+def repair(plan_dir: Path, generated: Path, proofs: tuple[str, ...], max_candidates: int, max_seconds: float,
+           trust_code: bool, as_json: bool) -> int:
+    """After a failed verify: try the plan's alternatives on the failing proof, one at a time, and propose the
+    smallest revision that passes (never approved: take it with `integrate revise`)."""
+    report = api.repair(plan_dir, generated, proofs=proofs or ("cache", "cp", "tp"), max_candidates=max_candidates,
+                        max_seconds=max_seconds, trust_code=trust_code, progress=_progress)
+    data = {"schema_version": report.schema_version, "repair": to_json(report)}
+    _emit(data, as_json, lambda: terminal.repair(data["repair"]))
     return 1 if report.failed else 0
 
 

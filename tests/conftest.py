@@ -57,3 +57,14 @@ def analysis():
 
 def block_list(data: dict, attr: str) -> dict:
     return next(b for b in data["transformer"]["block_lists"] if b["attr"] == attr)
+
+
+def plan_md_for(data: dict, fallback: str) -> str:
+    """PLAN.md rendered from plan.json's `data`, as `integrate revise` writes it (what approve compares with),
+    or `fallback` where the values keep it from rendering (approve then refuses with exit 2)."""
+    from integrate.render.markdown import plan_markdown
+
+    try:
+        return plan_markdown(data)
+    except Exception:  # noqa: BLE001 - a value the template cannot show
+        return fallback

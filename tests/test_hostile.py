@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import plan_md_for
 
 from integrate.cli import main
 
@@ -257,7 +258,9 @@ def test_an_approved_plan_with_hostile_values(tmp_path, flux_plan, path, value):
     plan_dir = tmp_path / "plan"
     plan_dir.mkdir()
     (plan_dir / "plan.json").write_text(json.dumps(data, indent=2))
-    (plan_dir / "PLAN.md").write_text(md)
+    # PLAN.md as `integrate revise` would render it for these values, so approve accepts them and generate
+    # meets them (a PLAN.md that does not show plan.json is refused before generate could)
+    (plan_dir / "PLAN.md").write_text(plan_md_for(data, md))
     before = files_under(tmp_path)
     approve = cli("approve", str(plan_dir), "--reviewer", "R")
     check(approve, tmp_path, before, (plan_dir,))

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import plan_md_for
 
 from integrate.cli import main
 
@@ -110,7 +111,7 @@ def test_a_hostile_plan_input_never_becomes_code(tmp_path, motif_plan, monkeypat
     plan_dir = tmp_path / "plan"
     plan_dir.mkdir()
     (plan_dir / "plan.json").write_text(json.dumps(data, indent=2))
-    (plan_dir / "PLAN.md").write_text(motif_plan[1])
+    (plan_dir / "PLAN.md").write_text(plan_md_for(data, motif_plan[1]))  # as `integrate revise` would render it
     runner = CliRunner()
     approved = runner.invoke(main, ["approve", str(plan_dir), "--reviewer", "R"])
     assert approved.exit_code in (0, 2), approved.stderr

@@ -2,7 +2,7 @@
 
 Stages, in pipeline order: gate -> analyzers -> decisions -> templates -> verify. The core
 (`integrate/*.py`: records, source reading, name resolution, the def-use index, the cache) serves every
-stage and imports none; the front ends (`integrate.api`, `cli`, `render`, `survey`) may import anything and
+stage and imports none; the front ends (`integrate.api`, `cli`, `render`, `survey`, `repair`) may import anything and
 no stage imports them. Read with libcst, like every other source in this project.
 """
 
@@ -17,7 +17,7 @@ from conftest import ROOT
 from integrate.source import dotted
 
 STAGES = ["gate", "analyzers", "decisions", "templates", "verify"]
-FRONT = ["api", "cli", "render", "survey"]
+FRONT = ["api", "cli", "render", "survey", "repair"]
 PACKAGES = {"integrate": ROOT / "integrate", **{f"integrate.{s}": ROOT / s for s in STAGES}}
 
 

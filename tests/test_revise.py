@@ -105,3 +105,55 @@ def test_approving_a_hand_edited_plan_json_is_refused_and_points_at_revise(plann
     plan["cache"]["notes"] = ["edited by hand"]
     path.write_text(json.dumps(plan, indent=2) + "\n")
     _refused(run_cli("approve", str(planned), "--reviewer", "Ada"), "integrate revise")
+
+
+def test_an_entry_is_unset_by_a_bracketed_key_and_recorded_as_removed(planned):
+    """A CP hook key holds dots (`transformer_blocks.0`): it is written as a bracketed JSON string."""
+    plan = json.loads((planned / "plan.json").read_text())
+    hook = next(k for k in plan["parallelism"]["cp"]["plan"] if "." in k)
+    param = next(iter(plan["parallelism"]["cp"]["plan"][hook]))
+    key = f'parallelism.cp.plan[{json.dumps(hook)}].{param}'
+    proc = run_cli("revise", str(planned), "--unset", key, "--why", "kept whole", "--reviewer", "Ada", "--json")
+    assert proc.returncode == 0, proc.stderr
+    revised = json.loads((planned / "plan.json").read_text())
+    assert param not in revised["parallelism"]["cp"]["plan"][hook]
+    (override,) = revised["overrides"]
+    assert override["key"] == key and override["removed"] and override["value"] is None
+    _refused(run_cli("revise", str(planned), "--unset", "cache.has_separate_cfg", "--why", "x", "--reviewer", "Ada"),
+             "only an entry of a mapping")
+
+
+def test_every_alternative_is_a_revision_that_fits_the_plan(tmp_path):
+    """Alternatives are the revisions a reviewer (or repair) would make: on models outside the suite's examples
+    each one, applied, is a plan of the right types, and differs from the plan as made."""
+    from conftest import make_model_dir
+
+    from integrate import api
+    from integrate.decisions.alternatives import applied
+    from integrate.decisions.revise import revise
+
+    seen = set()
+    plans = {}
+    for pipeline, transformer in [("FluxPipeline", "FluxTransformer2DModel"),
+                                  ("SanaVideoPipeline", "SanaVideoTransformer3DModel"),
+                                  ("WanAnimatePipeline", "WanAnimateTransformer3DModel")]:
+        model = make_model_dir(tmp_path / transformer, pipeline, transformer)
+        plan = plans[transformer] = api.plan(api.flags_for(str(model)), probe=False)
+        assert plan.alternatives, transformer
+        for alt in plan.alternatives:
+            assert alt.confidence != "high" and (alt.sets or alt.unsets)
+            revised = revise(plan, applied(alt), "try it", "repair")
+            assert revised != plan and len(revised.overrides) == len(alt.sets) + len(alt.unsets)
+            seen.add(alt.decision)
+    # Flux's root split has the first-block split beside it; SanaVideo's cross-attention text may stay whole;
+    # WanAnimate's face encoder tokens may stay whole (its face adapter runs without CP)
+    assert "CP split point" in seen and any(s.startswith("CP split of `encoder_hidden_states`") for s in seen), seen
+    assert "CP split of `face_encoder`'s output" in seen, seen
+    # repair tries first what bears on the first divergent module
+    from integrate.repair import candidates
+
+    wan = plans["WanAnimateTransformer3DModel"]
+    first = wan.alternatives[candidates(wan, "cp", "motion_encoder.conv.0")[0]]
+    assert first.touches == ("motion_encoder",)
+    assert candidates(wan, "tp", "blocks.0.attn1.to_q") == [i for i, a in enumerate(wan.alternatives)
+                                                             if a.decision.startswith("TP")]

@@ -16,6 +16,7 @@ from integrate.analyzers.records import ANALYSIS_SCHEMA_VERSION, Analysis
 from integrate.decisions.records import PLAN_SCHEMA_VERSION, Approval, ApprovalStatus, Plan, Revision
 from integrate.gate.records import GATE_SCHEMA_VERSION, GateReport
 from integrate.records import json_name, record_types
+from integrate.repair import REPAIR_SCHEMA_VERSION, RepairReport
 from integrate.survey.records import AUDIT_SCHEMA_VERSION, SURVEY_SCHEMA_VERSION, AuditReport, SurveyReport
 from integrate.templates.records import GENERATE_SCHEMA_VERSION, GenerateReport
 from integrate.verify.records import GPU_SCHEMA_VERSION, VERIFY_SCHEMA_VERSION, GpuReport, MetricsReport, VerifyReport
@@ -32,6 +33,7 @@ OUTPUTS = [  # (section heading starts with, root record, version it documents)
     ("## `integrate survey --json`", SurveyReport, SURVEY_SCHEMA_VERSION),
     ("## `integrate audit --json`", AuditReport, AUDIT_SCHEMA_VERSION),
     ("## `integrate revise --json`", Revision, "1.0"),
+    ("## `integrate repair --json`", RepairReport, REPAIR_SCHEMA_VERSION),
     ("## `integrate approve --json`", ApprovalStatus, "1.0"),
     ("## `integrate approve --json`", Approval, "1.0"),  # APPROVAL.json
 ]

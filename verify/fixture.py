@@ -114,6 +114,60 @@ def _expression(expr: str) -> escape.Code:
     return escape.Code(expr)
 
 
+def _job_key(job: dict) -> str:
+    """What a derived fixture is a function of: the derive job (model, config, pipeline, the inputs the plan
+    traced), the versions that run it, and the bytes of the transformer's and pipeline's sources."""
+    import importlib.metadata as md
+
+    versions = {}
+    for dist in ("torch", "diffusers", "transformers"):
+        try:
+            versions[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            versions[dist] = None
+    body = {k: v for k, v in job.items() if k != "capture_path"} | {"versions": versions, "tool": __version__}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _remember(path: Path, key: str, report: FixtureReport) -> None:
+    """Beside a derived fixture: the job it was derived from and its report, for `_reused`."""
+    from integrate.records import to_json
+
+    if report.status not in ("derived", "needs-edit"):
+        return
+    data = {"job": key, "fixture_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "capture_sha256": _sha_or_none(path.with_suffix(".pt")), "report": to_json(report)}
+    path.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _sha_or_none(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def _reused(path: Path, key: str) -> FixtureReport | None:
+    """The report of a fixture derived from the same job, when its files are exactly as derived; else None."""
+    from integrate.records import RecordError, from_json
+
+    meta = path.with_suffix(".json")
+    try:
+        data = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("job") != key or not path.is_file():
+        return None
+    if data.get("fixture_sha256") != hashlib.sha256(path.read_bytes()).hexdigest():
+        return None
+    if data.get("capture_sha256") != _sha_or_none(path.with_suffix(".pt")):
+        return None
+    try:
+        report = from_json(FixtureReport, data.get("report"))
+    except RecordError:
+        return None
+    import dataclasses
+
+    return dataclasses.replace(report, path=str(path))  # the files may have been copied here from elsewhere
+
+
 def edited(path: Path) -> bool:
     """True when the file exists and its text is not what integrate wrote."""
     if not path.is_file():
@@ -238,16 +292,22 @@ class Maker:
             check(path)  # a broken edit is the user's input error: say so now
             self._report = FixtureReport(str(path), "edited")
             return self._report
-        self.progress("deriving the tiny fixture")
         m = self.plan.model
         config = load_config(m.model_path)
         saved = path.with_suffix(".pt")
-        saved.unlink(missing_ok=True)  # a capture from an earlier run is not this fixture's
         job = {"mode": "derive", "transformer_module": self.module, "transformer_class": m.transformer_class,
                "search_path": self.search_path, "config": config, "passed": self.passed(), "shapes": self.shapes(),
                "steps": self.steps,
                "pipeline": self.pipeline(), "capture_path": str(saved),
                "fixture_from": str(self.fixture_from.resolve()) if self.fixture_from else None}
+        key = _job_key(job)
+        again = _reused(path, key)
+        if again is not None:  # derived before from the very same job, and untouched since
+            self.progress("the tiny fixture derived before from the same model and sources: reused")
+            self._report = again
+            return again
+        self.progress("deriving the tiny fixture")
+        saved.unlink(missing_ok=True)  # a capture from an earlier run is not this fixture's
         proc = spawn(job, self.env, self.search_path)
         proc.wait()
         out, err = read(proc.out_file), read(proc.err_file)
@@ -275,6 +335,7 @@ class Maker:
                                          parameters=d["parameters"], changes=dict(d["changes"]),
                                          image_tokens=d["image_tokens"], text_tokens=d["text_tokens"],
                                          **origin, **({"masks": masks} if masks else {}))
+        _remember(path, key, self._report)
         return self._report
 
     def _write(self, d: dict, source: str, mask_dtype: str | None = None, problems: tuple[str, ...] = ()) -> None:

@@ -38,7 +38,24 @@ def md_text(value: Any) -> str:
     return "".join(f"\\{ch}" if ch in _MD_PUNCTUATION else ch for ch in text)
 
 
+def revise_command(alt: dict[str, Any], index: int) -> str:
+    """The `integrate revise` command that takes an alternative, every argument one shell word."""
+    import json
+
+    from integrate.escape import sh
+
+    words = ["integrate", "revise", "<this folder>"]
+    for key, value in alt["sets"].items():
+        words += ["--set", str(sh(f"{key}={json.dumps(value, separators=(',', ':'))}"))]
+    for key in alt["unsets"]:
+        words += ["--unset", str(sh(key))]
+    words += ["--why", str(sh(f"alternative {index}: {alt['instead']}")), "--reviewer", "<name>"]
+    command = " ".join(words)
+    return command if len(command) <= 240 else f"see `alternatives[{index}]` in plan.json (its sets and unsets)"
+
+
 _ENV.filters["code"] = code_span
+_ENV.filters["revise_command"] = revise_command
 _ENV.filters["md_text"] = md_text
 
 

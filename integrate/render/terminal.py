@@ -121,6 +121,24 @@ def revised(data: dict) -> str:
     return "\n".join(lines)
 
 
+def repair(data: dict) -> str:
+    if not data["failing"]:
+        return "nothing to repair: cache, cp and tp pass as generated"
+    lines = ["failing: " + ", ".join(f"{p} (first divergence: {m or 'not named'})" for p, m in data["failing"].items())]
+    for t in data["trials"]:
+        where = f", diverged at {t['diverged_at']}" if t.get("diverged_at") else ""
+        lines.append(f"  tried {t['proof']}: {t['decision']} -> {t['instead']}: {t['status']}{where}"
+                     + (f" ({t['why']})" if t.get("why") else "") + f" [{t['seconds']} s]")
+    if data.get("stopped"):
+        lines.append(f"  stopped: {data['stopped']}")
+    p = data["proposal"]
+    if p is None:
+        lines.append("no alternative made the failing proof pass: the plan needs a person (see the trials above)")
+    else:
+        lines += [f"proposed (not approved): {', '.join(data['files'])}", f"take it with: {p['command']}"]
+    return "\n".join(lines)
+
+
 def approval(data: dict) -> str:
     return (f"approved by {data.get('reviewer')} at {data.get('approved_at')} (plan.json sha256 "
             f"{data.get('plan_sha256', '')[:12]}...)")
