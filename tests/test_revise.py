@@ -157,3 +157,26 @@ def test_every_alternative_is_a_revision_that_fits_the_plan(tmp_path):
     assert first.touches == ("motion_encoder",)
     assert candidates(wan, "tp", "blocks.0.attn1.to_q") == [i for i, a in enumerate(wan.alternatives)
                                                              if a.decision.startswith("TP")]
+
+
+def test_repair_reports_a_failing_proof_it_has_no_alternative_for_and_never_approves(planned, tmp_path):
+    """A reviewer's wrong ForwardPattern makes the cache proof fail; MotifVideo's lists are read with high
+    confidence, so no alternative is listed for them: repair says the proof failed, that nothing was left to
+    try, exits 1, writes no proposal, and leaves the plan's approval as it was."""
+    wrong = next(p for p in ("Pattern_1", "Pattern_0")
+                 if p != json.loads((planned / "plan.json").read_text())["cache"]["block_lists"][0]["forward_pattern"])
+    assert _revise(planned, f"cache.block_lists.0.forward_pattern={json.dumps(wrong)}").returncode == 0
+    assert run_cli("approve", str(planned), "--reviewer", "Ada").returncode == 0
+    out = tmp_path / "out"
+    assert run_cli("generate", str(planned), "--out", str(out)).returncode in (0, 1)
+    approval = (planned / "APPROVAL.json").read_bytes()
+    proc = run_cli("repair", str(planned), "--generated", str(out), "--proof", "cache", "--json")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)["repair"]
+    assert "cache" in report["failing"] and report["proposal"] is None and report["files"] == []
+    assert not (planned / "repair").exists() and (planned / "APPROVAL.json").read_bytes() == approval
+
+
+def test_repair_refuses_an_unapproved_plan(planned, tmp_path):
+    assert _revise(planned, "cache.notes=[\"unapproved now\"]").returncode == 0
+    _refused(run_cli("repair", str(planned), "--generated", str(tmp_path)), "is not approved")
