@@ -167,3 +167,17 @@ def test_fields_the_class_defaults_leave_unset_get_small_values_of_their_kind():
     lumina = _defaults(diffusers.LuminaNextDiT2DModel)
     assert fill_unset(lumina) == {"num_kv_heads": lumina["num_attention_heads"]}
     assert derive(diffusers.LuminaNextDiT2DModel, {**lumina, **fill_unset(lumina)}).error is None
+
+
+def test_filled_input_channels_divide_by_the_group_norms_groups():
+    """TransformerTemporalModel and DreamLite normalise their input channels with GroupNorm(norm_num_groups=32):
+    four filled-in channels would not build; as many as the groups do."""
+    import diffusers
+
+    from integrate.verify.tiny import fill_unset
+
+    for cls in (diffusers.TransformerTemporalModel, diffusers.DreamLiteTransformer2DModel):
+        defaults = _defaults(cls)
+        filled = fill_unset(defaults)
+        assert filled["in_channels"] % defaults["norm_num_groups"] == 0
+        assert derive(cls, {**defaults, **filled}).error is None

@@ -101,6 +101,14 @@ def _encoders(name: str, cls: type | None, widths: dict, needs_text: bool, notes
     image = any(w in name for w in ("image_encoder", "vision"))
     if not (text or image) or text and not needs_text:
         return any(word in name for word in _NOT_BUILT), None
+    if text and isinstance(cls, type) and cls.__name__ == "PreTrainedModel" and cls.__module__.startswith("transformers"):
+        # typed only as a `transformers` model of some kind, and model_index.json names none: an encoder-only
+        # stand-in (input ids and a mask in, hidden states out), said in the notes
+        import transformers
+
+        notes.append(f"`{name}`: typed PreTrainedModel and model_index.json names no class: "
+                     f"{standins.GENERIC_TEXT_ENCODER} stands in")
+        cls = getattr(transformers, standins.GENERIC_TEXT_ENCODER)
     if not standins.is_transformers_model(cls):
         if text:
             typed = cls.__name__ if isinstance(cls, type) else "nothing buildable"
@@ -436,6 +444,20 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
                     # build its modules on the CPU with random weights and call it again
                     _to_cpu(pipe, init, configs, notes)
                     on_cpu = True
+                    continue
+                if isinstance(exc, ValueError) and "guidance_scale" in str(exc) and "guidance_scale" in call \
+                        and _raised_in(exc, pipe_cls):
+                    # the pipeline guides by a schedule of its own and refuses a scale beside it: its default
+                    notes.append(f"{pipe_cls.__name__} refused guidance_scale=1.0 ({_line(exc)[:100]}): left at "
+                                 "its default")
+                    del call["guidance_scale"]
+                    continue
+                if isinstance(exc, ValueError) and "num_inference_steps" in str(exc) \
+                        and call.get("num_inference_steps") == CAPTURE_SCHEDULE and _raised_in(exc, pipe_cls):
+                    # a schedule of the pipeline's own is sized to its default step count
+                    notes.append(f"{pipe_cls.__name__} refused {CAPTURE_SCHEDULE} steps ({_line(exc)[:100]}): "
+                                 "called with its default step count")
+                    del call["num_inference_steps"]
                     continue
                 if ("negative_" in str(exc) or "NoneType" in str(exc)) and _add_negatives(call, params, g):
                     # the pipeline asks for negative embeddings beside ours, or encodes a negative prompt with

@@ -28,6 +28,7 @@ LAYERS = 4  # a pipeline may tap an encoder's hidden states a few layers from th
 VOCAB = 256
 MAX_PARAMS = 20_000_000  # as for the tiny transformer
 WIDTH = 32  # for an encoder whose output width the tiny transformer's inputs do not say
+GENERIC_TEXT_ENCODER = "T5EncoderModel"  # for a text encoder typed only `PreTrainedModel`
 _SPECIAL = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
 _CHAT = ("{% for m in messages %}{% if m['content'] is string %}{{ m['content'] }}{% else %}"
          "{% for c in m['content'] %}{% if c['type'] == 'text' %}{{ c['text'] }} {% endif %}{% endfor %}"

@@ -155,13 +155,15 @@ def fill_unset(config: dict[str, Any]) -> dict[str, Any]:
     heads = max((v for k, v in config.items() if k.endswith("heads") and "kv" not in k and isinstance(v, int)),
                 default=None)
     filled: dict[str, Any] = {}
+    groups = config.get("norm_num_groups")  # a GroupNorm over the input channels needs them divisible
+    channels = groups if isinstance(groups, int) and not isinstance(groups, bool) and groups > 4 else 4
     for k, v in config.items():
         if v is not None:
             continue
         if k == "in_channels":
-            filled[k] = 4
+            filled[k] = channels
         elif k == "out_channels":
-            filled[k] = config.get("in_channels") if isinstance(config.get("in_channels"), int) else 4
+            filled[k] = config.get("in_channels") if isinstance(config.get("in_channels"), int) else channels
         elif k.startswith("patch_size"):
             filled[k] = 1 if k.endswith("_t") else 2
         elif k.endswith("kv_heads") and heads:
