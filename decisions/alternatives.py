@@ -26,22 +26,14 @@ from integrate.analyzers.records import ParallelFacts
 from integrate.records import to_json
 
 from .records import Alternative, Plan
+from .revise import join_key
 
 _HIGH = "high"
 
 
 def key(*parts: str | int) -> str:
-    """A dotted plan.json key; a part that holds a dot or a bracket is written `["..."]`."""
-    import json
-
-    out = []
-    for p in parts:
-        text = str(p)
-        out.append(f"[{json.dumps(text)}]" if any(ch in text for ch in ".[]") or not text else text)
-    joined = ""
-    for piece in out:
-        joined += piece if piece.startswith("[") or not joined else "." + piece
-    return joined
+    """A plan.json key in the one spelling `revise` records."""
+    return join_key([str(p) for p in parts])
 
 
 def alternatives(plan: Plan, facts: ParallelFacts | None) -> tuple[Alternative, ...]:

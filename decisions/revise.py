@@ -94,8 +94,24 @@ def _arms(tp: Any) -> list[Any]:
     return [tp]
 
 
+def join_key(parts: list[str] | tuple[str, ...]) -> str:
+    """The one spelling of a key: dotted, a part that holds a dot or a bracket written `["..."]`."""
+    out = ""
+    for p in parts:
+        text = str(p)
+        if any(ch in text for ch in ".[]") or not text:
+            out += f"[{json.dumps(text)}]"
+        else:
+            out += ("." if out else "") + text
+    return out
+
+
 def _step(tp: Any, node: Any, part: str, where: str) -> tuple[Any, Any, bool]:
     """(the type at `part`, the value there or None, whether it may be created) inside `node` of type `tp`."""
+    if tp is Any and isinstance(node, dict):  # inside free-form data (a config): any key
+        return Any, node.get(part), True
+    if tp is Any and isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        return Any, node[int(part)], False
     arms = _arms(tp)
     for arm in arms:
         if dataclasses.is_dataclass(arm) and isinstance(node, dict):
@@ -165,6 +181,7 @@ def revise(plan: Plan, assignments: list[tuple[str, Any]], why: str, reviewer: s
     recorded = {o.key: o for o in plan.overrides}
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     for key, value in assignments:
+        key = join_key(split_key(key))  # `a.b` and `a["b"]` are one key
         old = _set(data, key, value)
         analysis = recorded[key].analysis if key in recorded else old
         if value is not UNSET and value == analysis:

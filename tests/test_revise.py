@@ -180,3 +180,15 @@ def test_repair_reports_a_failing_proof_it_has_no_alternative_for_and_never_appr
 def test_repair_refuses_an_unapproved_plan(planned, tmp_path):
     assert _revise(planned, "cache.notes=[\"unapproved now\"]").returncode == 0
     _refused(run_cli("repair", str(planned), "--generated", str(tmp_path)), "is not approved")
+
+
+def test_a_key_has_one_spelling_and_free_form_data_takes_any_key(planned):
+    """`cache.has_separate_cfg` and `cache["has_separate_cfg"]` are one override; inside the config (free-form
+    data) a nested key is reached like any other."""
+    analysed = json.loads((planned / "plan.json").read_text())["cache"]["has_separate_cfg"]
+    assert _revise(planned, f"cache.has_separate_cfg={json.dumps(not analysed)}").returncode == 0
+    assert _revise(planned, f'cache["has_separate_cfg"]={json.dumps(not analysed)}').returncode == 0
+    assert _revise(planned, "facts.config.num_layers=3").returncode == 0
+    plan = json.loads((planned / "plan.json").read_text())
+    assert [o["key"] for o in plan["overrides"]] == ["cache.has_separate_cfg", "facts.config.num_layers"]
+    assert plan["facts"]["config"]["num_layers"] == 3
