@@ -31,11 +31,6 @@ from .revise import join_key
 _HIGH = "high"
 
 
-def key(*parts: str | int) -> str:
-    """A plan.json key in the one spelling `revise` records."""
-    return join_key([str(p) for p in parts])
-
-
 def alternatives(plan: Plan, facts: ParallelFacts | None) -> tuple[Alternative, ...]:
     return (*_patterns(plan), *_cfg(plan), *_cp_root(plan, facts), *_cp_streams(plan), *_cp_side_outputs(plan),
             *_tp(plan))
@@ -48,7 +43,7 @@ def _patterns(plan: Plan):
         for alt in b.alternatives:
             if alt != b.forward_pattern:
                 yield Alternative(f"ForwardPattern of `{b.attr}`", str(b.forward_pattern), alt,
-                                  {key("cache", "block_lists", i, "forward_pattern"): alt}, (), b.confidence,
+                                  {join_key(("cache", "block_lists", i, "forward_pattern")): alt}, (), b.confidence,
                                   (b.attr,), "the block's signature and returns bind to it as well")
 
 
@@ -89,7 +84,7 @@ def _cp_streams(plan: Plan):
             if param.isdigit():  # an output split: the sequence the module makes, not an input stream
                 continue
             yield Alternative(f"CP split of `{param}` at `{hook}`", "split", "whole on every rank",
-                              {}, (key("parallelism", "cp", "plan", hook, param),), cp.confidence, (hook,),
+                              {}, (join_key(("parallelism", "cp", "plan", hook, param)),), cp.confidence, (hook,),
                               "a stream that only attention without CP consumes must stay whole")
 
 
@@ -105,7 +100,7 @@ def _cp_side_outputs(plan: Plan):
                 or not isinstance(value, dict) or not value or not all(k.isdigit() for k in value)):
             continue
         yield Alternative(f"CP split of `{hook}`'s output", "split", "whole on every rank", {},
-                          (key("parallelism", "cp", "plan", hook),), cp.confidence, (hook,),
+                          (join_key(("parallelism", "cp", "plan", hook)),), cp.confidence, (hook,),
                           "a module that reads these tokens may run without context parallelism")
 
 
@@ -116,7 +111,7 @@ def _tp(plan: Plan):
         for path, style in b.layer_plan.items():
             role = b.reasons[path].role if path in b.reasons else ""
             where = (f"{b.attr}.*.{path}",)
-            k = key("parallelism", "tp", "block_lists", i, "layer_plan", path)
+            k = join_key(("parallelism", "tp", "block_lists", i, "layer_plan", path))
             if style == "colwise" and role in ("modulation", "block_in"):  # attention / FFN pairs stay sharded
                 yield Alternative(f"TP of `{b.attr}.*.{path}`", style, "colwise(output=replicate)",
                                   {k: "colwise(output=replicate)"}, (), b.confidence, where,

@@ -94,7 +94,7 @@ def _arms(tp: Any) -> list[Any]:
     return [tp]
 
 
-def join_key(parts: list[str] | tuple[str, ...]) -> str:
+def join_key(parts: list[str | int] | tuple[str | int, ...]) -> str:
     """The one spelling of a key: dotted, a part that holds a dot or a bracket written `["..."]`."""
     out = ""
     for p in parts:

@@ -93,16 +93,14 @@ def candidates(plan, proof: str, module: str | None) -> list[int]:
     return near + [i for i in kind if i not in near]
 
 
-def _command(plan_dir: Path, sets: dict, unsets: tuple[str, ...]) -> str:
-    from integrate.escape import sh
-
-    words = ["integrate", "revise", str(sh(str(plan_dir)))]
-    for k, v in sets.items():
-        words += ["--set", str(sh(f"{k}={json.dumps(v, separators=(',', ':'))}"))]
-    for k in unsets:
-        words += ["--unset", str(sh(k))]
-    return " ".join(words + ["--why", str(sh("integrate repair: the failing proof passes with it")),
-                             "--reviewer", "<name>"])
+def _merged(plan, indices: list[int]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The sets and unsets of the alternatives at `indices`, together."""
+    sets: dict[str, Any] = {}
+    unsets: list[str] = []
+    for i in indices:
+        sets.update(plan.alternatives[i].sets)
+        unsets += plan.alternatives[i].unsets
+    return sets, tuple(unsets)
 
 
 def _scratch_plan(plan_dir: Path, into: Path, indices: list[int], plan) -> Path:
@@ -110,12 +108,8 @@ def _scratch_plan(plan_dir: Path, into: Path, indices: list[int], plan) -> Path:
     into.mkdir(parents=True)
     for name in ("plan.json", "PLAN.md"):
         shutil.copy2(plan_dir / name, into / name)
-    sets: dict[str, Any] = {}
-    unsets: list[str] = []
-    for i in indices:
-        sets.update(plan.alternatives[i].sets)
-        unsets += plan.alternatives[i].unsets
-    api.revise(into, [f"{k}={json.dumps(v)}" for k, v in sets.items()], unsets=unsets,
+    sets, unsets = _merged(plan, indices)
+    api.revise(into, [f"{k}={json.dumps(v)}" for k, v in sets.items()], unsets=list(unsets),
                why="integrate repair: a candidate", reviewer=TRIAL_REVIEWER)
     return into
 
@@ -163,13 +157,13 @@ def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = REPAIRA
                 break
         proposal, files = None, ()
         if passing:
+            from integrate.escape import sh
+            from integrate.render.markdown import revise_words
+
             indices = sorted(set(passing.values()))
-            sets: dict[str, Any] = {}
-            unsets: list[str] = []
-            for i in indices:
-                sets.update(plan.alternatives[i].sets)
-                unsets += plan.alternatives[i].unsets
-            proposal = Proposal(sets, tuple(unsets), tuple(indices), _command(plan_dir, sets, tuple(unsets)))
+            sets, unsets = _merged(plan, indices)
+            proposal = Proposal(sets, unsets, tuple(indices), revise_words(
+                str(sh(str(plan_dir))), sets, unsets, "integrate repair: the failing proof passes with it"))
             revised = _scratch_plan(plan_dir, work / "proposal", indices, plan)
             diff = "".join(difflib.unified_diff((plan_dir / "PLAN.md").read_text().splitlines(keepends=True),
                                                 (revised / "PLAN.md").read_text().splitlines(keepends=True),

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from integrate.verify.tiny import TEXT_TOKENS  # even, and never the image token count (16 per frame below)
+
 PROMPT = "a small test prompt"  # what a stand-in text encoder encodes, where the pipeline takes no embeddings
 _TEXT_INPUT = ("encoder_hidden", "text", "prompt", "context", "caption", "cap_")  # a transformer's text input
 _GRID = 4  # latent tokens per side after patching
@@ -143,8 +144,8 @@ def _component(name: str, param: inspect.Parameter, cls: type | None, configs: d
         return built
     if isinstance(cls, type) and issubclass(cls, enum.Enum) and cls.__name__ in _ABSTRACT:
         # an enum of the classes it may be (`KarrasDiffusionSchedulers`): its first member that is a class
-        member = next((getattr(importlib.import_module("diffusers"), m.name, None) for m in cls
-                       if isinstance(getattr(importlib.import_module("diffusers"), m.name, None), type)), None)
+        library = importlib.import_module("diffusers")
+        member = next((c for c in (getattr(library, m.name, None) for m in cls) if isinstance(c, type)), None)
         if member is not None:
             notes.append(f"`{name}`: {member.__name__}, the first of {cls.__name__} (model_index.json names none)")
             cls = member
@@ -216,8 +217,6 @@ def _widths(slots: list[dict]) -> dict[str, int]:
     shapes (our own expressions)."""
     import ast
 
-    from integrate.verify.inputs import TEXT_TOKENS as SYN_TEXT
-
     text = pooled = image = None
     texts: list[int] = []
     for s in slots:
@@ -234,7 +233,7 @@ def _widths(slots: list[dict]) -> dict[str, int]:
         elif "image" in name and len(dims) >= 3:
             image = image or dims[-1]
         elif any(w in name for w in _TEXT_INPUT) and len(dims) >= 3 \
-                and SYN_TEXT in dims[1:-1]:
+                and TEXT_TOKENS in dims[1:-1]:
             texts.append(dims)
     text, second = ([t[-1] for t in texts] + [None, None])[:2]
     found = {k: v for k, v in (("text", text), ("text_2", second), ("pooled", pooled), ("image", image))
@@ -503,15 +502,16 @@ def _add_negatives(call: dict, params, g) -> bool:
 
     added = False
     for name in list(call):
-        twin = f"negative_{name}"
-        value = call[name]
-        if twin in params and twin not in call and isinstance(value, torch.Tensor):
+        twin, value = f"negative_{name}", call[name]
+        if twin not in params or twin in call:
+            continue
+        if isinstance(value, torch.Tensor):
             call[twin] = value.clone() if "mask" in name else torch.randn(value.shape, generator=g)
-            added = True
-        elif twin in params and twin not in call and isinstance(value, list) and value \
-                and all(isinstance(v, torch.Tensor) for v in value):
+        elif isinstance(value, list) and value and all(isinstance(v, torch.Tensor) for v in value):
             call[twin] = [torch.randn(v.shape, generator=g) for v in value]
-            added = True
+        else:
+            continue
+        added = True
     return added
 
 
@@ -588,7 +588,6 @@ def _padded_mask():
     """The prompt mask the static fixture uses too: padding at the end and one masked token early on, so a
     mask left in the wrong order under Ulysses shows (inputs.TEXT_PADDING tokens of padding)."""
     import torch
-
     from integrate.verify.inputs import TEXT_PADDING
 
     mask = torch.ones(1, TEXT_TOKENS, dtype=torch.long)

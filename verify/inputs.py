@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import libcst as cst
+from integrate.verify.tiny import TEXT_TOKENS
 
 from integrate.resolve import Workspace
 from integrate.source import find_method
 from integrate.syntax import find_all, self_member
 
-from integrate.verify.tiny import TEXT_TOKENS
 TEXT_PADDING = 2  # masked-out text tokens at the end of the prompt
 BATCH = 1
 _TEXT_WORDS = ("encoder", "text", "txt", "context", "prompt", "caption", "cap_", "cond")

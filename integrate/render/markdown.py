@@ -38,19 +38,24 @@ def md_text(value: Any) -> str:
     return "".join(f"\\{ch}" if ch in _MD_PUNCTUATION else ch for ch in text)
 
 
-def revise_command(alt: dict[str, Any], index: int) -> str:
-    """The `integrate revise` command that takes an alternative, every argument one shell word."""
+def revise_words(folder: str, sets: dict[str, Any], unsets, why: str) -> str:
+    """An `integrate revise` command line: `folder` as given (a shell word already, or a placeholder), every
+    other argument one shell word."""
     import json
 
     from integrate.escape import sh
 
-    words = ["integrate", "revise", "<this folder>"]
-    for key, value in alt["sets"].items():
+    words = ["integrate", "revise", folder]
+    for key, value in sets.items():
         words += ["--set", str(sh(f"{key}={json.dumps(value, separators=(',', ':'))}"))]
-    for key in alt["unsets"]:
+    for key in unsets:
         words += ["--unset", str(sh(key))]
-    words += ["--why", str(sh(f"alternative {index}: {alt['instead']}")), "--reviewer", "<name>"]
-    command = " ".join(words)
+    return " ".join(words + ["--why", str(sh(why)), "--reviewer", "<name>"])
+
+
+def revise_command(alt: dict[str, Any], index: int) -> str:
+    """The `integrate revise` command that takes an alternative (a pointer into plan.json when it is long)."""
+    command = revise_words("<this folder>", alt["sets"], alt["unsets"], f"alternative {index}: {alt['instead']}")
     return command if len(command) <= 240 else f"see `alternatives[{index}]` in plan.json (its sets and unsets)"
 
 
