@@ -274,3 +274,23 @@ CAPTURE_RULES = [
 def test_capture_rules_that_take_a_pipeline_to_its_transformer(tmp_path, pipeline, transformer, note):
     fx = _derived_from_pipeline(tmp_path, pipeline, transformer)
     assert any(note in n for n in fx.get("notes", [])), fx.get("notes")
+
+
+def test_a_derived_fixture_is_reused_only_while_its_job_and_sources_are_unchanged(motif):
+    """A second verify reuses the fixture derived from the same job: the record beside it (a report edited here
+    comes back as it is) names the model's source files with their hashes, which are part of the job's key; a
+    record whose key is not the job's is ignored and the fixture derived anew."""
+    import hashlib
+
+    plan_dir, out = motif
+    rc, first = _verify(plan_dir, out, "--fixture-only")
+    meta_path = out / "verify_fixture.json"
+    meta = json.loads(meta_path.read_text())
+    transformer = json.loads((plan_dir / "plan.json").read_text())["model"]["transformer_file"]
+    assert meta["sources"][transformer] == hashlib.sha256(Path(transformer).read_bytes()).hexdigest()
+    meta_path.write_text(json.dumps({**meta, "report": {**meta["report"], "notes": ["from the record"]}}))
+    rc, again = _verify(plan_dir, out, "--fixture-only")
+    assert rc == 0 and again["fixture"]["notes"] == ["from the record"]  # reused
+    meta_path.write_text(json.dumps({**meta, "job": "0" * 64, "report": {**meta["report"], "notes": ["stale"]}}))
+    rc, fresh = _verify(plan_dir, out, "--fixture-only")
+    assert rc == 0 and fresh["fixture"] == first["fixture"]  # derived anew

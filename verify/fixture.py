@@ -7,6 +7,7 @@ it; when the text no longer matches, a person has edited it and the file is used
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -114,9 +115,15 @@ def _expression(expr: str) -> escape.Code:
     return escape.Code(expr)
 
 
-def _job_key(job: dict) -> str:
+def _sources(paths: list[str | None]) -> dict[str, str | None]:
+    """{file: its SHA-256} of the files a fixture is derived from (the transformer's and pipeline's sources, a
+    model test given with --fixture-from)."""
+    return {p: _sha_or_none(Path(p)) for p in paths if p}
+
+
+def _job_key(job: dict, sources: dict[str, str | None]) -> str:
     """What a derived fixture is a function of: the derive job (model, config, pipeline, the inputs the plan
-    traced), the versions that run it, and the bytes of the transformer's and pipeline's sources."""
+    traced), the versions that run it, and the bytes of its `sources`: an edit to any derives it anew."""
     import importlib.metadata as md
 
     versions = {}
@@ -125,17 +132,18 @@ def _job_key(job: dict) -> str:
             versions[dist] = md.version(dist)
         except md.PackageNotFoundError:
             versions[dist] = None
-    body = {k: v for k, v in job.items() if k != "capture_path"} | {"versions": versions, "tool": __version__}
+    body = {k: v for k, v in job.items() if k != "capture_path"} | {"versions": versions, "tool": __version__,
+                                                                    "sources": sources}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _remember(path: Path, key: str, report: FixtureReport) -> None:
+def _remember(path: Path, key: str, sources: dict[str, str | None], report: FixtureReport) -> None:
     """Beside a derived fixture: the job it was derived from and its report, for `_reused`."""
     from integrate.records import to_json
 
     if report.status not in ("derived", "needs-edit"):
         return
-    data = {"job": key, "fixture_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+    data = {"job": key, "sources": sources, "fixture_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
             "capture_sha256": _sha_or_none(path.with_suffix(".pt")), "report": to_json(report)}
     path.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
 
@@ -163,8 +171,6 @@ def _reused(path: Path, key: str) -> FixtureReport | None:
         report = from_json(FixtureReport, data.get("report"))
     except RecordError:
         return None
-    import dataclasses
-
     return dataclasses.replace(report, path=str(path))  # the files may have been copied here from elsewhere
 
 
@@ -300,7 +306,8 @@ class Maker:
                "steps": self.steps,
                "pipeline": self.pipeline(), "capture_path": str(saved),
                "fixture_from": str(self.fixture_from.resolve()) if self.fixture_from else None}
-        key = _job_key(job)
+        sources = _sources([m.transformer_file, m.pipeline_file, job["fixture_from"]])
+        key = _job_key(job, sources)
         again = _reused(path, key)
         if again is not None:  # derived before from the very same job, and untouched since
             self.progress("the tiny fixture derived before from the same model and sources: reused")
@@ -335,7 +342,7 @@ class Maker:
                                          parameters=d["parameters"], changes=dict(d["changes"]),
                                          image_tokens=d["image_tokens"], text_tokens=d["text_tokens"],
                                          **origin, **({"masks": masks} if masks else {}))
-        _remember(path, key, self._report)
+        _remember(path, key, sources, self._report)
         return self._report
 
     def _write(self, d: dict, source: str, mask_dtype: str | None = None, problems: tuple[str, ...] = ()) -> None:
