@@ -123,6 +123,28 @@ def test_planted_missing_mask_permutation_is_caught_at_the_first_attention(motif
     assert rows["transformer_blocks.0.attn.to_q"]["ok"] and not rows[first["module"]]["ok"]
 
 
+def test_an_odd_sequence_is_proved_with_cache_dits_uneven_split(motif, tmp_path):
+    """A text of 5 tokens does not divide over 2 ranks: cache-dit's even split asserts, which says nothing
+    about the planner; the proof says so and runs the same variants again with ulysses_anything."""
+    plan_dir, out, _, _ = motif
+    odd = tmp_path / "out"
+    shutil.copytree(out, odd)
+    fx = odd / "verify_fixture.py"
+    text = fx.read_text()
+    for name in ("encoder_hidden_states", "encoder_attention_mask"):
+        whole = f"_saved(step, '{name}'),"
+        assert whole in text
+        text = text.replace(whole, f"_saved(step, '{name}')[:, :5],")
+    fx.write_text(text)
+    rc, r = _verify(plan_dir, odd, "cp")
+    cp = r["cp"]["variants"]
+    assert rc == 0 and r["cp"]["status"] == "pass", r["cp"]
+    for name in ("ulysses2", "ulysses2+cache"):
+        assert cp[name]["status"] == "skipped" and "does not divide by 2" in cp[name]["why"]
+        assert cp[name]["error"]["type"] == "AssertionError"
+        assert cp[f"{name}+anything"]["status"] == "pass" and cp[f"{name}+anything"]["max_abs"] < 1e-5
+
+
 def test_planted_in_place_residual_on_a_block_input_is_caught(motif, tmp_path):
     plan_dir, _, _, _ = motif
     # every dual-stream block writes its result into the tensor it was given (`hidden_states += ...`)

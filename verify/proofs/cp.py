@@ -1,5 +1,6 @@
 """Context parallelism: Ulysses over 2 gloo processes, with and without the cache, ring where no mask is
-reordered (its CPU kernel may be missing: then `skipped`), Ulysses-anything when the plan calls for it."""
+reordered (its CPU kernel may be missing: then `skipped`), Ulysses-anything when the plan calls for it (or
+again with it, by `parallel.uneven_retries`, when the fixture's sequence does not divide by 2)."""
 
 from __future__ import annotations
 

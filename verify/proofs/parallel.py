@@ -12,18 +12,51 @@ from ..records import ParallelProof, Variant, WorkerError
 from .locate import Baseline, worker_error
 
 
+UNEVEN = "must be divisible by mesh size"  # cache-dit's (and diffusers') even-split assertion
+
+
+def _errors(reps: list) -> list[WorkerError]:
+    errors = [worker_error(r["error"]) for r in reps if r is not None and "error" in r]
+    # a rank that lost its peer ("connection closed") reports the consequence; the other, the cause
+    errors.sort(key=lambda e: "closed by peer" in e.message or "Connection reset" in e.message)
+    return errors
+
+
+def _uneven(reps: list) -> WorkerError | None:
+    """The even-split assertion, when that is what stopped the variant: the fixture's sequence does not
+    divide by the number of ranks, a fact about the input rather than about the planner."""
+    errors = _errors(reps)
+    if errors and errors[0].type == "AssertionError" and UNEVEN in errors[0].message:
+        return errors[0]
+    return None
+
+
+def uneven_retries(variants: list[dict], runs: dict[str, tuple[list, list, list]]) -> list[dict]:
+    """The Ulysses variants stopped by the even-split assertion, to run again with `ulysses_anything`
+    (cache-dit's uneven split). Ring has no uneven mode and is not retried."""
+    return [{**v, "name": f"{v['name']}+anything", "anything": True, "retry_of": v["name"]}
+            for v in variants if v.get("ulysses") and not v.get("anything") and not v.get("ring")
+            and _uneven(runs[v["name"]][0]) is not None]
+
+
 def judge(base: Baseline, variants: list[dict], runs: dict[str, tuple[list, list, list]]) -> ParallelProof:
     rows: dict[str, Variant] = {}
+    retried = {v["retry_of"]: v["name"] for v in variants if "retry_of" in v}
     for variant in variants:
         key = variant["name"]
         reps, arrays, tails = runs[key]
+        uneven = _uneven(reps)
+        if uneven is not None and (key in retried or variant.get("ring")):
+            again = (f"proved again with ulysses_anything as `{retried[key]}`" if key in retried else
+                     "ring attention has no uneven split in cache-dit")
+            rows[key] = Variant("skipped", why=f"the fixture's sequence does not divide by 2 ({uneven.message}; "
+                                               f"{uneven.module or uneven.stage}): {again}", error=uneven)
+            continue
         if any(r is None for r in reps) and not any(r is not None and "error" in r for r in reps):
             rows[key] = Variant("error", why="; ".join(t for t in tails if t) or "a rank did not report",
                                 first_divergence=None)
             continue
-        errors = [worker_error(r["error"]) for r in reps if r is not None and "error" in r]
-        # a rank that lost its peer ("connection closed") reports the consequence; the other, the cause
-        errors.sort(key=lambda e: "closed by peer" in e.message or "Connection reset" in e.message)
+        errors = _errors(reps)
         err = errors[0] if errors else None
         if err is not None:
             why = f"{err.type} in {err.module or err.stage}: {err.message}"
