@@ -48,6 +48,7 @@ class _Reading:
     mask_line: int | None = None
     prepared_line: int | None = None  # `<attn>.prepare_attention_mask(...)` in the processor
     causal_line: int | None = None  # a kernel call whose `is_causal` is not False
+    mask_after: tuple[str, int] | None = None  # (mask parameter, line) read after the kernel, outside its call
     # per dispatch_attention_fn call: does it run with CP when the module is given encoder_hidden_states
     cross_cp: list[tuple[bool | None, int]] = field(default_factory=list)
     rope_line: int | None = None
@@ -144,7 +145,10 @@ def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFi
         if reading.prepared_line else None,
         cross_local_at=_cross_local(reading, where),
         causal_at=Evidence(where, reading.causal_line, "the attention kernel is called with `is_causal` set")
-        if reading.causal_line else None)
+        if reading.causal_line else None,
+        mask_after_at=Evidence(where, reading.mask_after[1], f"the processor applies `{reading.mask_after[0]}` to "
+                               "the attention output after the kernel, one row per query")
+        if reading.mask_after else None)
 
 
 def _cross_local(reading: _Reading, where: str) -> Evidence | None:
@@ -239,7 +243,8 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
     for call in calls:
         name = dotted(call.func) or ""
         last = name.rsplit(".", 1)[-1].lower()
-        if any(w in last for w in _KERNEL_WORDS) and not name.startswith(owner + "."):
+        # a kernel takes at least query, key and value: `_get_current_attention_backend(self)` is not one
+        if any(w in last for w in _KERNEL_WORDS) and not name.startswith(owner + ".") and len(call.args) >= 3:
             kernel_lines.append(src.line(call))
             causal = next((a.value for a in call.args if a.keyword and a.keyword.value == "is_causal"), None)
             if causal is not None and not (isinstance(causal, cst.Name) and causal.value in ("False", "None")) \
@@ -311,9 +316,24 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
                 reading.mask_line = src.line(fn)
             if any(w in low for w in ("rotary", "rope", "freqs", "pos_emb")) and _reads(fn, p):
                 reading.rope_line = src.line(fn)
+        reading.mask_after = _mask_after_kernel(src, fn, params, calls, kernel_lines)
         if reading.kernel is None:
             reading.unknowns.append(f"no attention kernel call found in {dotted(fn.name)}")
             _split_by_flow(reading, src, fn, calls, owner, modules, index)
+
+
+def _mask_after_kernel(src: SourceFile, fn: cst.FunctionDef, params: list[str], calls: list[cst.Call],
+                       kernel_lines: list[int]) -> tuple[str, int] | None:
+    """A mask parameter read after the first kernel call, outside any kernel call's arguments: the processor
+    applies it to the attention output, one row per query (`out * attention_mask[:, :, None, None]`)."""
+    if not kernel_lines:
+        return None
+    first = min(kernel_lines)
+    inside = {id(n) for c in calls if src.line(c) in kernel_lines for n in find_all(c, cst.Name)}
+    for n in sorted(find_all(fn, cst.Name), key=src.line):
+        if n.value in params and "mask" in n.value.lower() and src.line(n) > first and id(n) not in inside:
+            return n.value, src.line(n)
+    return None
 
 
 def equal_parts(call: cst.Call, method: str, qual: str) -> bool:

@@ -14,7 +14,7 @@ from integrate.gate.records import GateReport
 
 from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
-ANALYSIS_SCHEMA_VERSION = "1.3"
+ANALYSIS_SCHEMA_VERSION = "1.4"
 
 
 @dataclass(frozen=True)
@@ -203,6 +203,8 @@ class AttentionFact:
     # 1.2: the processor runs cross-attention without CP (dispatch_attention_fn gets no parallel config then)
     cross_local_at: Evidence | None = None
     causal_at: Evidence | None = None  # 1.3: the kernel is called with `is_causal` other than False
+    # 1.5: a mask the processor applies to the attention output after the kernel (per query)
+    mask_after_at: Evidence | None = None
 
 
 @dataclass(frozen=True)

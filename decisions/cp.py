@@ -117,10 +117,13 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
     if c.root:
         c.risks += [f"{r.why} ({r.file.rsplit('/', 1)[-1]}:{r.line})" for r in seq.root_risks]
     evidence = list(dict.fromkeys(c.evidence))  # first occurrence of each (file, line, why)
-    legacy, causal = _legacy_masks(facts, seq, lists), _causal(facts, lists)
-    blocked = legacy + causal
+    legacy, causal, after = _legacy_masks(facts, seq, lists), _causal(facts, lists), _masks_after(facts, lists)
+    blocked = legacy + causal + after
     if legacy:
         c.unknowns.append("a processor sizes its mask for the key length it sees: see blocked_by")
+    if after:
+        c.unknowns.append("a processor applies a mask to its output per query, which under CP needs the local "
+                          "slice while the kernel needs the whole key mask: see blocked_by")
     if causal:
         c.unknowns.append("a processor runs causal attention, which cache-dit's context-parallel attention "
                           "refuses: see blocked_by")
@@ -147,6 +150,22 @@ def _legacy_masks(facts: ParallelFacts, seq: SequenceFact, lists: list[ListFlowF
                                                   f"{at.why}; under CP that is the local length, and the mask "
                                                   "comes out padded to the wrong length"))
     return tuple(dict.fromkeys(out))
+
+
+def _masks_after(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
+    """Attentions in a walked list that multiply their output by a mask after the kernel, in a walk that passes
+    its blocks a mask. Under CP the rows of that output are the rank's own queries, so the mask must be the
+    local slice, while a mask given to the kernel must cover every key (Ulysses gathers the sequence, ring
+    passes the keys round): the hooks split a tensor or leave it whole, never both. It takes a processor patch
+    (slice the mask by rank for the output), so the plan refuses it with the line."""
+    masked = {lf.attr for lf in lists if any(bi.role == "mask" and not bi.arg.startswith("<default")
+                                             for bi in lf.inputs)}
+    return tuple(dict.fromkeys(
+        Evidence(a.mask_after_at.file, a.mask_after_at.line,
+                 f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): {a.mask_after_at.why}; under CP those "
+                 "rows are the rank's own queries, so the mask would have to be sliced per rank there and whole "
+                 "in the kernel")
+        for a in facts_attention(facts) if a.block_list in masked and a.mask_after_at is not None))
 
 
 def _causal(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:

@@ -64,3 +64,32 @@ def test_cp_is_refused_where_the_kernel_runs_causal_attention(tmp_path):
     hit = next(e for e in cp.blocked_by if "is_causal" in e.why)
     assert hit.file.endswith("minimax_music3_rvq_depth_decoder.py") and hit.line > 0 and cp.confidence == "low"
     assert not any("is_causal" in e.why for e in _cp(tmp_path, "ZImagePipeline", "ZImageTransformer2DModel").blocked_by)
+
+
+def test_cp_is_refused_where_a_processor_multiplies_its_output_by_the_mask(tmp_path):
+    """LongCatAudioDiT's processors give `attention_mask` to the kernel and then multiply the attention output by
+    a mask (`hidden_states * attention_mask[:, :, None, None]`), and its walk passes the blocks that mask. Under
+    CP those output rows are the rank's own queries while the kernel's key mask covers every key: no hook can
+    split one tensor and leave it whole. Before this rule the CP proof failed at `blocks.0.self_attn`."""
+    cp = _cp(tmp_path, "LongCatAudioDiTPipeline", "LongCatAudioDiTTransformer")
+    assert cp.confidence == "low"
+    hits = {e.why.split("`")[1]: e for e in cp.blocked_by if "after the kernel" in e.why}
+    assert set(hits) == {"blocks[i].self_attn", "blocks[i].cross_attn"}, [e.why for e in cp.blocked_by]
+    assert "`attention_mask`" in hits["blocks[i].self_attn"].why
+    assert "`post_attention_mask`" in hits["blocks[i].cross_attn"].why
+    assert all(e.file.endswith("transformer_longcat_audio_dit.py") and e.line > 0 for e in hits.values())
+
+
+@pytest.mark.parametrize("pipeline,transformer", [
+    ("MotifVideoPipeline", "MotifVideoTransformer3DModel"),  # the mask goes to the kernel only
+    ("AceStepPipeline", "AceStepTransformer1DModel"),  # the mask is read after `_get_current_attention_backend`
+])
+def test_a_mask_read_only_before_the_kernel_is_not_refused(tmp_path, pipeline, transformer):
+    """`_get_current_attention_backend(self)` has "attention" in its name but takes no query, key and value: it
+    is not the kernel, so the mask checks after it are before the kernel (AceStep's `dispatch_attention_fn`)."""
+    cp = _cp(tmp_path, pipeline, transformer)
+    assert not any("after the kernel" in e.why for e in cp.blocked_by), [e.why for e in cp.blocked_by]
+    if transformer.startswith("AceStep"):
+        plan = api.plan(api.flags_for(str(make_model_dir(tmp_path / "a", pipeline, transformer))), probe=False)
+        kernels = {a.kernel.why for a in plan.facts.attention if a.kernel is not None}
+        assert kernels == {"attention kernel `dispatch_attention_fn`"}, kernels
