@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from integrate.source import SourceFile, dotted, iter_methods
-from integrate.syntax import assigned_names, body_of, find_all, names_read, self_attr, target_names
+from integrate.syntax import assigned_names, body_of, find_all, names_read, self_attr, target_names, walk_statements
 
 from .records import ExtraOp
 
@@ -254,6 +254,20 @@ def _trivial(stmt: cst.CSTNode) -> bool:
         # `if self.interrupt: continue`
         return all(isinstance(s, cst.SimpleStatementLine) and _trivial(s) for s in body_of(stmt))
     return False
+
+
+def optional_guard_at(src: SourceFile, fn: cst.FunctionDef, line: int, optional_inputs: set[str]) -> str | None:
+    """The optional forward input (default None) whose `if x is not None:` encloses the statement at `line` of
+    `fn`, if any: that statement does not run on a default call."""
+    for stmt in walk_statements(body_of(fn)):
+        guard = _optional_guard(stmt, optional_inputs)
+        if guard is None:
+            continue
+        start = src.line(stmt)
+        end = start + src.code(stmt.with_changes(leading_lines=())).count("\n")
+        if start < line <= end:
+            return guard
+    return None
 
 
 def _optional_guard(stmt: cst.CSTNode, optional_inputs: set[str]) -> str | None:

@@ -117,3 +117,17 @@ def test_a_block_called_with_a_literal_argument_list_spread_into_it_is_read(anal
     bl = block_list(data, "visual_transformer_blocks")
     assert bl["is_blocks"] is True and bl["forward_pattern"] == "Pattern_0", bl["why"]
     assert not data["transformer"]["needs_patch_functor"], data["transformer"]["patch_functor_reasons"]
+
+
+def test_a_list_length_read_only_under_an_optional_input_needs_no_patch_functor(analysis):
+    """Flux and QwenImage read `len(self.transformer_blocks)` only inside `if controlnet_block_samples is not
+    None:` (an input that defaults to None): a default call never runs it, so it asks for no PatchFunctor, as
+    pitfall B treats its guarded statements. SD3 reads it the same way beside an index-dependent statement
+    that does run, which still asks for one."""
+    for pipeline, transformer in (("FluxPipeline", "FluxTransformer2DModel"),
+                                  ("QwenImagePipeline", "QwenImageTransformer2DModel")):
+        t = analysis(pipeline, transformer)["transformer"]
+        assert t["needs_patch_functor"] is False, t["patch_functor_reasons"]
+    sd3 = analysis("StableDiffusion3Pipeline", "SD3Transformer2DModel")["transformer"]
+    assert sd3["needs_patch_functor"] is True
+    assert not any("len(" in r for r in sd3["patch_functor_reasons"]), sd3["patch_functor_reasons"]

@@ -154,7 +154,14 @@ def check_example(rule: type[Rule], example: Example) -> list[Finding]:
 
             lists = find_module_lists(ws, src, cls)
             uses = find_list_uses(src, cls, [d.attr for d in lists])
-            return [f for d in lists for f in rule().check(ListContext(ws, src, d.attr, d, uses[d.attr]))]
+            from integrate.source import find_method
+
+            from ..forward import signature
+
+            forward = find_method(cls, "forward")
+            optional = frozenset(p.name for p in signature(src, forward) if p.default == "None") if forward else frozenset()
+            return [f for d in lists
+                    for f in rule().check(ListContext(ws, src, d.attr, d, uses[d.attr], optional_inputs=optional))]
         facts = analyze_transformer(ws, src, cls)
         if not any(bl.is_blocks for bl in facts.block_lists):  # else a silent rule would prove nothing
             raise ValueError(f"{rule.code} example: no chain of blocks found in `{name}`")

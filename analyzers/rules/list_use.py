@@ -6,6 +6,11 @@ cache-dit swaps the list for a one-element list holding its wrapper, so such a r
 
 from __future__ import annotations
 
+import libcst as cst
+
+from integrate.source import SourceFile, find_method
+
+from ..loops import optional_guard_at
 from . import Example, Rule, register
 from .skeletons import transformer
 
@@ -20,7 +25,10 @@ class ListUse(Rule):
     order = 90
     summary = "the list's length or elements are read outside the loop header"
 
-    VALID = (Example(transformer(INIT, LOOP)),)
+    VALID = (Example(transformer(INIT, LOOP)),
+             # inactive on a default call (`extra` defaults to None): a note, not a change to make
+             Example(transformer(INIT, "if extra is not None:\n    temb = temb * len(self.blocks)\n" + LOOP,
+                                 params="hidden_states, temb, extra=None")))
     INVALID = (
         Example(transformer(INIT, "temb = temb * len(self.blocks)\n" + LOOP), expect="`len(self.blocks)`"),
         Example(transformer(INIT, "first = self.blocks[0]\nhidden_states = first(hidden_states, temb)\n" + LOOP),
@@ -29,5 +37,18 @@ class ListUse(Rule):
 
     def check(self, ctx):
         for line, kind, what in ctx.use.notes:
+            fwd = _forward_around(ctx.src, line)
+            guard = optional_guard_at(ctx.src, fwd, line, set(ctx.optional_inputs)) if fwd is not None else None
+            if guard is not None:  # inactive on a default call (like pitfall B's guarded statements): silent
+                continue
             yield self.finding(ctx, f"restructure: {what} (line {line}) evaluates differently once the list holds one "
                                     "wrapper", line=line, kind=kind)
+
+
+def _forward_around(src: SourceFile, line: int) -> cst.FunctionDef | None:
+    """The `forward` of a class in `src` whose body holds `line`."""
+    for cls in src.classes.values():
+        fwd = find_method(cls, "forward")
+        if fwd is not None and src.line(fwd) <= line <= src.line(fwd) + src.code(fwd).count("\n"):
+            return fwd
+    return None
