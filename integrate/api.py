@@ -244,7 +244,7 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
     templates could not write)."""
     from integrate.decisions.approval import require_approved
     from integrate.files import write_tree
-    from integrate.templates import build, checkout_layout
+    from integrate.templates import build, checkout_layout, is_stub
     from integrate.templates.checkout import apply_checkout
     from integrate.templates.records import GenerateReport, PluginInfo
 
@@ -275,12 +275,19 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
         gen = build(plan_rec, approval_rec, analysis, ws, src, cls, f"{import_name}.patch_functor", import_name,
                     replace_builtin)
         files = {f"{import_name}/{p.module}.py": p.text for p in gen.pieces} | gen.extra
+        notes = list(gen.notes)
+        for p in gen.pieces:  # a hand-written part the user has filled in is theirs: never written over
+            mine = out / import_name / f"{p.module}.py"
+            if p.role == "manual_patch" and mine.is_file() and not is_stub(mine.read_text()):
+                del files[f"{import_name}/{p.module}.py"]
+                notes = [n for n in notes if not n.startswith(f"{p.module}.py is a stub")]
+                notes.append(f"{p.module}.py is filled in (no NEEDS_CODE): kept as you wrote it")
         written = write_tree(out, files)
         return GenerateReport("plugin", plugin=PluginInfo(import_name, str(out.resolve()),
                                                           f"python -m {import_name} {name}"),
-                              files=tuple(written), registered=gen.registered, notes=gen.notes, manual=gen.manual)
+                              files=tuple(written), registered=gen.registered, notes=tuple(notes), manual=gen.manual)
     gen = build(plan_rec, approval_rec, analysis, ws, src, cls, f"cache_dit.caching.patch_functors.functor_{name}",
-                "cache_dit.generate")
+                "cache_dit.generate", stubs=False)
     artifacts, registrations = checkout_layout(gen, plan_rec)
     result = apply_checkout(cache_dit_src, artifacts, registrations, dry_run=dry_run)
     written = []

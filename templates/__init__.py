@@ -27,6 +27,7 @@ from integrate import __version__, escape
 from integrate.records import to_json
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method
+from integrate.syntax import body_of, params_of, walk_statements
 
 from .forward_patch import ForwardPatch, import_block, patch_forward
 from .records import Generated, Piece
@@ -75,6 +76,7 @@ class _Build:
     functor_module: str
     import_name: str
     replace_builtin: bool = False
+    stubs: bool = True
     pieces: list[Piece] = field(default_factory=list)
     extra: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -82,6 +84,7 @@ class _Build:
     registered: dict[str, str] = field(default_factory=dict)
     patch: ForwardPatch | None = None
     functor: dict | None = None
+    manual_patch: dict | None = None  # the hand-written part of the PatchFunctor, as a stub with its contract
 
     def __post_init__(self) -> None:
         self.data = to_json(self.plan)  # what the templates read
@@ -102,8 +105,10 @@ class _Build:
 
 
 def build(plan: Plan, approval: Approval, analysis: Analysis, ws: Workspace, src: SourceFile, cls: cst.ClassDef,
-          functor_module: str, import_name: str, replace_builtin: bool = False) -> Generated:
-    b = _Build(plan, approval, analysis, ws, src, cls, functor_module, import_name, replace_builtin)
+          functor_module: str, import_name: str, replace_builtin: bool = False, stubs: bool = True) -> Generated:
+    """`stubs`: write the hand-written parts as stubs with their contracts (plugin mode); a checkout lists them
+    as manual only."""
+    b = _Build(plan, approval, analysis, ws, src, cls, functor_module, import_name, replace_builtin, stubs=stubs)
     _patch_functor(b)
     adapter = _adapter(b)
     cp_cls = _cp_planner(b)
@@ -124,18 +129,63 @@ def _patch_functor(b: _Build) -> None:
     findings = [f for f in b.analysis.transformer.findings if f.patch]
     patch = patch_forward(b.ws, b.src, b.cls, b.analysis.transformer.block_lists)
     handled = _handled(findings, patch)
-    b.manual += [f"{f.attr}: {f.message}" for f in findings if f not in handled]
-    if not patch.changes:
-        return
-    b.patch = patch
-    b.functor = {"cls": f"{b.base}PatchFunctor", "module": b.functor_module,
-                 "why": "; ".join(c.text for c in patch.changes)}
-    extra = [("cache_dit.caching.patch_functors.functor_base", "PatchFunctor")]
-    if patch.splits:
-        extra.append(("torch", "nn"))
-    b.piece("patch_functor", "patch_functor", b.functor["cls"], "patch_functor.py.j2", patch=patch,
-            functor=b.functor, imports=import_block(list(patch.imports) + extra),
-            fwd_line=b.src.line(find_method(b.cls, "forward")))
+    left = [f for f in findings if f not in handled]
+    b.manual += [f"{f.attr}: {f.message}" for f in left]
+    if patch.changes:
+        b.patch = patch
+        b.functor = {"cls": f"{b.base}PatchFunctor", "module": b.functor_module,
+                     "why": "; ".join(c.text for c in patch.changes)}
+        extra = [("cache_dit.caching.patch_functors.functor_base", "PatchFunctor")]
+        if patch.splits:
+            extra.append(("torch", "nn"))
+        b.piece("patch_functor", "patch_functor", b.functor["cls"], "patch_functor.py.j2", patch=patch,
+                functor=b.functor, imports=import_block(list(patch.imports) + extra),
+                fwd_line=b.src.line(find_method(b.cls, "forward")))
+    if left and b.stubs:
+        _manual_patch(b, left)
+
+
+def _manual_patch(b: _Build, left: list[Finding]) -> None:
+    """The findings no rewrite answers, as a stub with its contract (`manual_patch.py`, the one file meant for
+    hand edits): the adapter calls it, verify reports `needs-code` while it is a stub."""
+    fwd = find_method(b.cls, "forward")
+    here = Path(b.m.transformer_file).name
+    findings = [{"attr": f.attr, "rule": f.rule, "message": f.message,
+                 "evidence": [{"where": f"{Path(e.file).name}:{e.line}", "why": e.why} for e in f.evidence]
+                 or ([{"where": f"{here}:{f.line}", "why": f"`{_statement_at(b.src, fwd, f.line)}`"}] if f.line else [])}
+                for f in left]
+    signature = "(" + ", ".join(" ".join(b.src.code(p.with_changes(comma=cst.MaybeSentinel.DEFAULT)).split())
+                                for p in params_of(fwd)) + ")" if fwd else "(...)"
+    b.manual_patch = {"module": f"{b.import_name}.manual_patch", "func": "apply_manual"}
+    b.piece("manual_patch", "manual_patch", "apply_manual", "manual_patch.py.j2", findings=findings,
+            functor=b.functor, signature=signature, fwd_line=b.src.line(fwd) if fwd is not None else 0,
+            import_name=b.import_name)
+    b.notes.append("manual_patch.py is a stub with its contract: write apply_manual (verify says needs-code "
+                   "until then)")
+
+
+def _statement_at(src: SourceFile, fwd: cst.FunctionDef | None, line: int) -> str:
+    """The first line of the statement of `fwd` that starts at `line` (what a finding points at)."""
+    for stmt in walk_statements(body_of(fwd)) if fwd is not None else ():
+        if src.line(stmt) == line:
+            bare = stmt.with_changes(leading_lines=()) if hasattr(stmt, "leading_lines") else stmt
+            return src.code(bare).strip().splitlines()[0][:100]
+    return f"line {line}"
+
+
+STUB_MARK = "NEEDS_CODE"
+
+
+def is_stub(text: str) -> bool:
+    """A hand-written part still as generated: its module still assigns `NEEDS_CODE` at the top level (read
+    with libcst; a file that does not parse is not a stub, it is the user's)."""
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError:
+        return False
+    return any(isinstance(small, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == STUB_MARK
+                                                     for t in small.targets)
+               for stmt in module.body if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body)
 
 
 def _handled(findings: list[Finding], patch: ForwardPatch) -> list[Finding]:
@@ -201,8 +251,11 @@ def _adapter(b: _Build) -> dict:
         imports.append(("cache_dit.caching.block_adapters.block_registers", "BlockAdapterRegister"))
     if b.functor:
         imports.append((b.functor["module"], b.functor["cls"]))
+    if b.manual_patch:
+        imports.append((b.manual_patch["module"], b.manual_patch["func"]))
     if blocks:
         b.piece("adapter", "adapter", adapter["func"], "adapter.py.j2", adapter=adapter, functor=b.functor,
+                manual_patch=b.manual_patch,
                 imports=import_block(imports, (b.import_name,)))
         if b.common["supported"]:
             b.notes.append(f"cache-dit's own adapter accepts {b.m.transformer_class}: the plugin registers no "

@@ -301,3 +301,32 @@ def test_an_adapter_is_found_by_the_transformer_alone_where_the_pipeline_prefix_
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path / "out",
                           timeout=300, check=False)
     assert proc.stdout.split("\n")[0] == "['Kandinsky6TI2VA', 'Kandinsky6Transformer3DModel'] True", proc.stderr[-2000:]
+
+
+def test_a_change_no_rewrite_answers_becomes_a_stub_with_its_contract_and_a_filled_one_is_kept(tmp_path):
+    """WanAnimate applies its face adapter between blocks, keyed by the block's index (pitfall B): no rewrite
+    answers it, so generate writes `manual_patch.py`, the one file meant for hand edits, with the finding's
+    line and statement and the forward's signature; the adapter calls it. A filled-in version (no NEEDS_CODE)
+    survives the next generate; the stub itself is written again."""
+    model = make_model_dir(tmp_path / "m", "WanAnimatePipeline", "WanAnimateTransformer3DModel")
+    plan_dir, _, gen = _plan_approve_generate(model, tmp_path)
+    report = json.loads(gen.stdout)
+    assert gen.returncode == 1 and any("pitfall B" in m for m in report["manual"])  # still listed as manual
+    plugin = tmp_path / "out" / "integrate_wan_animate"
+    stub = (plugin / "manual_patch.py").read_text()
+    assert "NEEDS_CODE = True" in stub and "def apply_manual(transformer):" in stub
+    assert "`if block_idx % self.config.inject_face_latents_blocks == 0:`" in stub  # the statement to move
+    assert "WanAnimateTransformer3DModel.forward(self, hidden_states: torch.Tensor," in stub
+    assert "from integrate_wan_animate.manual_patch import apply_manual" in (plugin / "adapter.py").read_text()
+    assert _ruff(plugin).returncode == 0
+    from integrate.templates import is_stub
+
+    assert is_stub(stub) and not is_stub(stub.replace("NEEDS_CODE = True\n", ""))
+    mine = stub.replace("NEEDS_CODE = True\n", "").replace("    raise NotImplementedError(", "    return transformer\n    (")
+    (plugin / "manual_patch.py").write_text(mine)
+    again = run_cli("generate", str(plan_dir), "--out", str(tmp_path / "out"), "--json")
+    assert (plugin / "manual_patch.py").read_text() == mine
+    assert any("kept as you wrote it" in n for n in json.loads(again.stdout)["notes"])
+    (plugin / "manual_patch.py").write_text(stub.replace("Contract", "Contract (read)"))  # still a stub
+    run_cli("generate", str(plan_dir), "--out", str(tmp_path / "out"))
+    assert (plugin / "manual_patch.py").read_text() == stub

@@ -57,7 +57,7 @@ def _planted(motif, tmp_path, edit: tuple[str, str, str]) -> Path:
 def test_motif_video_generated_integration_passes_every_cpu_proof(motif):
     _, out, rc, r = motif
     assert rc == 0, json.dumps({k: r[k] for k in ("cache", "cp", "tp", "state_dict")}, indent=1)[:3000]
-    assert r["schema"] == "integrate.verify" and r["schema_version"] == "1.1"
+    assert r["schema"] == "integrate.verify" and r["schema_version"] == "1.2"
     fx = r["fixture"]
     assert fx["status"] == "derived" and fx["parameters"] < 1_000_000
     assert fx["image_tokens"] != fx["text_tokens"]  # swapped streams cannot hide behind equal shapes
@@ -143,6 +143,24 @@ def test_an_odd_sequence_is_proved_with_cache_dits_uneven_split(motif, tmp_path)
         assert cp[name]["status"] == "skipped" and "does not divide by 2" in cp[name]["why"]
         assert cp[name]["error"]["type"] == "AssertionError"
         assert cp[f"{name}+anything"]["status"] == "pass" and cp[f"{name}+anything"]["max_abs"] < 1e-5
+
+
+def test_a_hand_written_part_left_as_a_stub_is_needs_code_never_a_pass(motif, tmp_path):
+    """While the plugin's `manual_patch.py` still assigns NEEDS_CODE, the proofs that go through the adapter
+    (the cache proof and the `+cache` variants) are `needs-code` and verify exits 1; the others still run.
+    Filled in (the marker gone), the same plugin is proved as usual."""
+    plan_dir, out, _, _ = motif
+    mine = tmp_path / "out"
+    shutil.copytree(out, mine)
+    stub = mine / PLUGIN / "manual_patch.py"
+    stub.write_text("NEEDS_CODE = True\n\n\ndef apply_manual(transformer):\n    raise NotImplementedError\n")
+    rc, r = _verify(plan_dir, mine, "cache", "tp")
+    assert rc == 1 and r["cache"]["status"] == "needs-code" and "manual_patch.py is a stub" in r["cache"]["why"]
+    assert r["tp"]["status"] == "needs-code"
+    assert r["tp"]["variants"]["tp2"]["status"] == "pass" and r["tp"]["variants"]["tp2+cache"]["status"] == "needs-code"
+    stub.write_text("def apply_manual(transformer):\n    return transformer\n")
+    rc, r = _verify(plan_dir, mine, "cache")
+    assert rc == 0 and r["cache"]["status"] == "pass"
 
 
 def test_planted_in_place_residual_on_a_block_input_is_caught(motif, tmp_path):

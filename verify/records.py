@@ -12,11 +12,11 @@ from typing import Any, Literal
 from integrate.records import OMIT, Omit
 
 VERIFY_SCHEMA = "integrate.verify"
-VERIFY_SCHEMA_VERSION = "1.1"
+VERIFY_SCHEMA_VERSION = "1.2"
 GPU_SCHEMA = "integrate.verify.gpu"
 GPU_SCHEMA_VERSION = "1.0"
 
-Status = Literal["pass", "fail", "skipped", "error"]
+Status = Literal["pass", "fail", "skipped", "error", "needs-code"]  # needs-code (1.2): a hand-written part is a stub
 
 
 @dataclass(frozen=True)
@@ -222,9 +222,10 @@ class VerifyReport:
 
     @property
     def failed(self) -> bool:
-        """A proof that ran failed or erred (`integrate verify` exits 1)."""
+        """A proof that ran failed or erred, or waits on a stub (`integrate verify` exits 1)."""
         return self.fixture.status in ("needs-edit", "error") or any(
-            getattr(self, name).status in ("fail", "error") for name in ("state_dict", "cache", "cp", "tp", "full_size"))
+            getattr(self, name).status in ("fail", "error", "needs-code")
+            for name in ("state_dict", "cache", "cp", "tp", "full_size"))
 
 
 # -- the GPU matrix -------------------------------------------------------------------------------------

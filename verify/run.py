@@ -25,7 +25,16 @@ from .proofs import cache as cache_proof
 from .proofs import full_size
 from .proofs import parallel
 from .proofs.locate import Baseline
-from .records import VERIFY_SCHEMA, VERIFY_SCHEMA_VERSION, FixtureReport, PluginRef, VerifyModel, VerifyReport
+from .records import (
+    VERIFY_SCHEMA,
+    VERIFY_SCHEMA_VERSION,
+    CacheProof,
+    FixtureReport,
+    PluginRef,
+    StateDictProof,
+    VerifyModel,
+    VerifyReport,
+)
 
 
 class Verifier:
@@ -62,6 +71,7 @@ class Verifier:
         self.search_path = None if installed(src.path) else str(root)
         self.env = worker_env()
         self.env.setdefault("OMP_NUM_THREADS", "1")
+        self.stub = None if cache_dit_own else _open_stub(generated / self.import_name)
         self.fixture = fixture.Maker(self.plan, self.ws, generated / fixture.FILENAME, self.module, self.search_path,
                                      self.env, steps=cache_proof.STEPS, progress=self.progress,
                                      fixture_from=fixture_from)
@@ -93,7 +103,7 @@ class Verifier:
     def _first_runs(self, work: Path):
         """The baseline, and the cache proof's process beside it."""
         procs = [self._single("baseline", work / "baseline", plugin=False)]
-        if cache_proof.NAME in self.proofs:
+        if cache_proof.NAME in self.proofs and self.stub is None:
             procs.append(self._single("cache", work / "cache", plugin=True))
         tails = processes.wait(procs, grace=processes.PROCESS_TIMEOUT)
         self._cache_dir = work / "cache"
@@ -152,7 +162,11 @@ class Verifier:
                                     f"{why.get('message')} (module {why.get('module')}); fix {fx.path}",
                                     results=results)
             baseline = Baseline(base_rep["variants"]["baseline"], base, self.fixture.streams())
-            if cache_proof.NAME in self.proofs:
+            if cache_proof.NAME in self.proofs and self.stub is not None:
+                # the state-dict check runs in the cache proof's process, which would stop at the stub
+                results["state_dict"], results["cache"] = (StateDictProof("needs-code", why=self.stub),
+                                                           CacheProof("needs-code", why=self.stub))
+            elif cache_proof.NAME in self.proofs:
                 rep, arrays = processes.load_rank(self._cache_dir, 0)
                 results["state_dict"], results["cache"] = cache_proof.judge(baseline, rep, arrays, tails[1])
             # CP and TP run in separate process pairs: enabling one can patch classes the other then trips on
@@ -164,6 +178,8 @@ class Verifier:
                     results[proof.NAME] = proof.RECORD("skipped", why=unplanned)
                     continue
                 variants = proof.variants(self.plan)
+                waiting = [v for v in variants if v.get("cache") and self.stub is not None]
+                variants = [v for v in variants if v not in waiting]  # the adapter calls the stub
                 self.progress(proof.progress(variants))
                 runs = self._pair_runs(variants, work / proof.NAME)
                 again = parallel.uneven_retries(variants, runs)
@@ -172,7 +188,8 @@ class Verifier:
                                   "ulysses_anything")
                     runs.update(self._pair_runs(again, work / proof.NAME / "anything"))
                     variants = variants + again
-                results[proof.NAME] = parallel.judge(baseline, variants, runs)
+                results[proof.NAME] = parallel.with_stub(parallel.judge(baseline, variants, runs), waiting,
+                                                         self.stub)
         return self._report(head, fx, started, results=results)
 
     def _start_full_size(self):
@@ -203,3 +220,15 @@ class Verifier:
                 results[proof.NAME] = (proof.RECORD("error", why=error) if error is not None else
                                        proof.RECORD("skipped", why="not requested"))
         return VerifyReport(**head, fixture=fx, **results, seconds=round(time.monotonic() - started, 1))
+
+
+def _open_stub(plugin: Path) -> str | None:
+    """Why the proofs through the adapter wait (`needs-code`): the plugin's hand-written part is still the
+    generated stub. None when there is none, or it is filled in."""
+    from integrate.templates import is_stub
+
+    path = plugin / "manual_patch.py"
+    if path.is_file() and is_stub(path.read_text()):
+        return (f"{path.name} is a stub: write apply_manual as its contract says (the changes integrate could not "
+                "write), then delete NEEDS_CODE")
+    return None

@@ -94,3 +94,15 @@ def _cpu_only(err: WorkerError) -> str | None:
     if err.type == "AssertionError" and "cpu" in last and "site-packages" in (err.at or ""):
         return f"library code refuses CPU tensors ({err.at})"
     return None
+
+
+def with_stub(proof: ParallelProof, waiting: list[dict], why: str | None) -> ParallelProof:
+    """The variants that go through the adapter, not run while its hand-written part is a stub, added as
+    `needs-code`: the proof is then `needs-code` unless a variant that ran failed."""
+    if not waiting or why is None:
+        return proof
+    rows = dict(proof.variants) if isinstance(proof.variants, dict) else {}
+    rows.update({v["name"]: Variant("needs-code", why=why) for v in waiting})
+    if proof.status in ("fail", "error"):
+        return ParallelProof(proof.status, why=proof.why, first_divergence=proof.first_divergence, variants=rows)
+    return ParallelProof("needs-code", why=why, variants=rows)
