@@ -266,6 +266,7 @@ class SideModule:
     module: str
     indexed: bool  # called as `self.<module>[i](...)`: one per block
     at: Evidence
+    ndim: int | None = None  # 1.4: how many dims its output has, read statically (None: not read)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from integrate.defuse import defuse
+from integrate.defuse import ASSIGNS, defuse
 from integrate.records import Evidence
 from integrate.resolve import Resolved, Workspace
 from integrate.source import SourceFile, dotted, find_method, iter_methods
@@ -33,6 +33,7 @@ POSITION_WORDS = ("rotary", "rope", "freqs", "pos_emb", "pos_embed", "position",
 _PASSTHROUGH = {"to", "type_as", "float", "half", "bfloat16", "contiguous", "clone", "detach"}
 _TOKENWISE_LIBRARY = {"Linear", "LayerNorm", "RMSNorm", "SiLU", "GELU", "ReLU", "Tanh", "Mish", "Dropout",
                       "Identity", "ModuleList", "Sequential", "LazyLinear", "Sigmoid"}
+_CONV_NDIM = {"Conv1d": 3, "Conv2d": 4, "Conv3d": 5, "ConvTranspose1d": 3, "ConvTranspose2d": 4, "ConvTranspose3d": 5}
 _RESHAPE = {"reshape", "view", "permute", "unflatten", "flatten", "transpose", "unbind", "split", "chunk",
             "squeeze", "unsqueeze"}
 
@@ -662,12 +663,43 @@ class _Flow:
                             if member in self.tree.nodes:
                                 entry = SideModule(member, indexed, Evidence(
                                     path, line, f"`{self.src.code(small)[:70]}` feeds a tensor the loop body joins "
-                                    "into a stream"))
+                                    "into a stream"), self.output_ndim(f"{member}.0" if indexed else member, call, line))
                                 if all(e.module != entry.module for e in found):
                                     found.append(entry)
             if not grew:
                 break
         return found
+
+    def output_ndim(self, member: str, call: cst.Call, line: int) -> int | None:
+        """How many dims `self.<member>(...)` returns, read statically: a convolution's `N + 2`, a per-token
+        library layer's input rank, a custom module's last return in its forward (an argument returned as it
+        came counts as the call's argument). None: not read."""
+        from .ndim import ndim_of
+
+        node = self.tree.nodes.get(member)
+        if node is None:
+            return None
+        short = node.cls.rsplit(".", 1)[-1]
+        first = call.args[0].value if call.args and call.args[0].keyword is None else None
+        arg_ndim = (lambda: ndim_of(self.ws, self.src, self.fwd, first, self.cls, before=line)
+                    if first is not None else None)
+        if short in _CONV_NDIM:
+            return _CONV_NDIM[short]
+        if node.kind == "linear" or (node.kind == "library" and short in _TOKENWISE_LIBRARY):
+            return arg_ndim()
+        if node.kind != "module" or node.cls_node is None:
+            return None
+        m_src, m_cls = node.cls_node
+        fwd = find_method(m_cls, "forward")
+        returns = [r for r in find_all(fwd, cst.Return) if r.value is not None] if fwd is not None else []
+        if not returns:
+            return None
+        value = returns[-1].value
+        params = [p.name.value for p in params_of(fwd) if p.name.value != "self"]
+        if isinstance(value, cst.Name) and params and value.value == params[0] and not [
+                d for d in defuse(m_src, fwd).statements(ASSIGNS) if value.value in d[1]]:
+            return arg_ndim()  # returned as it came
+        return ndim_of(self.ws, m_src, fwd, value, m_cls, before=m_src.line(returns[-1]) + 1)
 
     def batch_dropped(self) -> dict[str, Evidence]:
         """Parameters forward reduces to 2-D by dropping a batch axis (`if ids.ndim == 3: ids = ids[0]`)."""

@@ -338,12 +338,21 @@ def _split_cross_attention_text(c: _Chart, lf: ListFlowFact) -> None:
 
 
 def _split_side_modules(c: _Chart, lf: ListFlowFact) -> None:
+    """Split each side module's output to the local sequence, as a [B, S, D] tensor: only where its output
+    is read as 3-D (or not read at all, said so). A split whose `expected_dims` is not the output's rank
+    is one cache-dit skips with a warning, so another rank gets no split and an unknown instead."""
     for side in lf.side_modules:
         key = f"{side.module}.*" if side.indexed else side.module
+        if side.ndim is not None and side.ndim != 3:
+            c.unknowns.append(f"`{key}`'s output is {side.ndim}-D (read statically, "
+                              f"{side.at.file.rsplit('/', 1)[-1]}:{side.at.line}): which dim is its sequence is not "
+                              "read, so no split is planned (a 3-D split of it is one cache-dit skips)")
+            continue
         if key not in c.plan:
             c.plan[key] = {"0": Split(split_dim=1, expected_dims=3, split_output=True)}
+        how = "" if side.ndim == 3 else " (its rank is not read statically: assumed [B, S, D])"
         c.evidence.append(Evidence(side.at.file, side.at.line,
-                                   f"{side.at.why}: split `{key}`'s output to the local sequence"))
+                                   f"{side.at.why}: split `{key}`'s output to the local sequence{how}"))
 
 
 def _submodule_hooks(c: _Chart, block: BlockStructure) -> None:

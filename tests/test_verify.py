@@ -75,6 +75,7 @@ def test_motif_video_generated_integration_passes_every_cpu_proof(motif):
     for proof, variants in (("cp", ("ulysses2", "ulysses2+cache")), ("tp", ("tp2", "tp2+cache"))):
         assert r[proof]["status"] == "pass" and r[proof]["first_divergence"] is None
         for v in variants:
+            assert "skipped_splits" not in r[proof]["variants"][v]  # every planned split happened
             assert r[proof]["variants"][v]["max_abs"] < 1e-5
             assert r[proof]["variants"][v]["cosine"] > 0.999999
 
@@ -161,6 +162,23 @@ def test_a_hand_written_part_left_as_a_stub_is_needs_code_never_a_pass(motif, tm
     stub.write_text("def apply_manual(transformer):\n    return transformer\n")
     rc, r = _verify(plan_dir, mine, "cache")
     assert rc == 0 and r["cache"]["status"] == "pass"
+
+
+def test_a_planned_split_cache_dit_skips_is_named_not_silent(motif, tmp_path):
+    """A split whose `expected_dims` is not its tensor's rank is one cache-dit skips with a warning and no
+    error: the CP proof names it (module and cache-dit's words) in the variant, whatever the numbers say."""
+    plan_dir, _, _, _ = motif
+    rope = ("cp_planner.py", "0: _ContextParallelInput(split_dim=0, expected_dims=2, split_output=True)",
+            "0: _ContextParallelInput(split_dim=0, expected_dims=3, split_output=True)")
+    bad = _planted(motif, tmp_path, rope)
+    rc, r = _verify(plan_dir, bad, "cp")
+    v = r["cp"]["variants"]["ulysses2"]
+    assert rc == 1 and v["status"] in ("fail", "error")
+    assert v["skipped_splits"] == ["rope: Expected input tensor to have 3 dimensions, but got 2 dimensions; split "
+                                   "will be skipped."], v
+    assert "cache-dit skipped 1 planned split(s)" in v["why"]
+    assert "skipped_splits" not in r["cp"]["variants"].get("ulysses2+cache", {}) or \
+        r["cp"]["variants"]["ulysses2+cache"]["skipped_splits"] == v["skipped_splits"]
 
 
 def test_planted_in_place_residual_on_a_block_input_is_caught(motif, tmp_path):

@@ -465,6 +465,49 @@ class Recorder:
         return hook
 
 
+class _SkippedSplits:
+    """cache-dit's (and diffusers') warning that a planned split met a tensor of another rank and did nothing
+    ("split will be skipped"), caught per variant with the module that was running: a silent no-op of the
+    plan made visible. Their once-per-process memory is cleared so each variant reports its own."""
+
+    LOGGERS = ("cache_dit.distributed.core._context_parallel", "diffusers.hooks.context_parallel")
+
+    def __init__(self, recorder: Recorder) -> None:
+        import logging
+
+        self.recorder, self.seen = recorder, []
+        try:
+            from cache_dit import logger as cache_dit_logger
+
+            getattr(cache_dit_logger, "_warning_once_messages", set()).clear()
+        except ImportError:
+            pass
+        outer = self
+
+        class _Handler(logging.Handler):
+            def emit(self, record):
+                message = record.getMessage()
+                if "split will be skipped" in message:
+                    where = outer.recorder.stack[-1] if outer.recorder.stack else "forward's inputs"
+                    outer.seen.append(f"{where}: {message}")
+
+        self.handler = _Handler(level=logging.WARNING)
+        self.levels = {}
+        for name in self.LOGGERS:  # the worker quiets both to errors; their own handlers stay at that level
+            log = logging.getLogger(name)
+            self.levels[name] = log.level
+            log.setLevel(min(log.level or logging.WARNING, logging.WARNING))
+            log.addHandler(self.handler)
+
+    def close(self) -> None:
+        import logging
+
+        for name in self.LOGGERS:
+            log = logging.getLogger(name)
+            log.removeHandler(self.handler)
+            log.setLevel(self.levels[name])
+
+
 def _signature(model) -> dict:
     return {k: [list(v.shape), str(v.dtype)] for k, v in model.state_dict().items()}
 
@@ -565,6 +608,7 @@ def run(job: dict) -> dict:
         _randomize(model, fx.SEED)
         names = {id(m): n for n, m in model.named_modules()}
         recorder = Recorder(names)
+        skipped = _SkippedSplits(recorder) if kind == "parallel" else None
         calls = 1
         stage = "import the plugin"
         try:
@@ -600,6 +644,10 @@ def run(job: dict) -> dict:
                             "type": type(exc).__name__, "message": str(exc).splitlines()[0][:300] if str(exc) else "",
                             "trace": traceback.format_exc().splitlines()[-6:]}
         rec["order"] = recorder.order
+        if skipped is not None:
+            skipped.close()
+            if skipped.seen:
+                rec["skipped_splits"] = list(dict.fromkeys(skipped.seen))
         for path, ts in recorder.acts.items():
             for i, t in enumerate(ts):
                 arrays[f"{key}/act/{path}#{i}"] = t

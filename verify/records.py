@@ -112,6 +112,9 @@ class Variant:
     ok: bool | Omit = OMIT
     error: WorkerError | Omit = OMIT
     first_divergence: Divergence | None | Omit = OMIT
+    # 1.2: planned splits cache-dit skipped (the tensor's rank was not the split's `expected_dims`), each
+    # "<module running>: <its warning>"
+    skipped_splits: tuple[str, ...] | Omit = OMIT
 
 
 @dataclass(frozen=True)

@@ -65,14 +65,21 @@ def judge(base: Baseline, variants: list[dict], runs: dict[str, tuple[list, list
                 rows[key] = Variant("skipped", why=f"{cpu_only}: run this configuration on GPUs", error=err)
             else:
                 good = [a for a, r in zip(arrays, reps) if r is not None and "error" not in r] or arrays[:1]
-                rows[key] = Variant("error", why=why, error=err, first_divergence=base.locate(good, key, err))
+                noops, said = _skipped(reps)
+                extra = {"skipped_splits": noops} if noops else {}
+                rows[key] = Variant("error", why=f"{why}; {said}" if noops else why, error=err, **extra,
+                                    first_divergence=base.locate(good, key, err))
             continue
         f = [compare.figures(base.out, a[f"{key}/out"]) for a in arrays]
         worst = max(f, key=lambda x: x.max_abs).as_dict()
+        noops, said = _skipped(reps)
         if worst["ok"]:
-            rows[key] = Variant("pass", **worst)
+            extra = {"skipped_splits": noops, "why": f"agrees, but {said}"} if noops else {}
+            rows[key] = Variant("pass", **worst, **extra)
         else:
-            rows[key] = Variant("fail", **worst, first_divergence=base.locate(arrays, key, None))
+            extra = {"skipped_splits": noops, "why": f"differs from the 1-process run (max-abs "
+                                                     f"{worst['max_abs']:.3g}); {said}"} if noops else {}
+            rows[key] = Variant("fail", **worst, **extra, first_divergence=base.locate(arrays, key, None))
     statuses = [v.status for v in rows.values()]
     status = ("error" if "error" in statuses else "fail" if "fail" in statuses else
               "skipped" if all(x == "skipped" for x in statuses) else "pass")
@@ -83,6 +90,13 @@ def judge(base: Baseline, variants: list[dict], runs: dict[str, tuple[list, list
     if status == "skipped":
         return ParallelProof(status, why=next(v.why for v in rows.values()), variants=rows)
     return ParallelProof(status, variants=rows)
+
+
+def _skipped(reps: list) -> tuple[tuple[str, ...], str]:
+    """The planned splits cache-dit skipped on either rank (a rank not the split's `expected_dims`), and a
+    sentence for the variant's `why`."""
+    noops = tuple(dict.fromkeys(x for r in reps if r is not None for x in r.get("skipped_splits", ())))
+    return noops, (f"cache-dit skipped {len(noops)} planned split(s), first {noops[0]}" if noops else "")
 
 
 def _cpu_only(err: WorkerError) -> str | None:
