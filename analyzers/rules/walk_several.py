@@ -21,7 +21,10 @@ class WalkSeveral(Rule):
     summary = "the list is walked by several loops"
 
     VALID = (Example(transformer("self.blocks = nn.ModuleList([Block() for _ in range(layers)])", ONE)),
-             Example(transformer("self.blocks = nn.ModuleList([Block() for _ in range(layers)])", EITHER)))
+             Example(transformer("self.blocks = nn.ModuleList([Block() for _ in range(layers)])", EITHER)),
+             # a loop over the blocks that calls none of them (weights set up in __init__) is no walk
+             Example(transformer("self.blocks = nn.ModuleList([Block() for _ in range(layers)])\n"
+                                 "for block in self.blocks:\n    nn.init.zeros_(block.proj.weight)", ONE)))
     INVALID = (
         Example(transformer("self.blocks = nn.ModuleList([Block() for _ in range(layers)])", ONE + "\n" + ONE),
                 expect="looped over 2 times"),
@@ -30,7 +33,9 @@ class WalkSeveral(Rule):
     )
 
     def check(self, ctx):
-        loops = walks_per_call(ctx.use.loops)  # loops in exclusive branches: one of them runs per call
+        # loops in exclusive branches: one of them runs per call; a loop that never calls a block (weights
+        # initialised in `_initialize_weights`) runs no chain
+        loops = walks_per_call([lp for lp in ctx.use.loops if lp.call is not None])
         if len(loops) > 1:
             lines = ", ".join(str(lp.line) for lp in loops)
             yield self.finding(ctx, f"restructure: looped over {len(loops)} times (lines {lines}); once wrapped, every "
