@@ -366,6 +366,9 @@ class ParallelFacts:
     pipeline_arg_ndims_at: dict[str, Evidence]
     text_encoders: tuple[TextEncoderFacts, ...]
     vae: VaeFacts | None
+    # 1.4: where the installed cache-dit's attention with log-sum-exp (what ring attention runs) refuses any
+    # attention mask; None when that check was not found in its source
+    ring_refuses_masks: Evidence | None = None
 
 
 @dataclass(frozen=True)

@@ -260,6 +260,8 @@ class _Flow:
                     return Producer("method", attr, line, code, reads, outputs)
             elif name and "." not in name:
                 return Producer("function", name, line, code, reads, outputs)
+        if isinstance(call, cst.Tuple) and all(isinstance(e, cst.Element) for e in call.elements):
+            outputs = len(call.elements)  # `image_rotary_emb = (cos, sin)`: a tuple of tensors, one spec each
         return Producer("expression", target, line, code, reads, outputs)
 
     def derivation(self, arg: str, line: int, depth: int = 0) -> tuple[set[str], list[Evidence]]:

@@ -41,6 +41,7 @@ from .records import (
     TransformerFacts,
 )
 from .sequence import mask_kind, sequence_facts
+from .support import ring_refuses_masks
 from .values import evaluate, jsonable
 
 _KERNEL_MODULES = ("flash_attn", "triton", "apex", "xformers", "liger_kernel", "flashinfer", "sageattention")
@@ -93,6 +94,7 @@ def parallel_facts(gate: GateReport, ws: Workspace, transformer: TransformerFact
         pipeline_arg_ndims_at={k: v[1] for k, v in ndims.items()},
         text_encoders=text_encoder_facts(ws, mp, index),
         vae=vae_facts(ws, mp, index),
+        ring_refuses_masks=ring_refuses_masks(ws),
     )
 
 

@@ -11,6 +11,7 @@ from integrate.errors import InputError
 from integrate.records import OMIT
 from integrate.resolve import Resolved, Workspace
 from integrate.source import dotted
+from integrate.syntax import find_all
 
 from .records import CacheDefaults, SupportMatch, SupportNote
 
@@ -126,3 +127,25 @@ def cache_defaults(ws: Workspace) -> CacheDefaults | None:
     return CacheDefaults(fn[0], bn[0], Evidence(str(src.path), fn[1], f"cache-dit's default cache config: "
                                                                        f"Fn_compute_blocks={fn[0]}, "
                                                                        f"Bn_compute_blocks={bn[0]}"))
+
+
+def ring_refuses_masks(ws: Workspace) -> Evidence | None:
+    """Where cache-dit's native attention, asked for its log-sum-exp (ring attention merges partial results
+    with it), raises on any `attn_mask`: an `if return_lse:` holding `if attn_mask is not None: raise`, read
+    from the installed source. None when the module or the check is not there (another cache-dit)."""
+    from integrate.records import Evidence
+
+    root = ws.package_root("cache_dit")
+    path = ws.module_file(root, "cache_dit.attention.backends.native") if root is not None else None
+    if path is None:
+        return None
+    src = ws.load(path)
+    for fn in src.functions.values():
+        for outer in find_all(fn, cst.If):
+            if dotted(outer.test) != "return_lse":
+                continue
+            for inner in find_all(outer.body, cst.If):
+                if "attn_mask" in {n.value for n in find_all(inner.test, cst.Name)} and find_all(inner.body, cst.Raise):
+                    return Evidence(str(src.path), src.line(inner), "cache-dit's attention with log-sum-exp, which "
+                                    "ring attention runs, raises on any attention mask")
+    return None

@@ -130,7 +130,8 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
     if blocked:
         confidence = "low"
     return CpPlan("hook", shape, c.plan, confidence, tuple(evidence), tuple(c.risks + extra_risks),
-                  tuple(c.unknowns), mask, rope, uaa, NO_HYBRID, _compare(facts, c.plan), _lengths(c), blocked)
+                  tuple(c.unknowns), mask, rope, uaa, NO_HYBRID, _compare(facts, c.plan), _lengths(c), blocked,
+                  _ring_masks(facts, lists))
 
 
 def _legacy_masks(facts: ParallelFacts, seq: SequenceFact, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
@@ -166,6 +167,21 @@ def _masks_after(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evide
                  "rows are the rank's own queries, so the mask would have to be sliced per rank there and whole "
                  "in the kernel")
         for a in facts_attention(facts) if a.block_list in masked and a.mask_after_at is not None))
+
+
+def _ring_masks(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
+    """Why ring attention cannot run: attentions in a walked list that take a mask, in a walk that passes its
+    blocks one, while the installed cache-dit's attention with log-sum-exp (ring's merge) refuses any mask.
+    Ulysses is unaffected (it runs the plain kernel on whole sequences)."""
+    refusal = facts.ring_refuses_masks
+    masked = {lf.attr for lf in lists if any(bi.role == "mask" and not bi.arg.startswith("<default")
+                                             for bi in lf.inputs)}
+    hits = [Evidence(a.mask_at.file, a.mask_at.line, f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): "
+                     f"{a.mask_at.why}, which ring attention cannot take")
+            for a in facts_attention(facts) if a.block_list in masked and a.mask_at is not None]
+    if refusal is None or not hits:
+        return ()
+    return tuple(dict.fromkeys(hits)) + (refusal,)
 
 
 def _causal(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
@@ -304,6 +320,13 @@ def _split_positions(c: _Chart, i: int, lf: ListFlowFact) -> None:
             c.inputs(f"{lf.attr}.*")[bi.param] = spec
             c.why(None, None, f"`{bi.param}` arrives ready-made from the pipeline as `{bi.arg}` and is passed to "
                               f"every block: {why}")
+        elif bi.producer_kind == "expression" and bi.producer_outputs:
+            # cache-dit splits a tuple input element by element, with one spec per element (a single spec on a
+            # tuple raises `object of type '_ContextParallelInput' has no len()`)
+            c.inputs(f"{lf.attr}.*")[bi.param] = tuple(STREAM for _ in range(bi.producer_outputs))
+            c.why(bi.producer_at, lf, f"`{bi.param}` is a tuple of {bi.producer_outputs} tensors built inline, which "
+                                      "no hook can split where it is built: split each element at every block's "
+                                      "input (as [B, S, D]; assumed, confirm in verify)")
         else:
             c.inputs(f"{lf.attr}.*")[bi.param] = STREAM
             c.why(bi.producer_at, lf, f"`{bi.param}` comes from {bi.producer_kind} `{bi.producer}`, which no hook "

@@ -167,6 +167,9 @@ class CpPlan:
     lengths: dict[str, int] = field(default_factory=dict)
     # 1.2: what the generated planner cannot handle, with where: no CP planner is written while it is non-empty
     blocked_by: tuple[Evidence, ...] = ()
+    # 1.5: why ring attention is not planned (a mask reaches attention and cache-dit's ring takes none): the
+    # processors' lines and cache-dit's own check; empty when ring may run
+    ring_blocked_by: tuple[Evidence, ...] = ()
 
 
 # -- tensor parallelism ----------------------------------------------------------------------------

@@ -25,3 +25,28 @@ def test_a_side_module_whose_output_is_not_3d_gets_no_split_and_an_unknown(tmp_p
     assumed = [e.why for e in cp.evidence if "assumed [B, S, D]" in e.why]
     assert assumed and all(sides[w.split("`")[-2].split(".")[0]] is None for w in assumed if "`" in w), assumed
 
+
+
+def test_ring_is_not_planned_where_a_mask_reaches_attention(tmp_path):
+    """Ideogram4 passes every block a block-diagonal segment mask, which its processor gives the kernel; the
+    installed cache-dit's attention with log-sum-exp (ring attention's merge) raises on any mask. The plan
+    says so with both lines, and verify runs no ring variant; Flux (no mask) keeps ring."""
+    from integrate.verify.proofs import cp as cp_proof
+
+    plan = _plan(tmp_path, "Ideogram4Pipeline", "Ideogram4Transformer2DModel")
+    why = plan.parallelism.cp.ring_blocked_by
+    assert [e.file.rsplit("/", 1)[-1] for e in why] == ["transformer_ideogram4.py", "native.py"], why
+    assert "`layers[i].attention`" in why[0].why and "log-sum-exp" in why[1].why
+    assert "ring2" not in [v["name"] for v in cp_proof.variants(plan)]
+    flux = _plan(tmp_path, "FluxPipeline", "FluxTransformer2DModel")
+    assert not flux.parallelism.cp.ring_blocked_by and "ring2" in [v["name"] for v in cp_proof.variants(flux)]
+
+
+def test_a_tuple_built_inline_is_split_element_by_element(tmp_path):
+    """Ideogram4 builds `image_rotary_emb = (cos, sin)` in forward and passes it to every block: no hook can
+    split it where it is built, and cache-dit splits a tuple input with one spec per element (a single spec
+    raised `object of type '_ContextParallelInput' has no len()`)."""
+    cp = _plan(tmp_path, "Ideogram4Pipeline", "Ideogram4Transformer2DModel").parallelism.cp
+    spec = cp.plan["layers.*"]["image_rotary_emb"]
+    assert isinstance(spec, tuple) and len(spec) == 2 and all(s.split_dim == 1 and s.expected_dims == 3 for s in spec)
+    assert any("a tuple of 2 tensors built inline" in e.why for e in cp.evidence)

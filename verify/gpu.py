@@ -53,7 +53,8 @@ class Row:
 
 def matrix(plan: Plan, out: str) -> list[Row]:
     """Baseline, cache, Ulysses 2, ring 2, TP 2, TP + TE-P, TP + VAE-P, Ulysses + TP: the rows the plan
-    allows (TE-P only with a text-encoder plan, ring not when a mask must be reordered)."""
+    allows (TE-P only with a text-encoder plan, ring not when a mask must be reordered or reaches attention at all:
+    cache-dit's ring takes no mask)."""
     video = "V" in (plan.model.example_type_guess or "")
     ext = "mp4" if video else "png"
     cp = plan.parallelism.cp
@@ -62,7 +63,7 @@ def matrix(plan: Plan, out: str) -> list[Row]:
     rows = [Row("baseline", 1, (), f"{out}/base.{ext}"), Row("cache", 1, ("--cache", "--summary"), f"{out}/cache.{ext}")]
     if cp.plan:
         rows.append(Row("ulysses2", 2, ("--parallel", "ulysses", *uaa), f"{out}/ulysses2.{ext}"))
-        if not cp.mask_reorder.needed:
+        if not cp.mask_reorder.needed and not cp.ring_blocked_by:
             rows.append(Row("ring2", 2, ("--parallel", "ring"), f"{out}/ring2.{ext}"))
     if plan.parallelism.tp.block_lists:
         rows.append(Row("tp2", 2, ("--parallel", "tp"), f"{out}/tp2.{ext}"))

@@ -34,7 +34,7 @@ def variants(plan: Plan) -> list[dict]:
     anything = bool(two and two.needed)
     out = [{"name": "ulysses2", "ulysses": 2, "anything": anything},
            {"name": "ulysses2+cache", "ulysses": 2, "anything": anything, "cache": True}]
-    if not cp.mask_reorder.needed:
+    if not cp.mask_reorder.needed and not cp.ring_blocked_by:  # ring takes no mask in cache-dit
         out.append({"name": "ring2", "ring": 2})
     return out
 
