@@ -294,3 +294,23 @@ def test_a_derived_fixture_is_reused_only_while_its_job_and_sources_are_unchange
     meta_path.write_text(json.dumps({**meta, "job": "0" * 64, "report": {**meta["report"], "notes": ["stale"]}}))
     rc, fresh = _verify(plan_dir, out, "--fixture-only")
     assert rc == 0 and fresh["fixture"] == first["fixture"]  # derived anew
+
+
+def test_a_packed_sequence_is_synthesised_as_the_docstring_and_the_comparisons_say(tmp_path):
+    """Ideogram4 packs text and image tokens into one sequence: its docstring documents both over
+    `sequence_length`, `segment_ids` as `(batch_size, sequence_length)`, and forward compares `indicator` with
+    two module constants; its interleaved RoPE reads 3 x `mrope_section` of the head's frequencies. Static
+    synthesis follows each (one length, one segment of zeros, the constants in runs, the sections scaled with
+    the head) and the plain tiny model runs; its own pipeline cannot (a vision-language encoder)."""
+    model = make_model_dir(tmp_path / "m", "Ideogram4Pipeline", "Ideogram4Transformer2DModel")
+    plan_dir, out = _generated(model, tmp_path)
+    rc, r = _verify(plan_dir, out, "--fixture-only")
+    fx = r["fixture"]
+    assert rc == 0 and fx["status"] == "derived" and fx["source"] == "static", fx
+    assert fx["tried"] and fx["tried"][0].startswith("pipeline: "), fx["tried"]
+    head = fx["changes"]["attention_head_dim"][1]
+    assert all(3 * s <= head // 2 for s in fx["changes"]["mrope_section"][1])
+    text = (out / "verify_fixture.py").read_text()
+    assert "\"segment_ids\": torch.zeros(1, 16, dtype=torch.long)" in text
+    assert "_randn('encoder_hidden_states', 1, 16, " in text  # the latent's 16 tokens, not a text length
+    assert "\"indicator\": torch.tensor([[3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2]] * 1)" in text

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import libcst as cst
+from integrate.analyzers.sequence import is_position
 from integrate.verify.tiny import TEXT_TOKENS
 
 from integrate.resolve import Workspace
@@ -252,10 +253,12 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
                     n *= g
                 out.image_tokens = n
     s_img, s_txt = out.image_tokens or 16, TEXT_TOKENS
+    packed = _packed(latent, shapes)
     for p in params:
         name, low = p.name, p.name.lower()
         if name == latent:
             continue
+        s_txt = s_img if name in packed else TEXT_TOKENS  # documented over the latent's own sequence
         if name == "return_dict":
             out.slots.append(Slot(name, "False", "the output as a tuple"))
         elif any(w in low for w in _SKIP) or not needed(p):
@@ -274,6 +277,11 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
             text = s_txt if any(w in low for w in _TEXT_WORDS) or "mask" == low else s_img
             out.slots.append(Slot(name, f"_mask({BATCH}, {text}, pad={TEXT_PADDING})",
                                   f"{TEXT_PADDING} of {text} tokens masked out (one at the end, one early)"))
+        elif low.endswith("_ids") and not is_position(name) and _per_token(shapes.get(name)):
+            n = s_txt if any(w in low for w in _TEXT_WORDS) and name not in packed else s_img
+            out.slots.append(Slot(name, f"torch.zeros({BATCH}, {n}, dtype=torch.long)",
+                                  f"one id per token, all 0 (a single segment), shaped ({', '.join(shapes[name])}) as "
+                                  "the forward's docstring documents it"))
         elif low.endswith("_ids") or low in ("ids", "pos", "positions"):
             text = any(w in low for w in _TEXT_WORDS)
             n, axes = (s_txt if text else s_img), _axes(config)
@@ -291,10 +299,60 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
                                   + (f", nested as the annotation says ({lists} lists)" if lists > 1 else "")))
         elif "seq_len" in low:
             out.slots.append(Slot(name, f"[{s_txt}] * {BATCH}", "text length"))
+        elif (roles := _compared_constants(model, name)) and (_per_token(shapes.get(name)) or passed.get(name) == 2):
+            n = s_img if name in packed or not any(w in low for w in _TEXT_WORDS) else s_txt
+            runs = [roles[i * len(roles) // n] for i in range(n)]  # each value over a run of tokens, in order
+            out.slots.append(Slot(name, f"torch.tensor([{runs!r}] * {BATCH})",
+                                  f"one of {roles} per token (forward compares `{name}` with those constants), "
+                                  "each over a run of tokens"))
         else:
             named = _documented(name, shapes.get(name), config, s_txt, s_img)
             out.slots.append(named or _tensor(model, name, passed.get(name), s_txt, s_img))
     return out
+
+
+def _compared_constants(model, param: str) -> list[int]:
+    """The int values forward compares `param` with (`indicator == LLM_TOKEN_INDICATOR`), read with libcst; a
+    name is looked up in the model's own module. [] when it is compared with nothing of the kind."""
+    import sys
+
+    found = _class_node(type(model))
+    fn = find_method(found[1], "forward") if found is not None else None
+    if fn is None:
+        return []
+    module = sys.modules.get(type(model).__module__)
+    out: list[int] = []
+    for comp in find_all(fn, cst.Comparison):
+        if not (isinstance(comp.left, cst.Name) and comp.left.value == param) or len(comp.comparisons) != 1:
+            continue
+        target = comp.comparisons[0]
+        if not isinstance(target.operator, cst.Equal):
+            continue
+        value = target.comparator
+        got = (int(value.value) if isinstance(value, cst.Integer) else
+               getattr(module, value.value, None) if isinstance(value, cst.Name) else None)
+        if isinstance(got, int) and not isinstance(got, bool) and got not in out:
+            out.append(got)
+    return out
+
+
+def _is_length(dim: str) -> bool:
+    low = dim.lower()
+    return "seq" in low or low.endswith(("_len", "_length", "tokens"))
+
+
+def _packed(latent: str | None, shapes: dict[str, list[str]]) -> set[str]:
+    """Inputs the forward's docstring documents over the latent's own sequence dim (both `(batch_size,
+    sequence_length, ...)`): text packed into one sequence with the image tokens, so of the latent's length."""
+    dims = shapes.get(latent or "")
+    if not dims or len(dims) < 2 or not _is_length(dims[1]):
+        return set()
+    return {name for name, d in shapes.items() if name != latent and len(d) >= 2 and d[1] == dims[1]}
+
+
+def _per_token(dims: list[str] | None) -> bool:
+    """Documented as `(batch_size, <a length>)`: one value per token."""
+    return bool(dims) and len(dims) == 2 and "batch" in dims[0].lower() and _is_length(dims[1])
 
 
 def _documented(name: str, dims: list[str] | None, config: dict[str, Any], s_txt: int, s_img: int) -> Slot | None:
