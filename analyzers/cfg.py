@@ -175,6 +175,13 @@ def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry
         evidence.append(Evidence(path, repeated, "transformer called inside an inner loop (one call per guidance "
                                                  "condition): separate forwards per step"))
         return PipelineFacts(cls_name, entry, path, True, "medium", len(mine), tuple(evidence), other_models=others)
+    if count >= 3:
+        # LTX2 by default: the batched CFG call, then a spatio-temporal and a modality guidance pass. cache-dit's
+        # has_separate_cfg splits a step's calls in two (cond / uncond); neither answer describes three
+        why = (f"{count} transformer calls run in one step with the defaults: cache-dit's has_separate_cfg "
+               "tells apart exactly two (cond / uncond), so neither True nor False describes this loop")
+        evidence.append(Evidence(path, src.line(loop), why))
+        return PipelineFacts(cls_name, entry, path, None, "low", count, tuple(evidence), other_models=others)
     if count >= 2:
         why = f"{count} transformer calls can run in one step: cond and uncond are separate forwards"
         evidence.append(Evidence(path, src.line(loop), why))

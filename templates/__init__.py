@@ -231,6 +231,11 @@ def _adapter(b: _Build) -> dict:
         cfg_why = f"the pipeline's denoising loop {style} (confidence {cache.cfg_confidence})"
     if any(o.key == "cache.has_separate_cfg" for o in b.plan.overrides):
         cfg_why = f"the reviewer's override: the caller {style}"
+    elif separate is None:  # never a guess passed off as a reading
+        cfg_why = ("unknown (see the plan's cache section): cache-dit's default False stands until a reviewer sets "
+                   "cache.has_separate_cfg with integrate revise")
+        b.manual.append("has_separate_cfg is unknown: the adapter keeps cache-dit's default (False) until a reviewer "
+                        "sets it (`integrate revise <plan> --set cache.has_separate_cfg=true|false --why ...`)")
     # cache-dit looks a transformer alone (`enable_cache(transformer)`, verify's proofs) up by its own class name:
     # where that does not start with the pipeline's prefix (Kandinsky6TI2VAPipeline, Kandinsky6Transformer3DModel),
     # the adapter is registered under both (only for a pipeline class: a third-party loop's short class names,

@@ -131,3 +131,12 @@ def test_a_list_length_read_only_under_an_optional_input_needs_no_patch_functor(
     sd3 = analysis("StableDiffusion3Pipeline", "SD3Transformer2DModel")["transformer"]
     assert sd3["needs_patch_functor"] is True
     assert not any("len(" in r for r in sd3["patch_functor_reasons"]), sd3["patch_functor_reasons"]
+
+
+def test_three_calls_a_step_leave_the_cfg_style_unknown(analysis):
+    """LTX2's step runs its batched CFG call, then a spatio-temporal and a modality guidance pass, both on with
+    the defaults (stg_scale 1.0 > 0, modality_scale 3.0 > 1): three calls, which cache-dit's two-way
+    has_separate_cfg cannot describe. The answer is unknown, low, with the reason, not True."""
+    p = analysis("LTX2Pipeline", "LTX2VideoTransformer3DModel")["pipeline"]
+    assert p["has_separate_cfg"] is None and p["confidence"] == "low", p["evidence"][-1]
+    assert p["evidence"][-1]["why"].startswith("3 transformer calls run in one step with the defaults")

@@ -68,12 +68,9 @@ def test_block_lists_and_patterns_match_cache_dit(analysis, pipeline, transforme
         assert bl["evidence"], "every verdict carries evidence"
 
 
-CFG_MODELS = [m for m in MODELS if not hasattr(m, "marks")] + [
-    pytest.param("LTX2Pipeline", "LTX2VideoTransformer3DModel", id="LTX2-cfg",
-                 marks=pytest.mark.xfail(reason="LTX2's optional guidance calls are counted as separate CFG",
-                                         strict=True)),
-]
-CFG_MODELS = [m for m in CFG_MODELS if m != ("LTX2Pipeline", "LTX2VideoTransformer3DModel")]
+# LTX2 is left out: it runs three calls a step by default, which cache-dit's two-way split cannot describe
+# (test_analyze_models: unknown, with the reason); cache-dit's shared LTX adapter leaves it False
+CFG_MODELS = [m for m in MODELS if not hasattr(m, "marks") and m != ("LTX2Pipeline", "LTX2VideoTransformer3DModel")]
 
 
 @pytest.mark.parametrize("pipeline,transformer", CFG_MODELS)

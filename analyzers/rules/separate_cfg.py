@@ -4,7 +4,8 @@ unconditional branch (cache-dit's `has_separate_cfg=True`), or once on a doubled
 The CFG reader (analyzers/cfg.py) counts transformer calls along one path through a step of the loop,
 following a branch only when the entry's numeric defaults decide it; a call inside an inner loop (one per
 guidance condition) counts as separate. Undecidable branches (a prompt that defaults to None) are never
-assumed: the answer is then unknown.
+assumed: the answer is then unknown. So is a step that runs three or more calls with the defaults: cache-dit
+tells apart exactly two.
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ class SeparateCfg(Rule):
     UNKNOWN = (
         # no transformer call in a loop at all: nothing to count
         Example(_pipeline("latents = latents * 0.5")),
+        # a batched CFG call and two more guidance passes on by default (LTX2): three calls a step, which
+        # cache-dit's two-way split cannot describe either way
+        Example(_pipeline("noise = self.transformer(torch.cat([latents] * 2), prompt_embeds)",
+                          "if guidance_scale > 0.0:",
+                          "    skip = self.transformer(latents, prompt_embeds)",
+                          "if guidance_scale > 1.0:",
+                          "    alone = self.transformer(latents, prompt_embeds)",
+                          "latents = latents - noise - skip - alone")),
     )
 
     def check(self, ctx):
