@@ -9,6 +9,7 @@ gathers what the CP / TP / TE-P / VAE-P decisions read (`structure.parallel_fact
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 
 import libcst as cst
@@ -26,6 +27,7 @@ from .call import call_inputs
 from .cfg import analyze_pipeline
 from .forward import in_place_input_mutations, signature, summarize_forward
 from .loops import ListUse, find_list_uses
+from .modules import module_tree
 from .patterns import decide, stream_params
 from .records import (
     ANALYSIS_SCHEMA_VERSION,
@@ -65,6 +67,19 @@ def analyze(gate: GateReport, ws: Workspace, *, parallel: bool = False) -> Analy
     )
 
 
+def _self_values(tree, attr: str) -> dict[str, object]:
+    """What the first block of `attr` holds in its own attributes, as its return guards read them: a
+    sub-module it builds is there (True), an attribute `__init__` leaves None is None. Others are not given."""
+    first = tree.nodes.get(f"{attr}.0")
+    if first is None:
+        return {}
+    out: dict[str, object] = {k: None for k, v in first.attrs.items() if v is None}
+    for path in tree.nodes:
+        if path.startswith(f"{attr}.0.") and "." not in path[len(attr) + 3:]:
+            out[path[len(attr) + 3:]] = True
+    return out
+
+
 def _pipeline(ws: Workspace, gate: GateReport) -> PipelineFacts:
     """The CFG reader's facts on the denoising entry, and the pipeline rules' findings on them."""
     p_file = gate.value("pipeline_file")
@@ -93,7 +108,8 @@ def analyze_transformer(ws: Workspace, src: SourceFile, cls: cst.ClassDef) -> Tr
     optional = frozenset()
     if forward is not None:
         optional = frozenset(p.name for p in signature(src, forward) if p.default == "None")
-    results = [_block_list(ws, src, d, uses[d.attr], optional) for d in lists]
+    tree = functools.cache(lambda: module_tree(ws, src, cls))  # built only when a block's returns disagree
+    results = [_block_list(ws, src, d, uses[d.attr], optional, tree) for d in lists]
     findings: list[Finding] = []
     unknowns: list[str] = []
     for bl, found in results:
@@ -134,8 +150,9 @@ def _forward_owner(ws: Workspace, src: SourceFile, cls: cst.ClassDef, depth: int
 
 
 def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
-                optional: frozenset[str]) -> tuple[BlockList, list[Finding]]:
-    """The verdict on one list, and the findings of the rules on it (block-list rules, then list rules)."""
+                optional: frozenset[str], tree=None) -> tuple[BlockList, list[Finding]]:
+    """The verdict on one list, and the findings of the rules on it (block-list rules, then list rules).
+    `tree`: the transformer's module tree, built on demand (what the block's `self.<x>` guards read)."""
     path = str(src.path)
     evidence = [Evidence(path, d.line, f"`self.{d.attr}` = {d.container}" + (" (conditional)" if d.conditional else ""))]
     names = tuple(e.name for e in d.elements)
@@ -187,7 +204,8 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
     if not streams:
         return verdict(False, "called in a loop, but its output does not feed the next call: not a block chain",
                        block_file=str(b_src.path), forward=summary, notes=walk_text), walk
-    pv = decide(summary, args, loop.outputs)
+    selfs = _self_values(tree(), d.attr) if tree is not None and not summary.returns_agree else None
+    pv = decide(summary, args, loop.outputs, selfs)
     ctx.loop, ctx.forward, ctx.verdict = loop, summary, pv
     ctx.mutations = tuple(in_place_input_mutations(o_src, o_cls))
     found = rules.run("block_list", ctx)

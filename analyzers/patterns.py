@@ -53,7 +53,10 @@ def stream_params(direct: dict[str, str], outputs: tuple[str, ...]) -> list[str]
     return [p for p, value in direct.items() if value in carried and not p.startswith("*")]
 
 
-def decide(fwd: ForwardSummary, args: CallArgs, outputs: tuple[str, ...]) -> PatternVerdict:
+def decide(fwd: ForwardSummary, args: CallArgs, outputs: tuple[str, ...],
+           self_values: dict[str, object] | None = None) -> PatternVerdict:
+    """`self_values`: what the block holds in the attributes its return guards read (`self.after_proj is not
+    None`), from the module tree; unknown where not given."""
     why: list[str] = []
     try:
         direct = bind(args, fwd.params)
@@ -88,7 +91,7 @@ def decide(fwd: ForwardSummary, args: CallArgs, outputs: tuple[str, ...]) -> Pat
 
     ret = fwd.return_roles
     if ret is None:
-        ret = _reachable_roles(fwd, direct, why)
+        ret = _reachable_roles(fwd, direct, why, self_values or {})
     if ret is None:
         why.append("what the block returns could not be traced to its inputs")
         return PatternVerdict(None, (), "unknown", roles, None, (), None, tuple(why))
@@ -151,37 +154,42 @@ def _arg_value(text: str | None):
     return {"None": None, "True": True, "False": False}.get(text, ...)
 
 
-def _guard_value(expr: cst.BaseExpression, direct: dict[str, str]):
-    """Evaluate a return guard with the call's arguments; ... (Ellipsis) means unknown."""
+def _guard_value(expr: cst.BaseExpression, direct: dict[str, str], selfs: dict[str, object] | None = None):
+    """Evaluate a return guard with the call's arguments and what the block holds (`selfs`, by attribute);
+    ... (Ellipsis) means unknown."""
+    selfs = selfs or {}
     if isinstance(expr, cst.Name):
         return _arg_value(direct.get(expr.value)) if expr.value in direct else ...
+    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+        return selfs.get(expr.attr.value, ...)
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        v = _guard_value(expr.expression, direct)
+        v = _guard_value(expr.expression, direct, selfs)
         return ... if v is ... else not v
     if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
         comp = expr.comparisons[0]
         if isinstance(comp.comparator, cst.Name) and comp.comparator.value == "None":
-            v = _guard_value(expr.left, direct)
+            v = _guard_value(expr.left, direct, selfs)
             if v is ...:
                 return ...
             return (v is None) if isinstance(comp.operator, cst.Is) else (v is not None) if \
                 isinstance(comp.operator, cst.IsNot) else ...
     if isinstance(expr, cst.BooleanOperation):
-        a, b = _guard_value(expr.left, direct), _guard_value(expr.right, direct)
+        a, b = _guard_value(expr.left, direct, selfs), _guard_value(expr.right, direct, selfs)
         if isinstance(expr.operator, cst.And):
             return False if (a is False or b is False) else (... if ... in (a, b) else bool(a and b))
         return True if (a is True or b is True) else (... if ... in (a, b) else bool(a or b))
     return ...
 
 
-def _reachable_roles(fwd: ForwardSummary, direct: dict[str, str], why: list[str]):
-    """Return sites disagree: keep those whose guards can hold for this call's arguments."""
+def _reachable_roles(fwd: ForwardSummary, direct: dict[str, str], why: list[str], selfs: dict[str, object]):
+    """Return sites disagree: keep those whose guards can hold for this call's arguments and what the block
+    holds."""
     live = []
     for site in fwd.returns:
         values = []
         for g in site.guards:
             try:
-                values.append(_guard_value(cst.parse_expression(g), direct))
+                values.append(_guard_value(cst.parse_expression(g), direct, selfs))
             except cst.ParserSyntaxError:
                 values.append(...)
         if all(v is not False for v in values):

@@ -140,3 +140,12 @@ def test_three_calls_a_step_leave_the_cfg_style_unknown(analysis):
     p = analysis("LTX2Pipeline", "LTX2VideoTransformer3DModel")["pipeline"]
     assert p["has_separate_cfg"] is None and p["confidence"] == "low", p["evidence"][-1]
     assert p["evidence"][-1]["why"].startswith("3 transformer calls run in one step with the defaults")
+
+
+def test_a_return_guarded_by_a_sub_module_the_block_does_not_build_cannot_run(analysis):
+    """CosmosTransformerBlock returns `(hidden_states, hs_proj)` under `if self.after_proj is not None:` and
+    `hidden_states` otherwise; the transformer builds its blocks without `after_proj`, so `__init__` leaves it
+    None and only the second return runs: Pattern_2, as cache-dit registers it."""
+    bl = block_list(analysis("CosmosTextToWorldPipeline", "CosmosTransformer3DModel"), "transformer_blocks")
+    assert bl["forward_pattern"] == "Pattern_2" and bl["confidence"] == "high", bl["notes"]
+    assert any("1 of 2 return statements cannot run" in n for n in bl["notes"]), bl["notes"]

@@ -227,7 +227,7 @@ def test_patch_functor_rewrites_pitfalls_a_and_c_and_keeps_the_numbers(tmp_path,
 @pytest.mark.parametrize("pipeline,transformer", [
     ("ChromaPipeline", "ChromaTransformer2DModel"),  # index-dependent loop body kept in the loop
     ("ErnieImagePipeline", "ErnieImageTransformer2DModel"),  # model code with unused unpacked names
-    ("CosmosTextToWorldPipeline", "CosmosTransformer3DModel"),  # no ForwardPattern: no adapter written
+    ("HiDreamImagePipeline", "HiDreamImageTransformer2DModel"),  # no ForwardPattern: no adapter written
     ("ZImagePipeline", "ZImageTransformer2DModel"),
     ("Flux2Pipeline", "Flux2Transformer2DModel"),
 ])
@@ -250,7 +250,7 @@ def test_generated_code_is_ruff_clean_across_models(tmp_path, pipeline, transfor
         (tmp_path / "out" / rel).write_text(text)
     proc = _ruff(tmp_path / "out")
     assert proc.returncode == 0, proc.stdout
-    if transformer == "CosmosTransformer3DModel":
+    if transformer == "HiDreamImageTransformer2DModel":
         assert not any(p.role == "adapter" for p in gen.pieces) and gen.manual
 
 
