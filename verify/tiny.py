@@ -97,7 +97,7 @@ def tiny_config(config: dict[str, Any], widths: str = "tiny") -> Tiny:
               and sum(v) * 2 == old_head):  # sections of half a head (multimodal RoPE over cos / sin halves)
             put(k, _split_even(list(v), head_dim // 2))
         elif (isinstance(v, (list, tuple)) and len(v) > 1 and all(isinstance(x, int) and x > 0 for x in v)
-              and old_head and sum(v) < old_head and ("section" in k or "axes" in k)):
+              and old_head and sum(v) < old_head and "section" in k):  # axes_dim sum to the head: above
             # sections indexing into a head some other way (Ideogram4's interleaved RoPE reads 3 * section of
             # the head_dim / 2 frequencies): scaled with the head, so every index stays inside it
             put(k, [max(1, x * head_dim // old_head) for x in v])
