@@ -226,15 +226,17 @@ def _linear_roles(ws: Workspace, tree: Tree, block: Node, root: str, atts: list[
                 for rel in inner:
                     roles.setdefault(rel, LinearRole(rel, "modulation", f"`{child}` produces modulation"))
                 continue
-            down, why = _ffn_down(node, child, inner)
-            for rel in inner:
-                if rel != down:
-                    parts = _chunked(tree, prefix, rel)
-                    roles.setdefault(rel, LinearRole(
-                        rel, "ffn_in", f"{node.cls} `{child}`: projects up" + (
-                            f"; its output is cut into {parts[0]} equal parts ({parts[1]})" if parts else ""),
-                        parts=parts[0] if parts else OMIT))
-            roles.setdefault(down, LinearRole(down, "ffn_out", f"{node.cls} `{child}`: projects back down ({why})"))
+            # an MoE layer: a router Linear (its scores pick tokens per expert) and a shared expert that is an
+            # FFN of its own, beside the experts: each part gets its own roles
+            for rel, why in _routers(node, child, inner).items():
+                roles.setdefault(rel, LinearRole(rel, "router", f"{node.cls} `{child}`: {why}"))
+            inner = [rel for rel in inner if rel not in roles]
+            for sub in _nested_ffns(tree, prefix, child, inner):
+                sub_inner = [rel for rel in inner if rel.startswith(sub + ".")]
+                _ffn_roles(tree, prefix, roles, tree.nodes[prefix + sub], sub, sub_inner)
+                inner = [rel for rel in inner if rel not in sub_inner]
+            if len(inner) >= 2:
+                _ffn_roles(tree, prefix, roles, node, child, inner)
         elif len(inner) == 1 and _is_modulation_name(child):
             roles.setdefault(inner[0], LinearRole(inner[0], "modulation", f"`{child}` produces modulation"))
     loose = [rel for rel, _ in linears if rel not in roles and "." not in rel]
@@ -278,6 +280,65 @@ def _chunked(tree: Tree, prefix: str, rel: str) -> tuple[int, str] | None:
         if isinstance(n, cst.Integer) and int(n.value) > 1:
             return int(n.value), f"`{src.code(call)[:60]}`, {Path(src.path).name}:{line}"
     return None
+
+
+def _ffn_roles(tree: Tree, prefix: str, roles: dict, node: Node, child: str, inner: list[str]) -> None:
+    """One FFN: its down projection, and every other Linear in it projecting up."""
+    down, why = _ffn_down(node, child, inner)
+    for rel in inner:
+        if rel != down:
+            parts = _chunked(tree, prefix, rel)
+            roles.setdefault(rel, LinearRole(
+                rel, "ffn_in", f"{node.cls} `{child}`: projects up" + (
+                    f"; its output is cut into {parts[0]} equal parts ({parts[1]})" if parts else ""),
+                parts=parts[0] if parts else OMIT))
+    roles.setdefault(down, LinearRole(down, "ffn_out", f"{node.cls} `{child}`: projects back down ({why})"))
+
+
+def _nested_ffns(tree: Tree, prefix: str, child: str, inner: list[str]) -> list[str]:
+    """Sub-modules of `child` (not containers) that hold two or more of its Linears and leave others outside
+    them: an FFN of their own (an MoE layer's shared expert), outermost first."""
+    found: list[str] = []
+    for path, n in tree.nodes.items():
+        rel = path[len(prefix):] if path.startswith(prefix) else None
+        if rel is None or not rel.startswith(child + ".") or n.kind != "module":
+            continue
+        held = [r for r in inner if r.startswith(rel + ".")]
+        if len(held) >= 2 and len(held) < len(inner) and not any(rel.startswith(f + ".") for f in found):
+            found.append(rel)
+    return found
+
+
+_ROUTING = ("topk", "softmax", "sigmoid", "argmax", "argsort")
+
+
+def _routers(node: Node, child: str, inner: list[str]) -> dict[str, str]:
+    """{Linear: why} for the direct Linears of `child` whose output its forward ranks or normalises into
+    routing scores (`topk`, `softmax`, ...): an MoE router, which every rank needs whole."""
+    direct = {rel[len(child) + 1:]: rel for rel in inner if rel.count(".") == child.count(".") + 1}
+    if node.cls_node is None or not direct:
+        return {}
+    src, cls = node.cls_node
+    fwd = find_method(cls, "forward")
+    if fwd is None:
+        return {}
+    fed = defuse(src, fwd).lineage(seed=lambda value: {m for c in find_all(value, cst.Call)
+                                                       if (m := self_member(c.func)) in direct})
+    out: dict[str, str] = {}
+    for call in find_all(fwd, cst.Call):
+        name = (dotted(call.func) or "").rsplit(".", 1)[-1]
+        if name not in _ROUTING:
+            continue
+        line = src.line(call)
+        reads = set()
+        for a in call.args:
+            reads |= fed.reads(a.value, line)
+        if isinstance(call.func, cst.Attribute):
+            reads |= fed.reads(call.func.value, line)
+        for member in sorted(reads & set(direct)):
+            out.setdefault(direct[member], f"a router: `{name}` ranks its output (line {line}), so every rank "
+                                           "needs its scores whole")
+    return out
 
 
 def _ffn_down(node: Node, child: str, inner: list[str]) -> tuple[str, str]:

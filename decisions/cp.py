@@ -174,8 +174,12 @@ def _ring_masks(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Eviden
     blocks one, while the installed cache-dit's attention with log-sum-exp (ring's merge) refuses any mask.
     Ulysses is unaffected (it runs the plain kernel on whole sequences)."""
     refusal = facts.ring_refuses_masks
-    masked = {lf.attr for lf in lists if any(bi.role == "mask" and not bi.arg.startswith("<default")
-                                             for bi in lf.inputs)}
+    seq_masks = bool(facts.sequence and facts.sequence.masks)
+    # a mask passed to the blocks, or a keyword dict forward builds while it builds masks (NucleusMoE hands
+    # `attention_mask` over in `attention_kwargs`)
+    masked = {lf.attr for lf in lists if any(
+        (bi.role == "mask" and not bi.arg.startswith("<default")) or
+        (seq_masks and "kwargs" in bi.param and bi.producer_kind == "expression") for bi in lf.inputs)}
     hits = [Evidence(a.mask_at.file, a.mask_at.line, f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): "
                      f"{a.mask_at.why}, which ring attention cannot take")
             for a in facts_attention(facts) if a.block_list in masked and a.mask_at is not None]

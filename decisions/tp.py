@@ -116,6 +116,8 @@ def _plan_list(b: BlockStructure) -> TpList:
                              "heads with its MLP slice before sharding")
         elif r.role == "modulation":
             layer_plan[path] = "colwise(output=replicate)"
+        elif r.role == "router":
+            notes.append(f"`{path}`: an MoE router, kept whole ({r.why})")
         else:
             notes.append(f"`{path}`: role unknown, left whole")
             confidence = "medium" if confidence == "high" else confidence
@@ -126,7 +128,7 @@ def _plan_list(b: BlockStructure) -> TpList:
         reasons[path] = TpReason(r.role if r else "processor-owned", r.why if r else "",
                                  where.file if where else "", where.line if where else 0)
     for t in b.tables:
-        notes.append(f"`{t}` is a modulation table (nn.Parameter): kept whole on every rank")
+        notes.append(f"`{t}` is an nn.Parameter (a modulation table, expert weights): kept whole on every rank")
     if b.kernels:
         risks.append("fused or env-gated kernels in the block sources: patch them to plain PyTorch ops before "
                      "parallelize_module (see patch_kernels_first)")

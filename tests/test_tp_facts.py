@@ -103,3 +103,35 @@ def test_a_glus_fused_up_projection_is_cut_into_parts_and_interleaved_before_sha
         assert torch.allclose(local_h, h[:, rank * 2:(rank + 1) * 2])
         assert torch.allclose(local_gate, gate[:, rank * 2:(rank + 1) * 2])
     namespace["_interleave_chunked_output"](block, "missing", 2, size)  # a block without it: left alone
+
+
+def test_an_moe_router_is_kept_whole_and_a_shared_expert_is_an_ffn_of_its_own():
+    """NucleusMoELayer holds a router Linear (`gate`: its output goes through sigmoid, then topk picks tokens
+    per expert), experts as nn.Parameters, and a shared expert that is a FeedForward. The router stays whole on
+    every rank (sharded, each rank would rank half the experts), the shared expert's down projection is
+    row-wise (it was read as one more up projection of the whole layer, column-wise)."""
+    plan = _plan("NucleusMoEImagePipeline", "NucleusMoEImageTransformer2DModel")
+    tp = next(b for b in plan.parallelism.tp.block_lists if b.attr == "transformer_blocks")
+    assert "img_mlp.gate" not in tp.layer_plan and tp.reasons.get("img_mlp.gate") is None
+    assert any(n.startswith("`img_mlp.gate`: an MoE router, kept whole") and "sigmoid" in n for n in tp.notes)
+    assert tp.layer_plan["img_mlp.shared_expert.net.0.proj"] == "colwise"
+    assert tp.layer_plan["img_mlp.shared_expert.net.2"] == "rowwise"
+    assert tp.layer_plan["img_mlp.net.2"] == "rowwise"  # the dense FFN of the blocks without experts
+
+
+def test_a_tiny_width_that_rounds_a_layer_to_nothing_is_widened():
+    """NucleusMoE sizes its dense FFN as `int(dim * mlp_ratio * 2 / 3) // 128 * 128`: 0 at the tiny width of 32,
+    a layer that proves nothing and that TP cannot shard. The tiny config doubles the head dim until no layer is
+    0 wide, and says so."""
+    import inspect
+
+    import diffusers
+
+    from integrate.verify.tiny import HEAD_DIM, derive
+
+    cls = diffusers.NucleusMoEImageTransformer2DModel
+    config = {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
+              if k != "self" and v.default is not inspect.Parameter.empty}
+    tiny = derive(cls, config)
+    assert tiny.error is None and tiny.config["attention_head_dim"] == 2 * HEAD_DIM
+    assert tiny.notes and "img_mlp.net.0.proj` is 0 wide" in tiny.notes[0]

@@ -65,6 +65,7 @@ def derive(job: dict) -> dict:
             if unset:
                 tiny.error += (f" (the class defaults leave {', '.join(f'`{k}`' for k in unset[:4])} unset: the "
                                "model folder's transformer/config.json gives them)")
+    filled_notes += tiny.notes
     out = {"changes": {k: list(v) for k, v in tiny.changes.items()}, "config": tiny.config,
            "parameters": tiny.parameters, "error": tiny.error}
     if filled_notes:

@@ -33,6 +33,7 @@ class Tiny:
     changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # key -> (before, after)
     parameters: int | None = None
     error: str | None = None
+    notes: list[str] = field(default_factory=list)  # what the derivation had to do, in words
 
 
 def is_layers(key: str) -> bool:
@@ -42,7 +43,7 @@ def is_layers(key: str) -> bool:
 WIDTHS = ("tiny", "scaled", "real")
 
 
-def tiny_config(config: dict[str, Any], widths: str = "tiny") -> Tiny:
+def tiny_config(config: dict[str, Any], widths: str = "tiny", head: int = HEAD_DIM) -> Tiny:
     """Shrink `config` (keys starting with "_" dropped) keeping the structure the proofs need.
 
     `widths` says what becomes of the input, conditioning and embedding widths (`text_dim`, `in_visual_dim`,
@@ -86,7 +87,7 @@ def tiny_config(config: dict[str, Any], widths: str = "tiny") -> Tiny:
             old_head = sum(axes[0])
     # a head dim the model splits in three (3-D RoPE over frames, height and width; a size embedding a third of
     # the width) keeps its factor of three
-    head_dim = HEAD_DIM * 3 // 2 if old_head and old_head % 3 == 0 else HEAD_DIM
+    head_dim = head * 3 // 2 if old_head and old_head % 3 == 0 else head
     for k, v in cfg.items():
         if ("head_dim" in k or k.endswith("dim_head") or k == "d_kv") and isinstance(v, int) and not isinstance(v, bool):
             put(k, head_dim)
@@ -196,21 +197,40 @@ def _split_even(parts: list[int], total: int) -> list[int]:
 
 def size_on_meta(cls, config: dict[str, Any]) -> int:
     """Parameter count of `cls` built from `config` on the meta device (nothing allocated)."""
+    return _on_meta(cls, config)[0]
+
+
+def _on_meta(cls, config: dict[str, Any]) -> tuple[int, str | None]:
+    """(parameter count, the first layer with a weight 0 wide) of `cls` built from `config` on the meta device."""
     import torch
 
     with torch.device("meta"):
         model = cls.from_config(config) if hasattr(cls, "from_config") else cls(**config)
-    return sum(p.numel() for p in model.parameters())
+    empty = next((name for name, m in model.named_modules() if isinstance(getattr(m, "weight", None), torch.Tensor)
+                  and m.weight.dim() >= 2 and 0 in m.weight.shape), None)
+    return sum(p.numel() for p in model.parameters()), empty
 
 
 def derive(cls, config: dict[str, Any], max_params: int = MAX_PARAMS, widths: str = "tiny") -> Tiny:
-    """The tiny config, checked by building it on the meta device; `error` says what failed."""
-    tiny = tiny_config(config, widths)
-    try:
-        tiny.parameters = size_on_meta(cls, tiny.config)
-    except Exception as exc:  # the model's own constructor rejected the shrunk config
-        tiny.error = f"building {cls.__name__} from the tiny config failed: {type(exc).__name__}: {exc}".splitlines()[0]
-        return tiny
-    if tiny.parameters > max_params:
+    """The tiny config, checked by building it on the meta device; `error` says what failed. A layer the tiny
+    width makes 0 wide (a width rounded down to a multiple of 128, NucleusMoE's FFN) proves nothing and cannot
+    be sharded: the head dim doubles until none is (said in `notes`)."""
+    notes: list[str] = []
+    for head in (HEAD_DIM, 2 * HEAD_DIM, 4 * HEAD_DIM):
+        tiny = tiny_config(config, widths, head)
+        try:
+            tiny.parameters, empty = _on_meta(cls, tiny.config)
+        except Exception as exc:  # the model's own constructor rejected the shrunk config
+            tiny.error = (f"building {cls.__name__} from the tiny config failed: {type(exc).__name__}: "
+                          f"{exc}").splitlines()[0]
+            return tiny
+        if empty is None or head == 4 * HEAD_DIM:
+            break
+        notes.append(f"with a head dim of {head}, `{empty}` is 0 wide (a width rounded down to a multiple): the "
+                     f"tiny config doubles the head dim")
+    tiny.notes = notes
+    if empty is not None:
+        tiny.error = f"`{empty}` is 0 wide even with a head dim of {4 * HEAD_DIM}"
+    elif tiny.parameters > max_params:
         tiny.error = f"the tiny config still has {tiny.parameters:,} parameters (budget {max_params:,})"
     return tiny
