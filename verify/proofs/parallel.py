@@ -70,9 +70,16 @@ def judge(base: Baseline, variants: list[dict], runs: dict[str, tuple[list, list
                 rows[key] = Variant("error", why=f"{why}; {said}" if noops else why, error=err, **extra,
                                     first_divergence=base.locate(good, key, err))
             continue
+        noops, said = _skipped(reps)
+        shapes = {tuple(a[f"{key}/out"].shape) for a in arrays}
+        if shapes != {tuple(base.out.shape)}:  # not gathered back whole: no element-wise comparison to make
+            why = (f"the output's shape {sorted(shapes)[0]} is not the 1-process run's {tuple(base.out.shape)}: "
+                   "the sequence was not put back whole")
+            rows[key] = Variant("fail", why=f"{why}; {said}" if noops else why, first_divergence=_located(
+                base, arrays, key), **({"skipped_splits": noops} if noops else {}))
+            continue
         f = [compare.figures(base.out, a[f"{key}/out"]) for a in arrays]
         worst = max(f, key=lambda x: x.max_abs).as_dict()
-        noops, said = _skipped(reps)
         if worst["ok"]:
             extra = {"skipped_splits": noops, "why": f"agrees, but {said}"} if noops else {}
             rows[key] = Variant("pass", **worst, **extra)
@@ -90,6 +97,14 @@ def judge(base: Baseline, variants: list[dict], runs: dict[str, tuple[list, list
     if status == "skipped":
         return ParallelProof(status, why=next(v.why for v in rows.values()), variants=rows)
     return ParallelProof(status, variants=rows)
+
+
+def _located(base: Baseline, arrays: list, key: str):
+    """The first divergent module, where the per-layer outputs can be compared at all (None otherwise)."""
+    try:
+        return base.locate(arrays, key, None)
+    except ValueError:  # shapes no reassembly explains
+        return None
 
 
 def _skipped(reps: list) -> tuple[tuple[str, ...], str]:
