@@ -49,6 +49,7 @@ class _Reading:
     prepared_line: int | None = None  # `<attn>.prepare_attention_mask(...)` in the processor
     causal_line: int | None = None  # a kernel call whose `is_causal` is not False
     mask_after: tuple[str, int] | None = None  # (mask parameter, line) read after the kernel, outside its call
+    joins: tuple[int, bool, str] | None = None  # (line, text first, code): the processor joins its own and text keys
     # per dispatch_attention_fn call: does it run with CP when the module is given encoder_hidden_states
     cross_cp: list[tuple[bool | None, int]] = field(default_factory=list)
     rope_line: int | None = None
@@ -148,7 +149,11 @@ def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFi
         if reading.causal_line else None,
         mask_after_at=Evidence(where, reading.mask_after[1], f"the processor applies `{reading.mask_after[0]}` to "
                                "the attention output after the kernel, one row per query")
-        if reading.mask_after else None)
+        if reading.mask_after else None,
+        joins_at=Evidence(where, reading.joins[0], f"the processor joins its keys with the text's (`{reading.joins[2]}`), "
+                          + ("text first" if reading.joins[1] else "text second"))
+        if reading.joins else None,
+        text_first=reading.joins[1] if reading.joins else None)
 
 
 def _cross_local(reading: _Reading, where: str) -> Evidence | None:
@@ -317,9 +322,31 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
             if any(w in low for w in ("rotary", "rope", "freqs", "pos_emb")) and _reads(fn, p):
                 reading.rope_line = src.line(fn)
         reading.mask_after = _mask_after_kernel(src, fn, params, calls, kernel_lines)
+        reading.joins = _joined_keys(src, calls)
         if reading.kernel is None:
             reading.unknowns.append(f"no attention kernel call found in {dotted(fn.name)}")
             _split_by_flow(reading, src, fn, calls, owner, modules, index)
+
+
+_TEXT_SIDE = ("encoder", "added", "context", "txt", "text")
+
+
+def _joined_keys(src: SourceFile, calls: list[cst.Call]) -> tuple[int, bool, str] | None:
+    """The first `torch.cat([a, b], ...)` of two query / key names where one is the text's (`encoder`, `added`,
+    `txt`, ...): the processor joins the block's own sequence and the text into one (line, text first, code)."""
+    for call in calls:
+        if dotted(call.func) not in ("torch.cat", "torch.concat") or not call.args:
+            continue
+        seq = call.args[0].value
+        if not isinstance(seq, (cst.List, cst.Tuple)) or len(seq.elements) != 2:
+            continue
+        names = [dotted(e.value) or "" for e in seq.elements]
+        if not any("query" in n or "key" in n for n in names):
+            continue
+        first_text, second_text = (any(w in n for w in _TEXT_SIDE) for n in names)
+        if first_text != second_text:
+            return src.line(call), first_text, src.code(call)[:80]
+    return None
 
 
 def _mask_after_kernel(src: SourceFile, fn: cst.FunctionDef, params: list[str], calls: list[cst.Call],

@@ -203,8 +203,12 @@ class AttentionFact:
     # 1.2: the processor runs cross-attention without CP (dispatch_attention_fn gets no parallel config then)
     cross_local_at: Evidence | None = None
     causal_at: Evidence | None = None  # 1.3: the kernel is called with `is_causal` other than False
-    # 1.5: a mask the processor applies to the attention output after the kernel (per query)
+    # 1.4: a mask the processor applies to the attention output after the kernel (per query)
     mask_after_at: Evidence | None = None
+    # 1.4: where the processor joins its own keys (or queries) with the text's into one sequence, and in which
+    # order (None: not read)
+    joins_at: Evidence | None = None
+    text_first: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,9 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
         _split_cross_attention_text(c, lf)
         _split_side_modules(c, lf)
     _gather(c, lists, per_module)
-    joint = any(len(lf.streams) > 1 for lf in seq.lists)
+    # a joint sequence: two streams in one block, or a text split at every block that the attention joins to
+    # the block's own keys (NucleusMoE: image queries against [image; text] keys)
+    joint = any(len(lf.streams) > 1 for lf in seq.lists) or bool(_joined_text(c, lists))
     mask, rope, uaa, extra_risks = _extras(facts, seq, c.plan, joint)
     confidence = "medium" if not c.unknowns else "low"
     if any(bi.producer_kind == "unknown" for lf in seq.lists for bi in lf.inputs if bi.role == "position"):
@@ -132,6 +134,18 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
     return CpPlan("hook", shape, c.plan, confidence, tuple(evidence), tuple(c.risks + extra_risks),
                   tuple(c.unknowns), mask, rope, uaa, NO_HYBRID, _compare(facts, c.plan), _lengths(c), blocked,
                   _ring_masks(facts, lists))
+
+
+def _joined_text(c: _Chart, lists: list[ListFlowFact]) -> list[str]:
+    """The walked lists whose text is split at every block and whose attention joins it to the block's own
+    keys: under Ulysses those keys arrive as [own_0, text_0, own_1, text_1, ...], not in the mask's order."""
+    out = []
+    for lf in lists:
+        split_text = any(p in TEXT_STREAMS for p in c.plan.get(f"{lf.attr}.*", {}))
+        block = c.blocks.get(lf.attr)
+        if split_text and block is not None and any(a.joins_at is not None for a in block.attentions):
+            out.append(lf.attr)
+    return out
 
 
 def _legacy_masks(facts: ParallelFacts, seq: SequenceFact, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:

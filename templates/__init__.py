@@ -21,6 +21,7 @@ from typing import Any
 import jinja2
 import libcst as cst
 from integrate.analyzers.records import Analysis, Finding
+from integrate.decisions.cp import TEXT_STREAMS
 from integrate.decisions.records import Approval, Plan
 
 from integrate import __version__, escape
@@ -281,7 +282,7 @@ def _cp_planner(b: _Build) -> str | None:
         b.manual += [f"CP not written: {e.why} ({Path(e.file).name}:{e.line})" for e in cp.blocked_by]
         return None
     cp_cls = f"{b.base}ContextParallelismPlanner"
-    mask = _mask_context(b.plan, b.ws) if cp.mask_reorder.needed else None
+    mask = _mask_context(b.plan) if cp.mask_reorder.needed else None
     if cp.mask_reorder.needed and mask is None:
         b.manual.append("the mask reorder needs a joint (two-stream) block list: none found")
     evidence = [f"{e.why} ({Path(e.file).name}:{e.line})" for e in cp.evidence][:12]
@@ -477,21 +478,41 @@ def _patched_keys(plan: Plan, patch: ForwardPatch | None) -> dict[str, tuple[str
     return out
 
 
-def _mask_context(plan: Plan, ws: Workspace) -> dict | None:
+def _mask_context(plan: Plan) -> dict | None:
     cp = plan.parallelism.cp
     seq = plan.facts.sequence
     lists = [lf for lf in (seq.lists if seq else ()) if len(lf.streams) > 1
              and any(i.role == "mask" for i in lf.inputs)]
-    if not lists:
-        return None
-    first = lists[0]
-    mask_param = next(i.param for i in first.inputs if i.role == "mask")
-    roles = next((b.roles for b in plan.cache.block_lists if b.attr == first.attr), {})
-    text = roles.get("encoder_hidden_states", "encoder_hidden_states")
+    in_dict = False
+    if lists:
+        first = lists[0]
+        mask_param = next(i.param for i in first.inputs if i.role == "mask")
+        roles = next((b.roles for b in plan.cache.block_lists if b.attr == first.attr), {})
+        text = roles.get("encoder_hidden_states", "encoder_hidden_states")
+    else:
+        # a text split at every block that the attention joins to the block's own keys, the mask passed as
+        # itself or inside a keyword dict forward builds (NucleusMoE's attention_kwargs)
+        lists = [lf for lf in (seq.lists if seq else ()) if any(
+            a.block_list == lf.attr and a.joins_at is not None for a in plan.facts.attention)
+            and any(p in cp.plan.get(f"{lf.attr}.*", {}) for p in TEXT_STREAMS)]
+        if not lists:
+            return None
+        first = lists[0]
+        texts = [p for p in cp.plan[f"{first.attr}.*"] if p in TEXT_STREAMS]
+        holder = next((i.param for i in first.inputs if i.role == "mask"), None)
+        if holder is None:
+            holder = next((i.param for i in first.inputs if "kwargs" in i.param and i.producer_kind == "expression"),
+                          None)
+            in_dict = holder is not None
+        if holder is None:
+            return None
+        mask_param, text = holder, texts[0]
+        roles = next((b.roles for b in plan.cache.block_lists if b.attr == first.attr), {})
     image = roles.get("hidden_states", "hidden_states")
-    image_first = _image_first(plan, first.attr, ws)
+    image_first = _image_first(plan, first.attr)
     return {
         "param": mask_param,
+        "in_dict": in_dict,
         "first": image if image_first else text,
         "second": text if image_first else image,
         "order_why": ("the attention processor concatenates image before text" if image_first else
@@ -503,42 +524,11 @@ def _mask_context(plan: Plan, ws: Workspace) -> dict | None:
     }
 
 
-def _image_first(plan: Plan, attr: str, ws: Workspace) -> bool | None:
-    """Whether the attention processor of `attr`'s blocks joins the image stream before the text stream:
-    the first `torch.cat([...])` of two names in its __call__ where one name is a text-side projection."""
-    att = next((a for a in plan.facts.attention if a.block_list == attr and a.processor_at), None)
-    if att is None:
-        return None
-    src = ws.load(Path(att.processor_at.file))
-    cls = src.classes.get(att.processor or "")
-    fn = find_method(cls, "__call__") if cls is not None else None
-    if fn is None:
-        return None
-    text_words = ("encoder", "added", "context", "txt", "text")
-    for call in _calls(fn):
-        if dotted(call.func) not in ("torch.cat", "torch.concat") or not call.args:
-            continue
-        seq = call.args[0].value
-        if not isinstance(seq, (cst.List, cst.Tuple)) or len(seq.elements) != 2:
-            continue
-        names = [dotted(e.value) or "" for e in seq.elements]
-        if not any("query" in n or "key" in n for n in names):
-            continue
-        first_text, second_text = (any(w in n for w in text_words) for n in names)
-        if first_text != second_text:
-            return second_text
-    return None
-
-
-def _calls(node: cst.CSTNode) -> list[cst.Call]:
-    found: list[cst.Call] = []
-
-    class V(cst.CSTVisitor):
-        def visit_Call(self, n: cst.Call) -> None:
-            found.append(n)
-
-    node.visit(V())
-    return found
+def _image_first(plan: Plan, attr: str) -> bool | None:
+    """Whether the attention processor of `attr`'s blocks joins the image stream before the text stream (the
+    analysis' `joins_at`: the first `torch.cat([...])` of a query / key and the text's); None: not read."""
+    att = next((a for a in plan.facts.attention if a.block_list == attr and a.joins_at is not None), None)
+    return None if att is None else not att.text_first
 
 
 def chunked_outputs(plan: Plan) -> dict[str, dict[str, int]]:

@@ -50,3 +50,32 @@ def test_a_tuple_built_inline_is_split_element_by_element(tmp_path):
     spec = cp.plan["layers.*"]["image_rotary_emb"]
     assert isinstance(spec, tuple) and len(spec) == 2 and all(s.split_dim == 1 and s.expected_dims == 3 for s in spec)
     assert any("a tuple of 2 tensors built inline" in e.why for e in cp.evidence)
+
+
+def test_a_text_the_attention_joins_to_its_keys_gets_its_mask_permuted_and_the_proofs_pass(tmp_path):
+    """NucleusMoE's image queries attend to `torch.cat([img_key, txt_key])`, the text split at every block, so
+    under Ulysses the keys arrive as [img_0, txt_0, img_1, txt_1]; the joint mask travels in the
+    `attention_kwargs` dict forward builds. The plan asks for the mask reorder (a joint sequence without two
+    streams), the generated planner permutes the mask-named tensors of that dict, ring is not planned, and
+    the CP and TP proofs pass on the pipeline's own inputs (the router kept whole, the FFN not 0 wide)."""
+    import json
+
+    from conftest import run_cli
+
+    model = make_model_dir(tmp_path / "m", "NucleusMoEImagePipeline", "NucleusMoEImageTransformer2DModel")
+    plan = _plan(tmp_path, "NucleusMoEImagePipeline", "NucleusMoEImageTransformer2DModel")
+    cp = plan.parallelism.cp
+    assert cp.mask_reorder.needed and cp.ring_blocked_by
+    att = next(a for a in plan.facts.attention if a.block_list == "transformer_blocks")
+    assert att.joins_at is not None and "torch.cat([img_key, txt_key]" in att.joins_at.why and att.text_first is False
+    plan_dir, out = tmp_path / "plan", tmp_path / "out"
+    assert run_cli("plan", str(model), "--out", str(plan_dir), "--no-probe").returncode == 0
+    assert run_cli("approve", str(plan_dir), "--reviewer", "Ada").returncode == 0
+    assert run_cli("generate", str(plan_dir), "--out", str(out)).returncode == 0
+    planner = (out / "integrate_nucleus_moe_image" / "cp_planner.py").read_text()
+    assert 'holder = bound.arguments.get("attention_kwargs")' in planner
+    proc = run_cli("verify", str(plan_dir), "--generated", str(out), "--proof", "cp", "--proof", "tp", "--json")
+    r = json.loads(proc.stdout)
+    assert proc.returncode == 0, {k: r[k] for k in ("fixture", "cp", "tp")}
+    assert set(r["cp"]["variants"]) == {"ulysses2", "ulysses2+cache"}  # no ring: it takes no mask
+    assert r["cp"]["status"] == "pass" and r["tp"]["status"] == "pass"

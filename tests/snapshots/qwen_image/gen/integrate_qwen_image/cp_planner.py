@@ -93,8 +93,12 @@ def _reorder_mask_under_ulysses(transformer) -> None:
                                mask.device)
         if mask.shape[-1] != order.numel():
             return None  # not a mask over this joint sequence
-        mask = mask.index_select(-1, order)
-        bound.arguments["encoder_hidden_states_mask"] = mask
+
+        def permuted(mask):
+            mask = mask.index_select(-1, order)
+            return mask
+
+        bound.arguments["encoder_hidden_states_mask"] = permuted(mask)
         return bound.args[1:], bound.kwargs
 
     def install(module, args, kwargs):
