@@ -130,7 +130,7 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
         imports += _imports(ws, b_src, fixed)
         changes.append(Change("pitfall-c", bl.attr, f"`{bl.block_class}.forward` adds residuals out of place "
                                                     "instead of writing into its inputs (pitfall C)"))
-    return ForwardPatch(code=code, splits=tuple(splits), changes=tuple(changes), imports=tuple(sorted(set(imports))),
+    return ForwardPatch(code=code, splits=tuple(splits), changes=tuple(changes), imports=_sorted_imports(imports),
                         forward_changed=forward_changed, blocks=tuple(blocks))
 
 
@@ -358,7 +358,12 @@ def _imports(ws, src: SourceFile, fwd: cst.FunctionDef) -> list[tuple[str, str |
                 out.add((module, name))
         elif (name in src.classes or name in src.functions or name in src.assigns) and module:
             out.add((module, name))
-    return sorted(out)
+    return list(_sorted_imports(out))
+
+
+def _sorted_imports(pairs) -> tuple[tuple[str, str | None], ...]:
+    """(module, name) pairs, each once, sorted: `import torch` (name None) beside `from torch import Tensor`."""
+    return tuple(sorted(set(pairs), key=lambda pair: (pair[0], pair[1] or "")))
 
 
 def import_block(pairs, local: tuple[str, ...] = ()) -> Code:

@@ -116,3 +116,19 @@ def test_a_torch_py_in_the_working_directory_is_never_imported(tmp_path):
     proc = run_cli("plan", str(model), "--out", str(tmp_path / "plan"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert not marker.exists(), "a torch.py in the working directory ran in a worker"
+
+
+def test_generate_writes_a_patch_functor_for_a_module_that_imports_torch_both_ways(tmp_path):
+    """The model's module has `import torch` and `from torch import Tensor, nn`, and its forward needs a
+    PatchFunctor (the block is called by keyword, in another order than its signature): sorting the imports
+    the rewrite needs compared `None` with a name and generate exited 3. Now the functor imports both."""
+    src = ROOT / "tests" / "fixtures" / "torchimports" / "model.py"
+    plan_dir, out = tmp_path / "plan", tmp_path / "out"
+    planned = run_cli("plan", str(src), "--model-path", str(tmp_path), "--transformer-class", "Model",
+                      "--pipeline-class", "sample", "--pipeline-file", str(src), "--out", str(plan_dir), "--no-probe")
+    assert planned.returncode == 0, planned.stderr
+    assert run_cli("approve", str(plan_dir), "--reviewer", "Ada").returncode == 0
+    gen = run_cli("generate", str(plan_dir), "--out", str(out), "--json")
+    assert gen.returncode == 0, gen.stderr
+    functor = next(out.glob("*/patch_functor.py")).read_text()
+    assert "\nimport torch\n" in functor and "\nfrom torch import Tensor\n" in functor
