@@ -132,3 +132,15 @@ def test_generate_writes_a_patch_functor_for_a_module_that_imports_torch_both_wa
     assert gen.returncode == 0, gen.stderr
     functor = next(out.glob("*/patch_functor.py")).read_text()
     assert "\nimport torch\n" in functor and "\nfrom torch import Tensor\n" in functor
+
+
+def test_the_terminal_report_says_what_the_json_says_for_a_sampler_function(tmp_path):
+    """A sampler function has no class: the report names the function, not `None.denoise`; and a cache-dit
+    prefix whose adapter refuses this model (the JSON's `registered: false`) is not reported as support."""
+    out = _bfl(tmp_path)
+    data = json.loads(out.stdout)
+    assert data["already_supported"]["registered"] is False
+    text = run_cli("analyze", str(BFL), "--model-path", str(tmp_path), "--transformer-class", "Flux",
+                   "--pipeline-class", "denoise", "--pipeline-file", str(BFL)).stdout
+    assert "None.denoise" not in text and "\ndenoise (" in text
+    assert "already registers" not in text and "not supported by it: cache-dit's adapter for the prefix accepts" in text

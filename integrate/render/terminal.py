@@ -78,7 +78,8 @@ def analysis(data: dict, markdown: bool = False) -> str:
     lines += [f"  unknown: {u}" for u in t["unknowns"]]
     lines.append("")
     lines.append(h("Pipeline"))
-    lines.append(f"{p['class']}.{p['entry']} ({_short(p['file'])}): has_separate_cfg = {p['has_separate_cfg']}"
+    entry = f"{p['class']}.{p['entry']}" if p["class"] else p["entry"]  # a function (a sampler) has no class
+    lines.append(f"{entry} ({_short(p['file'])}): has_separate_cfg = {p['has_separate_cfg']}"
                  f" (confidence {p['confidence']})")
     lines += [f"  {_short(e['file'])}:{e['line']}  {e['why']}" for e in p["evidence"]]
     sup = data.get("already_supported") or {}
@@ -87,7 +88,9 @@ def analysis(data: dict, markdown: bool = False) -> str:
         lines.append(f"[{sup['label']}]")
         if sup["matches"]:
             for m in sup["matches"]:
-                lines.append(f"  cache-dit already registers prefix {m['prefix']!r} ({_short(m['adapter'])})")
+                lines.append(f"  cache-dit registers the prefix {m['prefix']!r} ({_short(m['adapter'])})")
+            if not sup["registered"]:  # as the JSON says: a prefix match is not support
+                lines.append(f"  not supported by it: {sup.get('prefix_only') or 'its adapter does not accept this model'}")
         else:
             lines.append("  no cache-dit adapter is registered for this pipeline or transformer")
     return "\n".join(lines)
