@@ -241,7 +241,10 @@ def _linear_roles(ws: Workspace, tree: Tree, block: Node, root: str, atts: list[
             roles.setdefault(inner[0], LinearRole(inner[0], "modulation", f"`{child}` produces modulation"))
     loose = [rel for rel, _ in linears if rel not in roles and "." not in rel]
     if loose:
-        for rel, role in _block_dataflow(block, loose, att_paths).items():
+        # an attention with an output projection of its own hands back a whole (row-wise reduced) tensor; one
+        # without (Flux's single blocks) hands back its heads, sharded under TP, to the block's own Linears
+        sharded = [a.path for a in atts if not a.out_projs]
+        for rel, role in _block_dataflow(block, loose, sharded).items():
             roles[rel] = role
     for rel, _ in linears:
         roles.setdefault(rel, LinearRole(rel, "unknown", "not reached by any rule"))
@@ -375,7 +378,10 @@ def _is_norm_or_mod(name: str, node: Node) -> bool:
 
 
 def _block_dataflow(block: Node, loose: list[str], att_paths: list[str]) -> dict[str, LinearRole]:
-    """Block-level Linears: fed by attention output -> row-wise; otherwise column-wise."""
+    """Block-level Linears: fed by the output of an attention that has no output projection (`att_paths`: its
+    heads, sharded under TP) -> row-wise; fed only by other block-level Linears (an inline feed-forward's down
+    projection, `down(silu(gate(x)) * up(x))`) -> row-wise, those feeding it column-wise; otherwise
+    column-wise with a replicated output."""
     src, cls = block.cls_node
     fwd = find_method(cls, "forward")
     out: dict[str, LinearRole] = {}
@@ -399,11 +405,14 @@ def _block_dataflow(block: Node, loose: list[str], att_paths: list[str]) -> dict
         if rel not in loose:
             continue
         tags: set[str] = set()
+        nested: set[str] = set()  # loose Linears called inside the argument itself
         for arg in call.args:
             tags |= origin.reads(arg.value)
             for inner in find_all(arg.value, cst.Call):
                 if (iname := self_member(inner.func)) in att_paths:
                     tags.add(f"attn:{iname}")
+                elif iname in loose and iname != rel:  # `self.down(silu(self.gate(x)) * self.up(x))`
+                    nested.add(iname)
         att = sorted(t for t in tags if t.startswith("attn:"))
         lin = sorted(t[7:] for t in tags if t.startswith("linear:") and t[7:] != rel)
         line = src.line(call)
@@ -412,9 +421,12 @@ def _block_dataflow(block: Node, loose: list[str], att_paths: list[str]) -> dict
             if lin:
                 why += f" joined with `{', '.join(lin)}` output: one weight serves two projections"
             out[rel] = LinearRole(rel, "block_out", why, fused_out_down=bool(lin))
+        elif nested:  # only a direct call counts: by lineage, every later Linear reads the earlier ones
+            out[rel] = LinearRole(rel, "block_out", f"its input is `{', '.join(sorted(nested))}` output (line {line}): "
+                                                    "the down projection of a feed-forward written inline")
         else:
             out.setdefault(rel, LinearRole(rel, "block_in", f"applied to the block input (line {line})"))
-        for fed in lin if att else ():  # a projection joined into a row-wise one: a column/row pair
+        for fed in (lin if att else sorted(nested)):  # a projection feeding a row-wise one: a column/row pair
             paired.add(fed)
     return {k: dataclasses.replace(r, feeds_rowwise=True) if r.role == "block_in" and k in paired else r
             for k, r in out.items()}

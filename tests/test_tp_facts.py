@@ -135,3 +135,26 @@ def test_a_tiny_width_that_rounds_a_layer_to_nothing_is_widened():
     tiny = derive(cls, config)
     assert tiny.error is None and tiny.config["attention_head_dim"] == 2 * HEAD_DIM
     assert tiny.notes and "img_mlp.net.0.proj` is 0 wide" in tiny.notes[0]
+
+
+def test_a_feed_forward_written_inline_in_the_block_is_a_column_row_pair():
+    """MiniMaxMusic3's depth-decoder block computes `down_proj(silu(gate_proj(x)) * up_proj(x))` itself, after a
+    residual add of its attention, whose own `to_out` hands back a whole tensor. The residual stream carrying the
+    attention output does not make gate and up row-wise: they are column-wise, down (fed by both, called inside
+    its argument) row-wise. Before, all three were row-wise and TP 2 failed at `layers.0.gate_proj`."""
+    import json
+    import tempfile
+
+    model = Path(tempfile.mkdtemp()) / "m"
+    (model / "transformer").mkdir(parents=True)
+    (model / "transformer" / "config.json").write_text(json.dumps({"_class_name": "MiniMaxMusic3RVQDepthDecoder",
+                                                                        "_diffusers_version": "0.42.1"}))
+    plan = api.plan(api.flags_for(str(model), no_pipeline=True, separate_cfg=False), probe=False)
+    tp = next(b for b in plan.parallelism.tp.block_lists if b.attr == "layers")
+    assert {k: tp.layer_plan[k] for k in ("gate_proj", "up_proj", "down_proj", "attn.to_out")} == {
+        "gate_proj": "colwise", "up_proj": "colwise", "down_proj": "rowwise", "attn.to_out": "rowwise"}
+    assert "the down projection of a feed-forward written inline" in tp.reasons["down_proj"].why
+    # WanVACE's proj_in / proj_out feed and leave the block's stream whole: replicated, not row-wise
+    vace = next(b for b in _plan("WanVACEPipeline", "WanVACETransformer3DModel").parallelism.tp.block_lists
+                if b.attr == "vace_blocks")
+    assert vace.layer_plan["proj_in"] == vace.layer_plan["proj_out"] == "colwise(output=replicate)"
