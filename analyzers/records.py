@@ -263,6 +263,8 @@ class BlockInputFact:
     from_params: tuple[str, ...]
     local_length: tuple[Evidence, ...]
     token_params: tuple[str, ...] = ()  # forward parameters whose dim 1 (a per-token axis) feeds it
+    # 1.4: built as `x.flatten(0, k)` in forward: its leading (grid) axes merged, the sequence at dim 0
+    leading_flatten: bool = False
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ class Producer:
     code: str = ""
     args: list[str] = field(default_factory=list)  # names read by the producing expression
     outputs: int | None = None  # tensors it returns when it returns a tuple (None: one value / unknown)
+    leading: bool = False  # the value is `x.flatten(0, k)`: leading (grid) axes merged into dim 0
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,7 @@ class _Flow:
         at = Evidence(str(self.src.path), producer.line, producer.code[:80]) if producer.line else None
         fact = BlockInputFact(param=param, arg=arg, role=role, producer_kind=producer.kind, producer=producer.name,
                               producer_at=at, producer_outputs=producer.outputs, in_loop=in_loop,
+                              leading_flatten=producer.leading,
                               from_params=tuple(sorted(params)), local_length=tuple(lengths),
                               token_params=tuple(sorted(tokens)))
         return fact, producer
@@ -262,7 +264,10 @@ class _Flow:
                 return Producer("function", name, line, code, reads, outputs)
         if isinstance(call, cst.Tuple) and all(isinstance(e, cst.Element) for e in call.elements):
             outputs = len(call.elements)  # `image_rotary_emb = (cos, sin)`: a tuple of tensors, one spec each
-        return Producer("expression", target, line, code, reads, outputs)
+        leading = (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+                   and call.func.attr.value == "flatten" and bool(call.args) and call.args[0].keyword is None
+                   and isinstance(call.args[0].value, cst.Integer) and call.args[0].value.value == "0")
+        return Producer("expression", target, line, code, reads, outputs, leading)
 
     def derivation(self, arg: str, line: int, depth: int = 0) -> tuple[set[str], list[Evidence]]:
         """Forward parameters `arg` derives from, and reads of a sequence length on the way."""

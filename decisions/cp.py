@@ -338,6 +338,12 @@ def _split_positions(c: _Chart, i: int, lf: ListFlowFact) -> None:
             c.inputs(f"{lf.attr}.*")[bi.param] = spec
             c.why(None, None, f"`{bi.param}` arrives ready-made from the pipeline as `{bi.arg}` and is passed to "
                               f"every block: {why}")
+        elif bi.producer_kind == "expression" and bi.leading_flatten:
+            # `rope.flatten(0, 2)`: a table over the (frames, height, width) grid, no batch axis: the sequence is
+            # dim 0, and the rank was not read, so no rank check (a guessed one cache-dit would skip silently)
+            c.inputs(f"{lf.attr}.*")[bi.param] = Split(split_dim=0, expected_dims=None, split_output=False)
+            c.why(bi.producer_at, lf, f"`{bi.param}` merges its leading axes into dim 0 (`{bi.producer_at.why if bi.producer_at else ''}`): "
+                                      "split dim 0 at every block's input, with no rank check (its rank is not read)")
         elif bi.producer_kind == "expression" and bi.producer_outputs:
             # cache-dit splits a tuple input element by element, with one spec per element (a single spec on a
             # tuple raises `object of type '_ContextParallelInput' has no len()`)

@@ -80,7 +80,7 @@ class Split:
     """cache-dit's `_ContextParallelInput`: cut a tensor along `split_dim`."""
 
     split_dim: int
-    expected_dims: int
+    expected_dims: int | None  # None (1.5): the rank was not read, so no rank check (cache-dit splits any rank)
     split_output: bool
 
 

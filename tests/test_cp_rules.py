@@ -79,3 +79,13 @@ def test_a_text_the_attention_joins_to_its_keys_gets_its_mask_permuted_and_the_p
     assert proc.returncode == 0, {k: r[k] for k in ("fixture", "cp", "tp")}
     assert set(r["cp"]["variants"]) == {"ulysses2", "ulysses2+cache"}  # no ring: it takes no mask
     assert r["cp"]["status"] == "pass" and r["tp"]["status"] == "pass"
+
+
+def test_a_position_table_flattened_from_its_grid_is_split_on_dim_0_without_a_guessed_rank(tmp_path):
+    """Kandinsky6 builds `visual_rope = self.visual_rope_embeddings(...).flatten(0, 2)`: a (frames, height, width)
+    grid merged into dim 0, no batch axis, its rank not read statically. It is split on dim 0 at every block with
+    no rank check (`expected_dims=None`: cache-dit then splits any rank), not as an assumed [B, S, D] on dim 1."""
+    cp = _plan(tmp_path, "Kandinsky6TI2VAPipeline", "Kandinsky6Transformer3DModel").parallelism.cp
+    spec = cp.plan["visual_transformer_blocks.*"]["vis_rope"]
+    assert (spec.split_dim, spec.expected_dims, spec.split_output) == (0, None, False)
+    assert any("merges its leading axes into dim 0" in e.why for e in cp.evidence)
