@@ -283,6 +283,11 @@ def _optional_guard(stmt: cst.CSTNode, optional_inputs: set[str]) -> str | None:
                 comp.comparator.value == "None" and isinstance(test.left, cst.Name) and \
                 test.left.value in optional_inputs:
             return test.left.value
+        # `kv_cache_mode == "extract"`: an input that defaults to None never equals a literal
+        if isinstance(comp.operator, cst.Equal) and isinstance(test.left, cst.Name) and \
+                test.left.value in optional_inputs and isinstance(comp.comparator, (cst.SimpleString, cst.Integer,
+                                                                                    cst.Float)):
+            return test.left.value
     if isinstance(test, cst.Name) and test.value in optional_inputs:
         return test.value
     return None

@@ -273,15 +273,58 @@ def _chunked(tree: Tree, prefix: str, rel: str) -> tuple[int, str] | None:
         return {"out"} if any(self_member(c.func) == leaf for c in find_all(value, cst.Call)) else set()
 
     fed = defuse(src, fwd).lineage(seed=mine)
+
+    def carries(value: cst.BaseExpression, line: int) -> bool:
+        return bool(mine(value) or fed.reads(value, line))
+
+    found = _cut(src, fwd, carries)
+    if found is not None:
+        return found
+    # the activation module it hands the output to cuts it (Flux2 / Flux3's SwiGLU: `x[..., :half]`, `x[..., half:]`)
+    for call in find_all(fwd, cst.Call):
+        sub = self_member(call.func)
+        if sub is None or sub == leaf or not call.args or not carries(call.args[0].value, src.line(call)):
+            continue
+        inner = _forward(tree.nodes.get(prefix + (f"{owner_rel}.{sub}" if owner_rel else sub)))
+        if inner is None:
+            continue
+        i_src, i_fwd = inner
+        names = [p.name.value for p in params_of(i_fwd) if p.name.value != "self"]
+        if names:
+            got = _cut(i_src, i_fwd, lambda value, line, first=names[0]: first in {n.value for n in find_all(
+                value, cst.Name)} and isinstance(value, cst.Name))
+            if got is not None:
+                return got
+    return None
+
+
+def _cut(src: SourceFile, fwd: cst.FunctionDef, carries) -> tuple[int, str] | None:
+    """(n, where) for the first cut of a tensor `carries(value, line)` accepts into n equal parts: `x.chunk(n)`
+    with n > 1, or its two halves by slices of the last axis (`x[..., :half]` and `x[..., half:]`)."""
     for call in find_all(fwd, cst.Call):
         if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "chunk" and call.args):
             continue
         target, line = call.func.value, src.line(call)
-        if not (mine(target) or fed.reads(target, line)):
+        if not carries(target, line):
             continue
         n = call.args[0].value
         if isinstance(n, cst.Integer) and int(n.value) > 1:
             return int(n.value), f"`{src.code(call)[:60]}`, {Path(src.path).name}:{line}"
+    halves: dict[str, set[str]] = {}
+    for sub in find_all(fwd, cst.Subscript):
+        line = src.line(sub)
+        if not carries(sub.value, line) or len(sub.slice) != 2:
+            continue
+        first, last = sub.slice[0].slice, sub.slice[1].slice
+        if not (isinstance(first, cst.Index) and isinstance(first.value, cst.Ellipsis) and isinstance(last, cst.Slice)):
+            continue
+        if last.lower is None and last.upper is not None and last.step is None:
+            halves.setdefault(src.code(last.upper), set()).add("low")
+        elif last.upper is None and last.lower is not None and last.step is None:
+            halves.setdefault(src.code(last.lower), set()).add("high")
+        for bound, sides in halves.items():
+            if sides == {"low", "high"}:
+                return 2, f"`{src.code(sub.value)}[..., :{bound}]` and `[..., {bound}:]`, {Path(src.path).name}:{line}"
     return None
 
 

@@ -166,12 +166,14 @@ def _manual_patch(b: _Build, left: list[Finding]) -> None:
 
 
 def _statement_at(src: SourceFile, fwd: cst.FunctionDef | None, line: int) -> str:
-    """The first line of the statement of `fwd` that starts at `line` (what a finding points at)."""
+    """The first line of the innermost statement of `fwd` that holds `line` (what a finding points at)."""
+    best = None
     for stmt in walk_statements(body_of(fwd)) if fwd is not None else ():
-        if src.line(stmt) == line:
-            bare = stmt.with_changes(leading_lines=()) if hasattr(stmt, "leading_lines") else stmt
-            return src.code(bare).strip().splitlines()[0][:100]
-    return f"line {line}"
+        bare = stmt.with_changes(leading_lines=()) if hasattr(stmt, "leading_lines") else stmt
+        start = src.line(stmt)
+        if start <= line <= start + src.code(bare).count("\n") and (best is None or start >= best[0]):
+            best = (start, bare)
+    return src.code(best[1]).strip().splitlines()[0][:100] if best else f"line {line}"
 
 
 STUB_MARK = "NEEDS_CODE"

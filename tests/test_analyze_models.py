@@ -149,3 +149,10 @@ def test_a_return_guarded_by_a_sub_module_the_block_does_not_build_cannot_run(an
     bl = block_list(analysis("CosmosTextToWorldPipeline", "CosmosTransformer3DModel"), "transformer_blocks")
     assert bl["forward_pattern"] == "Pattern_2" and bl["confidence"] == "high", bl["notes"]
     assert any("1 of 2 return statements cannot run" in n for n in bl["notes"]), bl["notes"]
+
+
+def test_a_length_read_under_an_input_compared_with_a_literal_needs_no_patch_functor(analysis):
+    """Flux2 reads `len(self.transformer_blocks)` only under `if kv_cache_mode == "extract" and ...:`, and
+    `kv_cache_mode` defaults to None, which never equals a literal: inactive on a default call."""
+    t = analysis("Flux2Pipeline", "Flux2Transformer2DModel")["transformer"]
+    assert t["needs_patch_functor"] is False, t["patch_functor_reasons"]

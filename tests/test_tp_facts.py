@@ -158,3 +158,12 @@ def test_a_feed_forward_written_inline_in_the_block_is_a_column_row_pair():
     vace = next(b for b in _plan("WanVACEPipeline", "WanVACETransformer3DModel").parallelism.tp.block_lists
                 if b.attr == "vace_blocks")
     assert vace.layer_plan["proj_in"] == vace.layer_plan["proj_out"] == "colwise(output=replicate)"
+
+
+def test_a_glu_that_halves_its_input_by_slices_in_its_activation_module_is_cut_into_parts():
+    """Flux2's feed-forward hands `linear_in`'s output to its SwiGLU module, which cuts it as `x[..., :half]` and
+    `x[..., half:]` (no `chunk`): two equal parts, so the planner interleaves the rows before sharding (Flux3's
+    copy of it failed TP 2 at `txt_mode_blocks.0.ff.act_fn.gate_fn` without it)."""
+    plan = _plan("Flux2Pipeline", "Flux2Transformer2DModel")
+    role = next(r for r in plan.facts.linears["transformer_blocks"] if r.path == "ff.linear_in")
+    assert role.role == "ffn_in" and role.parts == 2 and "[..., :half]" in role.why
