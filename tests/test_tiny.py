@@ -42,7 +42,10 @@ def _check(cls, original: dict):
     head = next((cfg[k] for k in ("attention_head_dim", "head_dim", "d_kv") if isinstance(cfg.get(k), int)), None) or next(
         (cfg[k] // q_heads for k in ("hidden_size", "dim", "inner_dim") if isinstance(cfg.get(k), int) and q_heads),
         None)
-    assert head in (HEAD_DIM, HEAD_DIM * 3 // 2), head  # 24 where the real head dim divides by three
+    widened = any("0 wide" in n for n in tiny.notes)  # a layer the tiny width rounds to nothing: head dim doubled
+    base = head // 2 if widened else head
+    assert base in (HEAD_DIM, HEAD_DIM * 3 // 2, HEAD_DIM * 2), head  # 24 where the real head dim divides by 3
+    assert widened or head in (HEAD_DIM, HEAD_DIM * 3 // 2), head
     for k, v in tiny.changes.items():
         if isinstance(v[0], (list, tuple)) and "layer" not in k and "block" not in k:
             # RoPE axes: even, summing to the head dim (or half of it, for sections of a cos / sin half)
