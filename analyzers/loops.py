@@ -263,9 +263,7 @@ def optional_guard_at(src: SourceFile, fn: cst.FunctionDef, line: int, optional_
         guard = _optional_guard(stmt, optional_inputs)
         if guard is None:
             continue
-        start = src.line(stmt)
-        end = start + src.code(stmt.with_changes(leading_lines=())).count("\n")
-        if start < line <= end:
+        if src.line(stmt) < line <= src.last_line(stmt):
             return guard
     return None
 

@@ -173,8 +173,7 @@ def _masks_after(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evide
     local slice, while a mask given to the kernel must cover every key (Ulysses gathers the sequence, ring
     passes the keys round): the hooks split a tensor or leave it whole, never both. It takes a processor patch
     (slice the mask by rank for the output), so the plan refuses it with the line."""
-    masked = {lf.attr for lf in lists if any(bi.role == "mask" and not bi.arg.startswith("<default")
-                                             for bi in lf.inputs)}
+    masked = _masked_lists(facts, lists, in_kwargs=False)
     return tuple(dict.fromkeys(
         Evidence(a.mask_after_at.file, a.mask_after_at.line,
                  f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): {a.mask_after_at.why}; under CP those "
@@ -183,17 +182,21 @@ def _masks_after(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evide
         for a in facts_attention(facts) if a.block_list in masked and a.mask_after_at is not None))
 
 
+def _masked_lists(facts: ParallelFacts, lists: list[ListFlowFact], *, in_kwargs: bool) -> set[str]:
+    """The walked lists whose blocks are passed a mask: as a mask argument, or (`in_kwargs`) inside a keyword dict
+    forward builds while it builds masks (NucleusMoE hands `attention_mask` over in `attention_kwargs`)."""
+    seq_masks = in_kwargs and bool(facts.sequence and facts.sequence.masks)
+    return {lf.attr for lf in lists if any(
+        (bi.role == "mask" and not bi.arg.startswith("<default")) or
+        (seq_masks and "kwargs" in bi.param and bi.producer_kind == "expression") for bi in lf.inputs)}
+
+
 def _ring_masks(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
     """Why ring attention cannot run: attentions in a walked list that take a mask, in a walk that passes its
     blocks one, while the installed cache-dit's attention with log-sum-exp (ring's merge) refuses any mask.
     Ulysses is unaffected (it runs the plain kernel on whole sequences)."""
     refusal = facts.ring_refuses_masks
-    seq_masks = bool(facts.sequence and facts.sequence.masks)
-    # a mask passed to the blocks, or a keyword dict forward builds while it builds masks (NucleusMoE hands
-    # `attention_mask` over in `attention_kwargs`)
-    masked = {lf.attr for lf in lists if any(
-        (bi.role == "mask" and not bi.arg.startswith("<default")) or
-        (seq_masks and "kwargs" in bi.param and bi.producer_kind == "expression") for bi in lf.inputs)}
+    masked = _masked_lists(facts, lists, in_kwargs=True)
     hits = [Evidence(a.mask_at.file, a.mask_at.line, f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): "
                      f"{a.mask_at.why}, which ring attention cannot take")
             for a in facts_attention(facts) if a.block_list in masked and a.mask_at is not None]

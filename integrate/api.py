@@ -244,7 +244,7 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
     templates could not write)."""
     from integrate.decisions.approval import require_approved
     from integrate.files import write_tree
-    from integrate.templates import build, checkout_layout, is_stub
+    from integrate.templates import MANUAL_MODULE, build, checkout_layout, is_stub
     from integrate.templates.checkout import apply_checkout
     from integrate.templates.records import GenerateReport, PluginInfo
 
@@ -278,7 +278,7 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
         notes = list(gen.notes)
         for p in gen.pieces:  # a hand-written part the user has filled in is theirs: never written over
             mine = out / import_name / f"{p.module}.py"
-            if p.role == "manual_patch" and mine.is_file() and not is_stub(mine.read_text()):
+            if p.role == MANUAL_MODULE and mine.is_file() and not is_stub(mine.read_text()):
                 del files[f"{import_name}/{p.module}.py"]
                 notes = [n for n in notes if not n.startswith(f"{p.module}.py is a stub")]
                 notes.append(f"{p.module}.py is filled in (no NEEDS_CODE): kept as you wrote it")

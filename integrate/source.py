@@ -90,6 +90,11 @@ class SourceFile:
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node).strip()
 
+    def last_line(self, node: cst.CSTNode) -> int:
+        """The line `node` ends on (its comment lines above it left out)."""
+        bare = node.with_changes(leading_lines=()) if hasattr(node, "leading_lines") else node
+        return self.line(node) + self.code(bare).count("\n")
+
     @property
     def dotted_name(self) -> str | None:
         """The module's import name, when the file lives inside a known package root."""

@@ -157,26 +157,27 @@ def _manual_patch(b: _Build, left: list[Finding]) -> None:
                 for f in left]
     signature = "(" + ", ".join(" ".join(b.src.code(p.with_changes(comma=cst.MaybeSentinel.DEFAULT)).split())
                                 for p in params_of(fwd)) + ")" if fwd else "(...)"
-    b.manual_patch = {"module": f"{b.import_name}.manual_patch", "func": "apply_manual"}
-    b.piece("manual_patch", "manual_patch", "apply_manual", "manual_patch.py.j2", findings=findings,
+    b.manual_patch = {"module": f"{b.import_name}.{MANUAL_MODULE}", "func": "apply_manual"}
+    b.piece(MANUAL_MODULE, MANUAL_MODULE, "apply_manual", "manual_patch.py.j2", findings=findings,
             functor=b.functor, signature=signature, fwd_line=b.src.line(fwd) if fwd is not None else 0,
             import_name=b.import_name)
-    b.notes.append("manual_patch.py is a stub with its contract: write apply_manual (verify says needs-code "
+    b.notes.append(f"{MANUAL_MODULE}.py is a stub with its contract: write apply_manual (verify says needs-code "
                    "until then)")
 
 
 def _statement_at(src: SourceFile, fwd: cst.FunctionDef | None, line: int) -> str:
     """The first line of the innermost statement of `fwd` that holds `line` (what a finding points at)."""
-    best = None
-    for stmt in walk_statements(body_of(fwd)) if fwd is not None else ():
-        bare = stmt.with_changes(leading_lines=()) if hasattr(stmt, "leading_lines") else stmt
-        start = src.line(stmt)
-        if start <= line <= start + src.code(bare).count("\n") and (best is None or start >= best[0]):
-            best = (start, bare)
-    return src.code(best[1]).strip().splitlines()[0][:100] if best else f"line {line}"
+    holding = [s for s in (walk_statements(body_of(fwd)) if fwd is not None else ())
+               if src.line(s) <= line <= src.last_line(s)]
+    if not holding:
+        return f"line {line}"
+    inner = max(reversed(holding), key=src.line)  # statements nest: the one starting last is the innermost
+    bare = inner.with_changes(leading_lines=()) if hasattr(inner, "leading_lines") else inner
+    return src.code(bare).splitlines()[0][:100]
 
 
 STUB_MARK = "NEEDS_CODE"
+MANUAL_MODULE = "manual_patch"  # the plugin module of the hand-written part (and its piece's role)
 
 
 def is_stub(text: str) -> bool:
@@ -489,8 +490,7 @@ def _mask_context(plan: Plan) -> dict | None:
     if lists:
         first = lists[0]
         mask_param = next(i.param for i in first.inputs if i.role == "mask")
-        roles = next((b.roles for b in plan.cache.block_lists if b.attr == first.attr), {})
-        text = roles.get("encoder_hidden_states", "encoder_hidden_states")
+        text = None  # the cache plan's encoder stream, below
     else:
         # a text split at every block that the attention joins to the block's own keys, the mask passed as
         # itself or inside a keyword dict forward builds (NucleusMoE's attention_kwargs)
@@ -509,7 +509,8 @@ def _mask_context(plan: Plan) -> dict | None:
         if holder is None:
             return None
         mask_param, text = holder, texts[0]
-        roles = next((b.roles for b in plan.cache.block_lists if b.attr == first.attr), {})
+    roles = next((b.roles for b in plan.cache.block_lists if b.attr == first.attr), {})
+    text = text or roles.get("encoder_hidden_states", "encoder_hidden_states")
     image = roles.get("hidden_states", "hidden_states")
     image_first = _image_first(plan, first.attr)
     return {

@@ -225,9 +225,9 @@ class Verifier:
 def _open_stub(plugin: Path) -> str | None:
     """Why the proofs through the adapter wait (`needs-code`): the plugin's hand-written part is still the
     generated stub. None when there is none, or it is filled in."""
-    from integrate.templates import is_stub
+    from integrate.templates import MANUAL_MODULE, is_stub
 
-    path = plugin / "manual_patch.py"
+    path = plugin / f"{MANUAL_MODULE}.py"
     if path.is_file() and is_stub(path.read_text()):
         return (f"{path.name} is a stub: write apply_manual as its contract says (the changes integrate could not "
                 "write), then delete NEEDS_CODE")

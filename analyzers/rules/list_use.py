@@ -49,6 +49,6 @@ def _forward_around(src: SourceFile, line: int) -> cst.FunctionDef | None:
     """The `forward` of a class in `src` whose body holds `line`."""
     for cls in src.classes.values():
         fwd = find_method(cls, "forward")
-        if fwd is not None and src.line(fwd) <= line <= src.line(fwd) + src.code(fwd).count("\n"):
+        if fwd is not None and src.line(fwd) <= line <= src.last_line(fwd):
             return fwd
     return None

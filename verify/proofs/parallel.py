@@ -65,28 +65,22 @@ def judge(base: Baseline, variants: list[dict], runs: dict[str, tuple[list, list
                 rows[key] = Variant("skipped", why=f"{cpu_only}: run this configuration on GPUs", error=err)
             else:
                 good = [a for a, r in zip(arrays, reps) if r is not None and "error" not in r] or arrays[:1]
-                noops, said = _skipped(reps)
-                extra = {"skipped_splits": noops} if noops else {}
-                rows[key] = Variant("error", why=f"{why}; {said}" if noops else why, error=err, **extra,
-                                    first_divergence=base.locate(good, key, err))
+                rows[key] = Variant("error", error=err, first_divergence=base.locate(good, key, err),
+                                    **_noted(reps, why))
             continue
-        noops, said = _skipped(reps)
         shapes = {tuple(a[f"{key}/out"].shape) for a in arrays}
         if shapes != {tuple(base.out.shape)}:  # not gathered back whole: no element-wise comparison to make
             why = (f"the output's shape {sorted(shapes)[0]} is not the 1-process run's {tuple(base.out.shape)}: "
                    "the sequence was not put back whole")
-            rows[key] = Variant("fail", why=f"{why}; {said}" if noops else why, first_divergence=_located(
-                base, arrays, key), **({"skipped_splits": noops} if noops else {}))
+            rows[key] = Variant("fail", first_divergence=_located(base, arrays, key), **_noted(reps, why))
             continue
         f = [compare.figures(base.out, a[f"{key}/out"]) for a in arrays]
         worst = max(f, key=lambda x: x.max_abs).as_dict()
         if worst["ok"]:
-            extra = {"skipped_splits": noops, "why": f"agrees, but {said}"} if noops else {}
-            rows[key] = Variant("pass", **worst, **extra)
+            rows[key] = Variant("pass", **worst, **_noted(reps, None, "agrees, but "))
         else:
-            extra = {"skipped_splits": noops, "why": f"differs from the 1-process run (max-abs "
-                                                     f"{worst['max_abs']:.3g}); {said}"} if noops else {}
-            rows[key] = Variant("fail", **worst, **extra, first_divergence=base.locate(arrays, key, None))
+            rows[key] = Variant("fail", **worst, first_divergence=base.locate(arrays, key, None), **_noted(
+                reps, None, f"differs from the 1-process run (max-abs {worst['max_abs']:.3g}); "))
     statuses = [v.status for v in rows.values()]
     status = ("error" if "error" in statuses else "fail" if "fail" in statuses else
               "skipped" if all(x == "skipped" for x in statuses) else "pass")
@@ -107,11 +101,15 @@ def _located(base: Baseline, arrays: list, key: str):
         return None
 
 
-def _skipped(reps: list) -> tuple[tuple[str, ...], str]:
-    """The planned splits cache-dit skipped on either rank (a rank not the split's `expected_dims`), and a
-    sentence for the variant's `why`."""
+def _noted(reps: list, why: str | None, lead: str = "") -> dict:
+    """A variant's `why` (and `skipped_splits`), with the planned splits cache-dit skipped on either rank (a rank
+    not the split's `expected_dims`) said after it: `why` alone when none was skipped, nothing when there is no
+    `why` either; `lead` opens the sentence of a variant with no `why` of its own (a pass, a numeric fail)."""
     noops = tuple(dict.fromkeys(x for r in reps if r is not None for x in r.get("skipped_splits", ())))
-    return noops, (f"cache-dit skipped {len(noops)} planned split(s), first {noops[0]}" if noops else "")
+    if not noops:
+        return {"why": why} if why is not None else {}
+    said = f"cache-dit skipped {len(noops)} planned split(s), first {noops[0]}"
+    return {"skipped_splits": noops, "why": f"{why}; {said}" if why is not None else f"{lead}{said}"}
 
 
 def _cpu_only(err: WorkerError) -> str | None:
