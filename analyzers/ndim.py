@@ -84,9 +84,14 @@ def ndim_of(ws: Workspace, src: SourceFile, fn: cst.FunctionDef, expr: cst.BaseE
             if op == "cartesian_prod":
                 return 2
             if op in _CONSTRUCT and plain and not any(a.star for a in plain):
-                first = plain[0].value
+                sizes = plain[:1] if op == "full" else plain
+                first = sizes[0].value
+                if len(sizes) == 1 and isinstance(first, cst.Name):  # `torch.randn(shape)`: the tuple it names
+                    first, _, _ = _last_assignment(src, fn, first.value, before)
                 if isinstance(first, cst.Tuple | cst.List):
                     return len(first.elements)
+                if len(sizes) == 1 and not isinstance(first, cst.Integer):
+                    return None  # one size that is not a literal: a shape or a count, the code does not say
                 return len(plain) - (1 if op == "full" else 0)
             return None
         if name.startswith("self.") and name.count(".") == 1 and cls is not None:

@@ -314,3 +314,46 @@ def test_a_packed_sequence_is_synthesised_as_the_docstring_and_the_comparisons_s
     assert "\"segment_ids\": torch.zeros(1, 16, dtype=torch.long)" in text
     assert "_randn('encoder_hidden_states', 1, 16, " in text  # the latent's 16 tokens, not a text length
     assert "\"indicator\": torch.tensor([[3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2]] * 1)" in text
+
+
+def test_static_inputs_read_docstring_arithmetic_channels_last_latents_guards_and_dict_annotations():
+    """What the static rules read beyond names (each on a diffusers model nobody has integrated):
+    `encoder_hidden_states` documented as `(batch_size, 1 + len(injection_layer_ids), text_len, cap_feat_dim)`
+    gets its dims from the config (BriaFibo2); an optional list input no rule sizes is left at its default; a
+    5-D latent documented `(batch_size, num_frames, height, width, 2 * in_visual_dim + 1)` with no `in_channels`
+    is channels last, with the channels its projection takes per patch, on the grid forward's
+    `if height % FRACTAL_BLOCK_SIZE ...: raise` accepts (Kandinsky6SR); a parameter annotated as a dict is
+    never a tensor (SanaWM's `data_info`)."""
+    import inspect
+
+    import diffusers
+    import torch
+
+    from integrate.analyzers.structure import documented_dims
+    from integrate.resolve import Workspace
+    from integrate.verify.inputs import config_size, synthesize
+    from integrate.verify.tiny import derive
+
+    def slots(cls, passed):
+        tiny = derive(cls, {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
+                            if k != "self" and v.default is not inspect.Parameter.empty})
+        with torch.device("meta"):
+            model = cls.from_config(tiny.config)
+        src = Workspace().load(Path(inspect.getsourcefile(cls)))
+        shapes = {k: list(d) for k, d in documented_dims(src, src.classes[cls.__name__]).items()}
+        return dict(model.config), {s.name: s for s in synthesize(model, dict(model.config), passed, shapes).slots}
+
+    config, fibo = slots(diffusers.BriaFibo2Transformer2DModel, {"hidden_states": 4, "context_latents": None})
+    bundles = 1 + len(config["injection_layer_ids"])
+    assert f"_randn('encoder_hidden_states', 1, {bundles}, " in fibo["encoder_hidden_states"].expr
+    assert fibo["context_latents"].expr is None and fibo["context_latents"].error is None
+    assert config_size("2 * in_visual_dim + 1", {"in_visual_dim": 4}) == 9
+    assert config_size("1 + len(ids)", {"ids": [0, 1]}) == 3 and config_size("text_len", {}) is None
+
+    config, sr = slots(diffusers.Kandinsky6SRTransformer3DModel, {"hidden_states": 5})
+    channels = 2 * config["in_visual_dim"] + 1
+    assert sr["hidden_states"].expr == f"_randn('hidden_states', 1, 2, 8, 8, {channels}, step=step)", sr["hidden_states"]
+    assert "channels last" in sr["hidden_states"].why and "8x8 token grid" in sr["hidden_states"].why
+
+    _, wm = slots(diffusers.SanaWMTransformer3DModel, {})
+    assert wm["data_info"].expr is None and "dict" in wm["data_info"].why

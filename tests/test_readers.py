@@ -52,6 +52,9 @@ def _fn(code: str):
     ("x = torch.zeros(1, 2, 3)\n    if x.ndim == 3:\n        x = x[0]\n    return x", 2),
     ("x = torch.zeros(4, 5)[:, None, None, :]\n    return x", 4),
     ("xs = []\n    xs.append(torch.zeros(2, 2))\n    return torch.stack(xs)", 3),
+    ("shape = (n, 4, h, w)\n    return torch.randn(shape)", 4),  # the tuple the one size names
+    ("return torch.full((h, w), 0.5)", 2),
+    ("return torch.zeros(8)", 1),
 ])
 def test_ndim_follows_the_code(body, expected):
     src, fn = _fn(f"import torch\ndef f(h, w, a, b, n, y):\n    {body}\n")
@@ -63,6 +66,8 @@ def test_ndim_follows_the_code(body, expected):
     "return y",  # a parameter: its dims are not in the code
     "x = y.flatten(1)\n    return x",
     "x = some_helper(y)\n    return x",
+    "return torch.randn(y)",  # one size that is a parameter: a shape tuple or a count (randn_tensor's `shape`)
+    "return torch.full(y, 0.0)",
 ])
 def test_ndim_unknown_when_the_code_does_not_say(body):
     src, fn = _fn(f"import torch\ndef f(y):\n    {body}\n")

@@ -23,7 +23,7 @@ from integrate.analyzers.sequence import is_position
 from integrate.verify.tiny import TEXT_TOKENS
 
 from integrate.resolve import Workspace
-from integrate.source import find_method
+from integrate.source import dotted, find_method
 from integrate.syntax import find_all, self_member
 
 TEXT_PADDING = 2  # masked-out text tokens at the end of the prompt
@@ -245,7 +245,7 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
     for p in params:
         name = p.name
         if name == latent:
-            slot, grid = _latent(model, config, name, passed.get(name))
+            slot, grid = _latent(model, config, name, passed.get(name), shapes.get(name))
             out.slots.append(slot)
             if grid:
                 n = 1
@@ -261,6 +261,9 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
         s_txt = s_img if name in packed else TEXT_TOKENS  # documented over the latent's own sequence
         if name == "return_dict":
             out.slots.append(Slot(name, "False", "the output as a tuple"))
+        elif _is_mapping(p.annotation):
+            out.slots.append(Slot(name, None, "annotated as a dict: left at its default") if p.default is not
+                             inspect.Parameter.empty else Slot(name, None, "", "a dict input the fixture cannot build"))
         elif any(w in low for w in _SKIP) or not needed(p):
             out.slots.append(Slot(name, None, "optional and not passed by the pipeline: left at its default"))
         elif "timestep" in low or low in ("t", "sigma", "sigmas"):
@@ -306,8 +309,11 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
                                   f"one of {roles} per token (forward compares `{name}` with those constants), "
                                   "each over a run of tokens"))
         else:
-            named = _documented(name, shapes.get(name), config, s_txt, s_img)
-            out.slots.append(named or _tensor(model, name, passed.get(name), s_txt, s_img))
+            slot = _documented(name, shapes.get(name), config, s_txt, s_img) or _tensor(
+                model, name, passed.get(name), s_txt, s_img)
+            if slot.error and p.default is not inspect.Parameter.empty:  # the forward runs without it
+                slot = Slot(name, None, f"left at its default {p.default!r}: the pipeline passes it, but {slot.error}")
+            out.slots.append(slot)
     return out
 
 
@@ -370,12 +376,81 @@ def _documented(name: str, dims: list[str] | None, config: dict[str, Any], s_txt
             sizes.append(BATCH)
         elif "seq" in low or low.endswith(("_len", "_length", "tokens")):
             sizes.append(s_txt if text or "text" in low else s_img)
-        elif isinstance(config.get(d), int) and not isinstance(config.get(d), bool):
-            sizes.append(config[d])
+        elif (size := config_size(d, config)) is not None:
+            sizes.append(size)
         else:
             return None
     return Slot(name, f"_randn({name!r}, {_shape(*sizes)})", f"of shape ({', '.join(dims)}) as the forward's "
                 f"docstring documents it, each from the config")
+
+
+def config_size(text: str, config: dict[str, Any]) -> int | None:
+    """A dim the docstring writes as arithmetic over config fields (`2 * in_visual_dim + 1`,
+    `1 + len(injection_layer_ids)`), read with libcst and evaluated: ints, config ints, `len()` of a config
+    list, + - * //. None for anything else."""
+    try:
+        node = cst.parse_expression(text)
+    except (cst.ParserSyntaxError, RecursionError):
+        return None
+
+    def value(n) -> int | None:
+        if isinstance(n, cst.Integer):
+            return int(n.value)
+        if isinstance(n, cst.Name):
+            v = config.get(n.value)
+            return v if isinstance(v, int) and not isinstance(v, bool) else None
+        if (isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "len" and len(n.args) == 1
+                and isinstance(n.args[0].value, cst.Name)):
+            v = config.get(n.args[0].value.value)
+            return len(v) if isinstance(v, (list, tuple)) else None
+        if isinstance(n, cst.BinaryOperation):
+            a, b = value(n.left), value(n.right)
+            if a is None or b is None:
+                return None
+            if isinstance(n.operator, cst.Add):
+                return a + b
+            if isinstance(n.operator, cst.Subtract):
+                return a - b
+            if isinstance(n.operator, cst.Multiply):
+                return a * b
+            if isinstance(n.operator, cst.FloorDivide) and b:
+                return a // b
+        return None
+
+    got = value(node)
+    return got if got is not None and 0 < got <= 1 << 16 else None
+
+
+def _is_mapping(annotation) -> bool:
+    """The annotation is a dict (`dict`, `Optional[dict]`, `dict[str, Any] | None`, a Mapping); a string
+    annotation is read with libcst."""
+    import collections.abc
+    import types
+    import typing
+
+    if isinstance(annotation, str):
+        try:
+            node = cst.parse_expression(annotation)
+        except (cst.ParserSyntaxError, RecursionError):
+            return False
+        members = [node]
+        while members:
+            n = members.pop()
+            if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.BitOr):
+                members += [n.left, n.right]
+                continue
+            if isinstance(n, cst.Subscript) and dotted(n.value) in ("Optional", "typing.Optional", "Union"):
+                members += [el.slice.value for el in n.slice if isinstance(el.slice, cst.Index)]
+                continue
+            head = n.value if isinstance(n, cst.Subscript) else n
+            if dotted(head) in ("dict", "Dict", "typing.Dict", "Mapping", "typing.Mapping"):
+                return True
+        return False
+    if annotation in (dict, typing.Dict) or typing.get_origin(annotation) in (dict, collections.abc.Mapping):
+        return True
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_is_mapping(a) for a in typing.get_args(annotation))
+    return False
 
 
 def _list_depth(annotation) -> int:
@@ -403,9 +478,11 @@ def _list_depth(annotation) -> int:
     return depth or 1
 
 
-def _latent(model, config, name: str, dims: int | None) -> tuple[Slot, tuple[int, ...] | None]:
+def _latent(model, config, name: str, dims: int | None,
+            documented: list[str] | None = None) -> tuple[Slot, tuple[int, ...] | None]:
     taken = intake(model, name)
     p, pt = _patch(config)
+    side, guard = _grid_side(model)
     if taken is None:
         return Slot(name, None, "", f"no module consuming `{name}` was found in forward"), None
     kind, facts, path = taken
@@ -419,14 +496,60 @@ def _latent(model, config, name: str, dims: int | None) -> tuple[Slot, tuple[int
         return Slot(name, f"_randn({name!r}, {_shape(BATCH, 16, facts['width'])}, step=step)",
                     f"`{path}` takes width {facts['width']} (16 packed tokens)"), (1, 4, 4)
     if kind == "linear" and dims in (4, 5):
-        channels = config.get("in_channels")
+        per_patch = p * p * (pt if dims == 5 else 1)
+        channels, why = config.get("in_channels"), "`in_channels`"
+        if not isinstance(channels, int) and facts["width"] % per_patch == 0:
+            # no channel count in config: one patch of channels is what the projection takes
+            channels, why = facts["width"] // per_patch, f"{facts['width']} / patch volume {per_patch}"
         if not isinstance(channels, int):
-            return Slot(name, None, "", f"a {dims}-D latent patchified in forward, but no `in_channels` in config"), None
-        spatial = ([2 * pt] if dims == 5 else []) + [4 * p, 4 * p]
-        grid = tuple([2] if dims == 5 else [1]) + (4, 4)
-        return Slot(name, f"_randn({name!r}, {_shape(BATCH, channels, *spatial)}, step=step)",
-                    f"patchified in forward (patch {p}), then `{path}`"), grid
+            return Slot(name, None, "", f"a {dims}-D latent patchified in forward, but no `in_channels` in config "
+                        f"and `{path}`'s width {facts['width']} is not a whole number of patches"), None
+        spatial = ([2 * pt] if dims == 5 else []) + [side * p, side * p]
+        grid = tuple([2] if dims == 5 else [1]) + (side, side)
+        last = _channels_last(documented, dims)
+        shape = (BATCH, *spatial, channels) if last else (BATCH, channels, *spatial)
+        why = (f"patchified in forward (patch {p}), then `{path}`; {channels} channels ({why})"
+               + (", channels last as the forward's docstring documents it" if last else "")
+               + (f"; a {side}x{side} token grid: forward refuses other sizes (line {guard})" if guard else ""))
+        return Slot(name, f"_randn({name!r}, {_shape(*shape)}, step=step)", why), grid
     return Slot(name, None, "", f"`{path}` ({kind}) does not say how to shape a {dims}-D latent"), None
+
+
+def _grid_side(model) -> tuple[int, int | None]:
+    """The latent grid's side in tokens: 4, or the smallest multiple of 4 that every `x % N` in a test of
+    forward's that raises is 0 for (a sparse attention's block size: `if height % 8: raise ...`), with the
+    line of the first such test. N is an int literal or a module-level int; sides above 16 are not taken."""
+    import math
+    import sys
+
+    found = _class_node(type(model))
+    fn = find_method(found[1], "forward") if found is not None else None
+    if fn is None:
+        return 4, None
+    module = sys.modules.get(type(model).__module__)
+    side, line = 4, None
+    for test in find_all(fn, cst.If):
+        if not find_all(test.body, cst.Raise):
+            continue
+        for op in find_all(test.test, cst.BinaryOperation):
+            if not isinstance(op.operator, cst.Modulo):
+                continue
+            right = op.right
+            n = (int(right.value) if isinstance(right, cst.Integer) else
+                 getattr(module, right.value, None) if isinstance(right, cst.Name) else None)
+            if isinstance(n, int) and not isinstance(n, bool) and 0 < n and math.lcm(side, n) <= 16:
+                side = math.lcm(side, n)
+                line = line or found[0].line(test)
+    return side, line
+
+
+def _channels_last(documented: list[str] | None, dims: int) -> bool:
+    """The docstring documents the latent as `(batch, frames/height, ..., channels)`: its second dim is a
+    frame count or a height, not the channels."""
+    if not documented or len(documented) != dims:
+        return False
+    second = documented[1].lower()
+    return any(w in second for w in ("frame", "height", "duration", "time")) and "channel" not in second
 
 
 def _tensor(model, name: str, dims: int | None, s_txt: int, s_img: int) -> Slot:
