@@ -611,14 +611,30 @@ def pipeline_call_keywords(ws: Workspace, gate: GateReport) -> list[str]:
     dict as a literal or with `dict(...)`, or sets its keys one by one)."""
     _, _, entry = _pipeline_entry(ws, gate)
     out: list[str] = []
+    positional = None
     for call in find_all(entry, cst.Call) if entry is not None else ():
         name = dotted(call.func) or ""
         if name.startswith("self.transformer") or name == "transformer":
-            for a in call.args:
-                keys = [a.keyword.value] if a.keyword is not None else (
-                    spread_keys(entry, a.value.value) if a.star == "**" and isinstance(a.value, cst.Name) else [])
+            for i, a in enumerate(call.args):
+                if a.keyword is None and not a.star:  # passed by position: the forward's parameter there
+                    positional = _forward_positions(ws, gate) if positional is None else positional
+                    keys = positional[i:i + 1]
+                else:
+                    keys = [a.keyword.value] if a.keyword is not None else (
+                        spread_keys(entry, a.value.value) if a.star == "**" and isinstance(a.value, cst.Name) else [])
                 out += [k for k in keys if k not in out]
     return out
+
+
+def _forward_positions(ws: Workspace, gate: GateReport) -> list[str]:
+    """The names of the transformer forward's positional parameters, in order ([] where forward is not
+    defined on the class itself)."""
+    src = ws.load(Path(gate.value("transformer_file")))
+    cls = src.classes.get(gate.value("transformer_class"))
+    fwd = find_method(cls, "forward") if cls is not None else None
+    if fwd is None:
+        return []
+    return [p.name.value for p in (*fwd.params.posonly_params, *fwd.params.params)][1:]
 
 
 def spread_keys(fn: cst.FunctionDef, name: str) -> list[str]:

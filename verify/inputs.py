@@ -30,6 +30,7 @@ TEXT_PADDING = 2  # masked-out text tokens at the end of the prompt
 BATCH = 1
 _TEXT_WORDS = ("encoder", "text", "txt", "context", "prompt", "caption", "cap_", "cond")
 _SKIP = ("attention_kwargs", "joint_attention_kwargs", "cross_attention_kwargs", "controlnet", "cache", "lora")
+_MISSING = object()
 _NOT_ALIAS = ("shape", "size", "dtype", "device", "ndim", "dim")
 
 
@@ -99,7 +100,8 @@ def _class_node(cls) -> tuple[Any, cst.ClassDef] | None:
 
 def consumers(module, param: str):
     """(sub-module path, position or keyword it receives `param` at, source line) of each
-    `self.<sub>(...)` call in `type(module).forward` whose arguments are derived from `param`, in order."""
+    `self.<sub>(...)` call in `type(module).forward` whose arguments are derived from `param`, in order; a
+    sub-module the config leaves as None is among them."""
     for klass in type(module).__mro__:
         found = _class_node(klass) if "forward" in vars(klass) else None
         if found is None:
@@ -123,7 +125,10 @@ def consumers(module, param: str):
             try:
                 sub = module.get_submodule(path)
             except AttributeError:
-                continue
+                sub = None
+                if "." in path or path.startswith("_") or getattr(module, path, _MISSING) is not None:
+                    continue  # not a module (`self._gradient_checkpointing_func`), or not one by this name
+                # `self.<path> = None` under this config: a consumer the model does not build
             if sub is module:
                 continue
             position = 0
@@ -171,7 +176,9 @@ def intake(module, param: str, depth: int = 0) -> tuple[str, dict[str, Any], str
     if depth > 4:
         return None
     for path, at, _line in consumers(module, param):  # a consumer without weights (RoPE) says nothing
-        sub = module.get_submodule(path)
+        sub = getattr(module, path) if getattr(module, path, _MISSING) is None else module.get_submodule(path)
+        if sub is None:
+            return "absent", {}, path
         leaf = _leaf_intake(sub)
         if leaf is not None:
             return leaf[0], leaf[1], path
@@ -255,7 +262,7 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
     s_img, s_txt = out.image_tokens or 16, TEXT_TOKENS
     packed = _packed(latent, shapes)
     for p in params:
-        name, low = p.name, p.name.lower()
+        name, low, heads = p.name, p.name.lower(), _annotated(p.annotation)
         if name == latent:
             continue
         s_txt = s_img if name in packed else TEXT_TOKENS  # documented over the latent's own sequence
@@ -266,11 +273,29 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
                              inspect.Parameter.empty else Slot(name, None, "", "a dict input the fixture cannot build"))
         elif any(w in low for w in _SKIP) or not needed(p):
             out.slots.append(Slot(name, None, "optional and not passed by the pipeline: left at its default"))
+        elif heads and heads <= _PLAIN and "bool" in heads:
+            out.slots.append(Slot(name, None if p.default is not inspect.Parameter.empty else "False",
+                                  "a flag: left at its default" if p.default is not inspect.Parameter.empty
+                                  else "a flag with no default: False"))
         elif "timestep" in low or low in ("t", "sigma", "sigmas"):
             dims = passed.get(name) or 1
             shape = (BATCH,) if dims == 1 else (BATCH, s_img)
             out.slots.append(Slot(name, f"torch.full(({_shape(*shape)},), 0.5 - 0.002 * step)",
                                   f"diffusion time, {dims}-D as the pipeline passes it"))
+        elif "shape" in low:
+            lists = _list_depth(p.annotation)
+            value = repr(tuple(grid or (1, 4, 4)))
+            for _ in range(max(lists - 1, 0)):  # `list[list[tuple]]`: one list of grids per sample
+                value = f"[{value}]"
+            out.slots.append(Slot(name, f"[{value}] * {BATCH}", "latent grid in tokens"
+                                  + (f", nested as the annotation says ({lists} lists)" if lists > 1 else "")))
+        elif "seq_len" in low:
+            out.slots.append(Slot(name, f"[{s_txt}] * {BATCH}", "text length"))
+        elif "int" in heads and (size := _grid_int(name, grid, config, params, s_img)):
+            out.slots.append(Slot(name, str(size[0]), size[1]))
+        elif heads and heads <= _PLAIN and p.default is not inspect.Parameter.empty:
+            out.slots.append(Slot(name, None, f"a plain value ({' | '.join(sorted(heads))}) no rule sizes: left at its "
+                                  "default"))
         elif "guidance" in low:
             if config.get("guidance_embeds") is False and p.default is not inspect.Parameter.empty:
                 out.slots.append(Slot(name, None, "config has guidance_embeds=False"))
@@ -293,15 +318,6 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
             expr = (f"torch.zeros({lead}{n}, {axes})" if text else
                     f"_grid_ids({grid or (1, 4, 4)!r}, {axes}" + (")" if dims == 2 else f", batch={BATCH})"))
             out.slots.append(Slot(name, expr, f"position ids of the {'text' if text else 'image'} tokens"))
-        elif "shape" in low:
-            lists = _list_depth(p.annotation)
-            value = repr(tuple(grid or (1, 4, 4)))
-            for _ in range(max(lists - 1, 0)):  # `list[list[tuple]]`: one list of grids per sample
-                value = f"[{value}]"
-            out.slots.append(Slot(name, f"[{value}] * {BATCH}", "latent grid in tokens"
-                                  + (f", nested as the annotation says ({lists} lists)" if lists > 1 else "")))
-        elif "seq_len" in low:
-            out.slots.append(Slot(name, f"[{s_txt}] * {BATCH}", "text length"))
         elif (roles := _compared_constants(model, name)) and (_per_token(shapes.get(name)) or passed.get(name) == 2):
             n = s_img if name in packed or not any(w in low for w in _TEXT_WORDS) else s_txt
             runs = [roles[i * len(roles) // n] for i in range(n)]  # each value over a run of tokens, in order
@@ -421,36 +437,63 @@ def config_size(text: str, config: dict[str, Any]) -> int | None:
     return got if got is not None and 0 < got <= 1 << 16 else None
 
 
-def _is_mapping(annotation) -> bool:
-    """The annotation is a dict (`dict`, `Optional[dict]`, `dict[str, Any] | None`, a Mapping); a string
-    annotation is read with libcst."""
-    import collections.abc
+_PLAIN = {"bool", "int", "str", "list", "List", "tuple", "Tuple", "Sequence", "None"}  # annotations of non-tensors
+_GRID_AXES = {"num_frames": 0, "frames": 0, "latent_num_frames": 0, "num_latent_frames": 0, "height": 1,
+              "latent_height": 1, "width": 2, "latent_width": 2}
+
+
+def _grid_int(name: str, grid, config, params, tokens: int) -> tuple[int, str] | None:
+    """An int input that sizes the latent's grid (`num_frames`, `height`, `width` beside packed tokens:
+    LTX2): the latent grid's extent in latent pixels (tokens x patch). `<stream>_num_frames` beside a
+    `<stream>_hidden_states` is that stream's token count."""
+    low = name.lower()
+    axis = _GRID_AXES.get(low)
+    if axis is not None:
+        p, pt = _patch(config)
+        extent = tuple(grid or (1, 4, 4))[axis] * (pt if axis == 0 else p)
+        return extent, f"the latent grid's {('frame count', 'height', 'width')[axis]} in latent pixels"
+    stream, _, rest = low.partition("_")
+    if rest in ("num_frames", "frames") and any(q.name == f"{stream}_hidden_states" for q in params):
+        return tokens, f"the token count of `{stream}_hidden_states`"
+    return None
+
+
+def _annotated(annotation) -> set[str]:
+    """The heads of an annotation's members, by name: `dict[str, Any] | None` -> {"dict", "None"},
+    `Optional[int]` -> {"int", "None"}. A string annotation is read with libcst; a typing object by its
+    origin (`dict`, `collections.abc.Mapping` -> "Mapping")."""
     import types
     import typing
 
     if isinstance(annotation, str):
         try:
-            node = cst.parse_expression(annotation)
+            members = [cst.parse_expression(annotation)]
         except (cst.ParserSyntaxError, RecursionError):
-            return False
-        members = [node]
+            return set()
+        heads = set()
         while members:
             n = members.pop()
             if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.BitOr):
                 members += [n.left, n.right]
-                continue
-            if isinstance(n, cst.Subscript) and dotted(n.value) in ("Optional", "typing.Optional", "Union"):
+            elif isinstance(n, cst.Subscript) and dotted(n.value) in ("Optional", "typing.Optional", "Union",
+                                                                       "typing.Union"):
                 members += [el.slice.value for el in n.slice if isinstance(el.slice, cst.Index)]
-                continue
-            head = n.value if isinstance(n, cst.Subscript) else n
-            if dotted(head) in ("dict", "Dict", "typing.Dict", "Mapping", "typing.Mapping"):
-                return True
-        return False
-    if annotation in (dict, typing.Dict) or typing.get_origin(annotation) in (dict, collections.abc.Mapping):
-        return True
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return any(_is_mapping(a) for a in typing.get_args(annotation))
-    return False
+            else:
+                head = dotted(n.value if isinstance(n, cst.Subscript) else n) or ""
+                heads.add(head.rpartition(".")[2])
+        return heads
+    if annotation is inspect.Parameter.empty:
+        return set()
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return set().union(*(_annotated(a) for a in typing.get_args(annotation)))
+    kind = origin or annotation
+    return {"None" if kind is type(None) else getattr(kind, "__name__", str(kind))}
+
+
+def _is_mapping(annotation) -> bool:
+    """The annotation is a dict (`dict`, `Optional[dict]`, `dict[str, Any] | None`, a Mapping)."""
+    return bool(_annotated(annotation) & {"dict", "Dict", "Mapping"})
 
 
 def _list_depth(annotation) -> int:
@@ -486,12 +529,21 @@ def _latent(model, config, name: str, dims: int | None,
     if taken is None:
         return Slot(name, None, "", f"no module consuming `{name}` was found in forward"), None
     kind, facts, path = taken
+    if kind == "absent":
+        return Slot(name, None, "", f"its consumer `{path}` is None under this config (not built)"), None
     if kind == "conv":
         k = facts["kernel"]
         spatial = [2 * k[0], 4 * k[1], 4 * k[2]] if len(k) == 3 else [4 * x for x in k]
         grid = tuple(s // st for s, st in zip(spatial, facts["stride"]))
-        return Slot(name, f"_randn({name!r}, {_shape(BATCH, facts['width'], *spatial)}, step=step)",
-                    f"`{path}` is a Conv{len(k)}d taking {facts['width']} channels, kernel {k}"), grid
+        why = f"`{path}` is a Conv{len(k)}d taking {facts['width']} channels, kernel {k}"
+        if len(k) == 2 and (len(documented) if documented else dims) == 5:
+            # a video whose frames the 2-D patch embedding takes one by one (CogVideoX-style): a frame axis,
+            # before the channels unless the docstring puts it after
+            after = bool(documented) and "channel" in documented[1].lower()
+            shape = (BATCH, facts["width"], 2, *spatial) if after else (BATCH, 2, facts["width"], *spatial)
+            return Slot(name, f"_randn({name!r}, {_shape(*shape)}, step=step)",
+                        f"{why}, frame by frame: 2 frames, {'after' if after else 'before'} the channels"), (2, *grid)
+        return Slot(name, f"_randn({name!r}, {_shape(BATCH, facts['width'], *spatial)}, step=step)", why), grid
     if kind in ("linear", "norm") and (dims or 3) == 3:
         return Slot(name, f"_randn({name!r}, {_shape(BATCH, 16, facts['width'])}, step=step)",
                     f"`{path}` takes width {facts['width']} (16 packed tokens)"), (1, 4, 4)
@@ -557,6 +609,8 @@ def _tensor(model, name: str, dims: int | None, s_txt: int, s_img: int) -> Slot:
     if taken is None:
         return Slot(name, None, "", "no rule for it and no module consuming it was found in forward")
     kind, facts, path = taken
+    if kind == "absent":
+        return Slot(name, None, "", f"its consumer `{path}` is None under this config (not built)")
     if kind == "embedding":
         return Slot(name, f"torch.randint(0, {facts['vocab']}, ({BATCH}, {s_txt}), generator=_gen({name!r}))",
                     f"token ids for `{path}`")
