@@ -185,19 +185,9 @@ def test_static_inputs_follow_module_dict_entries_and_nested_shape_annotations()
     that sizes the latent (Flux3), and `img_shapes: list[list[tuple[int, int, int]]]` gets one list of grids
     per sample (QwenImage21)."""
     import diffusers
-    import torch
-
-    from integrate.verify.inputs import synthesize
-    from integrate.verify.tiny import derive
 
     def slots(cls):
-        import inspect
-
-        tiny = derive(cls, {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
-                            if k != "self" and v.default is not inspect.Parameter.empty})
-        with torch.device("meta"):
-            model = cls.from_config(tiny.config)
-        return {s.name: s for s in synthesize(model, dict(model.config), {}).slots}
+        return _static_slots(cls, {})[1]
 
     flux3 = slots(diffusers.Flux3Transformer2DModel)["hidden_states"]
     assert "x_embedders.image" in flux3.why and flux3.error is None
@@ -316,6 +306,27 @@ def test_a_packed_sequence_is_synthesised_as_the_docstring_and_the_comparisons_s
     assert "\"indicator\": torch.tensor([[3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2]] * 1)" in text
 
 
+def _static_slots(cls, passed: dict):
+    """(tiny config, {name: Slot}) of static synthesis for a diffusers class, built on the meta device, with
+    the forward docstring's documented dims and `passed` as what the pipeline passes."""
+    import inspect
+
+    import torch
+
+    from integrate.analyzers.structure import documented_dims
+    from integrate.resolve import Workspace
+    from integrate.verify.inputs import synthesize
+    from integrate.verify.tiny import derive
+
+    tiny = derive(cls, {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
+                        if k != "self" and v.default is not inspect.Parameter.empty})
+    with torch.device("meta"):
+        model = cls.from_config(tiny.config)
+    src = Workspace().load(Path(inspect.getsourcefile(cls)))
+    shapes = {k: list(d) for k, d in documented_dims(src, src.classes[cls.__name__]).items()}
+    return dict(model.config), {s.name: s for s in synthesize(model, dict(model.config), passed, shapes).slots}
+
+
 def test_static_inputs_read_docstring_arithmetic_channels_last_latents_guards_and_dict_annotations():
     """What the static rules read beyond names (each on a diffusers model nobody has integrated):
     `encoder_hidden_states` documented as `(batch_size, 1 + len(injection_layer_ids), text_len, cap_feat_dim)`
@@ -324,36 +335,69 @@ def test_static_inputs_read_docstring_arithmetic_channels_last_latents_guards_an
     is channels last, with the channels its projection takes per patch, on the grid forward's
     `if height % FRACTAL_BLOCK_SIZE ...: raise` accepts (Kandinsky6SR); a parameter annotated as a dict is
     never a tensor (SanaWM's `data_info`)."""
-    import inspect
-
     import diffusers
-    import torch
 
-    from integrate.analyzers.structure import documented_dims
-    from integrate.resolve import Workspace
-    from integrate.verify.inputs import config_size, synthesize
-    from integrate.verify.tiny import derive
+    from integrate.verify.inputs import config_size
 
-    def slots(cls, passed):
-        tiny = derive(cls, {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
-                            if k != "self" and v.default is not inspect.Parameter.empty})
-        with torch.device("meta"):
-            model = cls.from_config(tiny.config)
-        src = Workspace().load(Path(inspect.getsourcefile(cls)))
-        shapes = {k: list(d) for k, d in documented_dims(src, src.classes[cls.__name__]).items()}
-        return dict(model.config), {s.name: s for s in synthesize(model, dict(model.config), passed, shapes).slots}
-
-    config, fibo = slots(diffusers.BriaFibo2Transformer2DModel, {"hidden_states": 4, "context_latents": None})
+    config, fibo = _static_slots(diffusers.BriaFibo2Transformer2DModel, {"hidden_states": 4, "context_latents": None})
     bundles = 1 + len(config["injection_layer_ids"])
     assert f"_randn('encoder_hidden_states', 1, {bundles}, " in fibo["encoder_hidden_states"].expr
     assert fibo["context_latents"].expr is None and fibo["context_latents"].error is None
     assert config_size("2 * in_visual_dim + 1", {"in_visual_dim": 4}) == 9
     assert config_size("1 + len(ids)", {"ids": [0, 1]}) == 3 and config_size("text_len", {}) is None
 
-    config, sr = slots(diffusers.Kandinsky6SRTransformer3DModel, {"hidden_states": 5})
+    config, sr = _static_slots(diffusers.Kandinsky6SRTransformer3DModel, {"hidden_states": 5})
     channels = 2 * config["in_visual_dim"] + 1
     assert sr["hidden_states"].expr == f"_randn('hidden_states', 1, 2, 8, 8, {channels}, step=step)", sr["hidden_states"]
     assert "channels last" in sr["hidden_states"].why and "8x8 token grid" in sr["hidden_states"].why
 
-    _, wm = slots(diffusers.SanaWMTransformer3DModel, {})
+    _, wm = _static_slots(diffusers.SanaWMTransformer3DModel, {})
     assert wm["data_info"].expr is None and "dict" in wm["data_info"].why
+
+
+def test_static_inputs_follow_annotations_grid_ints_frame_axes_and_modules_the_config_leaves_out():
+    """LTX2 takes packed tokens plus `num_frames`/`height`/`width` ints (the grid's extent) and
+    `audio_num_frames` (the audio stream's tokens); its `isolate_modalities: bool` and
+    `spatio_temporal_guidance_blocks: list[int] | None` are not tensors. ConsisID's 5-D latent goes frame by
+    frame through a Conv2d: a frame axis before the channels, as documented. ChronoEdit's image embedder is
+    None under a text-only config, so `encoder_hidden_states_image` is left out; PixArt's caption projection is
+    None too, but forward guards it (`if self.caption_projection is not None`), so its text input is built."""
+    import diffusers
+
+    passed = dict.fromkeys(("hidden_states", "num_frames", "height", "width", "audio_num_frames",
+                            "isolate_modalities", "spatio_temporal_guidance_blocks", "use_cross_timestep"))
+    _, ltx2 = _static_slots(diffusers.LTX2VideoTransformer3DModel, passed)
+    assert (ltx2["num_frames"].expr, ltx2["height"].expr, ltx2["width"].expr) == ("1", "4", "4")
+    assert ltx2["audio_num_frames"].expr == "16" and "audio_hidden_states" in ltx2["audio_num_frames"].why
+    for flag in ("isolate_modalities", "spatio_temporal_guidance_blocks", "use_cross_timestep"):
+        assert ltx2[flag].expr is None and ltx2[flag].error is None, ltx2[flag]
+
+    _, consis = _static_slots(diffusers.ConsisIDTransformer3DModel, {"hidden_states": 5})
+    assert consis["hidden_states"].expr.startswith("_randn('hidden_states', 1, 2, "), consis["hidden_states"]
+
+    _, chrono = _static_slots(diffusers.ChronoEditTransformer3DModel, {"encoder_hidden_states_image": 3})
+    assert chrono["encoder_hidden_states_image"].expr is None
+    assert "image_embedder" in chrono["encoder_hidden_states_image"].why
+    _, pixart = _static_slots(diffusers.PixArtTransformer2DModel, {"encoder_hidden_states": 3})
+    assert pixart["encoder_hidden_states"].expr.startswith("_randn('encoder_hidden_states', 1, 6, ")
+
+
+def test_arguments_the_pipeline_passes_by_position_count_as_passed(tmp_path):
+    """StableAudio's pipeline calls `self.transformer(latent_model_input, t.unsqueeze(0), ...)`: the second
+    positional argument is forward's `timestep`, so the fixture must build it (it had been left at None)."""
+    import diffusers
+
+    from integrate.analyzers.structure import pipeline_call_keywords
+    from integrate.gate import run_gate
+    from integrate.gate.records import GateFlags
+    from integrate.resolve import Workspace
+
+    root = Path(diffusers.__file__).parent
+    (tmp_path / "m").mkdir()
+    flags = GateFlags(model_path=str(tmp_path / "m"), pipeline_class="StableAudioPipeline",
+                      pipeline_file=str(root / "pipelines/stable_audio/pipeline_stable_audio.py"),
+                      transformer_class="StableAudioDiTModel",
+                      transformer_file=str(root / "models/transformers/stable_audio_transformer.py"))
+    ws = Workspace()
+    keywords = pipeline_call_keywords(ws, run_gate(flags, ws))
+    assert keywords[:2] == ["hidden_states", "timestep"], keywords

@@ -128,6 +128,8 @@ def consumers(module, param: str):
                 sub = None
                 if "." in path or path.startswith("_") or getattr(module, path, _MISSING) is not None:
                     continue  # not a module (`self._gradient_checkpointing_func`), or not one by this name
+                if _guarded_by(src, fn, n, path):
+                    continue  # `if self.<path> is not None: ...`: forward goes on without it
                 # `self.<path> = None` under this config: a consumer the model does not build
             if sub is module:
                 continue
@@ -141,6 +143,15 @@ def consumers(module, param: str):
                 if a.keyword is None:
                     position += 1
         return
+
+
+def _guarded_by(src, fn: cst.FunctionDef, call: cst.Call, path: str) -> bool:
+    """The call sits in the body of an `if` whose test reads `self.<path>`."""
+    line = src.line(call)
+    for test in find_all(fn, cst.If):
+        if f"self.{path}" in src.code(test.test) and src.line(test.body) <= line <= src.last_line(test.body):
+            return True
+    return False
 
 
 def _module_path(func: cst.BaseExpression) -> str | None:
