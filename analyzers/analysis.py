@@ -16,6 +16,7 @@ import libcst as cst
 from integrate.gate.records import GateReport
 
 from integrate import __version__
+from integrate.errors import InputError
 from integrate.records import Evidence
 from integrate.resolve import External, Resolved, Workspace
 from integrate.source import SourceFile, base_names, find_method
@@ -49,7 +50,7 @@ def analyze(gate: GateReport, ws: Workspace, *, parallel: bool = False) -> Analy
     """The analysis of the model the gate established; `parallel` adds the parallelism facts."""
     t_src = ws.load(Path(gate.value("transformer_file")))
     t_name = gate.value("transformer_class")
-    transformer = analyze_transformer(ws, t_src, t_src.classes[t_name])
+    transformer = analyze_transformer(ws, t_src, t_src.classes[t_name], dict(gate.block_classes))
     pipeline = _pipeline(ws, gate)
     support = support_note(ws, gate.value("pipeline_class"), t_name)
     defaults = cache_defaults(ws)
@@ -101,8 +102,14 @@ def _pipeline(ws: Workspace, gate: GateReport) -> PipelineFacts:
     return dataclasses.replace(facts, findings=tuple(found), call_inputs=call_inputs(p_src, entry))
 
 
-def analyze_transformer(ws: Workspace, src: SourceFile, cls: cst.ClassDef) -> TransformerFacts:
-    lists = find_module_lists(ws, src, cls)
+def analyze_transformer(ws: Workspace, src: SourceFile, cls: cst.ClassDef,
+                        given: dict[str, str] | None = None) -> TransformerFacts:
+    """The transformer's block lists and their verdicts; `given`: block classes the user named per list."""
+    lists = find_module_lists(ws, src, cls, given)
+    unknown = sorted(set(given or {}) - {d.attr for d in lists})
+    if unknown:
+        raise InputError(f"--block-class {unknown[0]}=...: {cls.name.value} builds no ModuleList `self.{unknown[0]}`;"
+                         f" it builds: {', '.join(d.attr for d in lists) or 'none'}")
     uses = find_list_uses(src, cls, [d.attr for d in lists])
     forward = find_method(cls, "forward")
     optional = frozenset()
@@ -155,6 +162,8 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
     `tree`: the transformer's module tree, built on demand (what the block's `self.<x>` guards read)."""
     path = str(src.path)
     evidence = [Evidence(path, d.line, f"`self.{d.attr}` = {d.container}" + (" (conditional)" if d.conditional else ""))]
+    if d.traced:
+        evidence.append(Evidence(path, d.line, f"block class {', '.join(e.name for e in d.elements)} from {d.traced}"))
     names = tuple(e.name for e in d.elements)
     externals = [e for e in d.elements if isinstance(e.target, External)]
     resolved = [(e, _resolve_block(ws, e.target)) for e in d.elements]

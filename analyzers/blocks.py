@@ -36,16 +36,23 @@ class ListDef:
     line: int
     conditional: bool
     src: SourceFile
+    traced: str | None = None  # how an element's class was found other than by its name: a default, a flag
 
 
 class _Builder:
-    def __init__(self, ws: Workspace, src: SourceFile, cls: cst.ClassDef) -> None:
+    def __init__(self, ws: Workspace, src: SourceFile, cls: cst.ClassDef,
+                 given: dict[str, str] | None = None) -> None:
         self.ws, self.src, self.cls = ws, src, cls
+        self.given = given or {}
         init = find_method(cls, "__init__")
-        self.init_params = set()
+        self.init_params: set[str] = set()
+        self.init_defaults: dict[str, str] = {}  # `block_cls=FooBlock`: a parameter whose default is a name
         if init is not None:
             p = init.params
-            self.init_params = {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)}
+            every = (*p.posonly_params, *p.params, *p.kwonly_params)
+            self.init_params = {x.name.value for x in every}
+            self.init_defaults = {x.name.value: dotted(x.default) for x in every
+                                  if x.default is not None and dotted(x.default) not in (None, "None")}
         self.local_lists: dict[str, tuple[list, str | None]] = {}  # name -> (element calls, length)
         self.defs: dict[str, ListDef] = {}
 
@@ -66,6 +73,8 @@ class _Builder:
         name = dotted(call.func)
         if name is None:
             return None
+        if name in self.init_defaults:  # `block_cls(...)`: the class the constructor's default names
+            name = self.init_defaults[name]
         return Element(name, self.ws.resolve(self.src, name))
 
     # -- what a list expression holds ----------------------------------------------------
@@ -237,8 +246,16 @@ class _Builder:
         unique: dict[str, Element] = {}
         for c in calls:
             unique.setdefault(c.name, c)
+        traced = None
+        if attr in self.given:  # named with --block-class: the user's word over the trace
+            name = self.given[attr]
+            unique = {name: Element(name, self.ws.resolve(self.src, name))}
+            traced = f"flag --block-class {attr}={name}"
+        elif any(c.name in self.init_defaults.values() for c in unique.values()):
+            traced = "the class a constructor parameter defaults to (" + ", ".join(
+                f"`{k}={v}`" for k, v in self.init_defaults.items() if v in unique) + ")"
         return ListDef(attr, container, tuple(keys), tuple(unique.values()), length, fields, line, conditional,
-                       self.src)
+                       self.src, traced)
 
 
 def names_read_expr(src: SourceFile, code: str) -> set[str]:
@@ -248,5 +265,8 @@ def names_read_expr(src: SourceFile, code: str) -> set[str]:
         return set()
 
 
-def find_module_lists(ws: Workspace, src: SourceFile, cls: cst.ClassDef) -> list[ListDef]:
-    return _Builder(ws, src, cls).run()
+def find_module_lists(ws: Workspace, src: SourceFile, cls: cst.ClassDef,
+                      given: dict[str, str] | None = None) -> list[ListDef]:
+    """The ModuleLists `cls.__init__` builds; `given`: {list attribute: block class} named by the user
+    (`--block-class`), used in place of the trace for those lists."""
+    return _Builder(ws, src, cls, given).run()

@@ -139,12 +139,17 @@ def _walk_class(ws: Workspace, tree: Tree, node: Node, src: SourceFile, cls: cst
         if name != "self" and name not in env:
             env[name] = evaluate(p.default, {}, {}) if p.default is not None else UNKNOWN
     node.params = {k: v for k, v in env.items() if k in params and k != "self"}
-    _Walker(ws, tree, node, i_src, env, depth).block(init.body.body, conditional=False)
+    # `block_cls=JointBlock`: a parameter, not given, that defaults to a name is that class where it is called
+    classes = {p.name.value: dotted(p.default) for p in (*init.params.params, *init.params.kwonly_params)
+               if p.name.value not in args and p.default is not None and dotted(p.default) not in (None, "None")}
+    _Walker(ws, tree, node, i_src, env, depth, classes).block(init.body.body, conditional=False)
 
 
 class _Walker:
-    def __init__(self, ws: Workspace, tree: Tree, node: Node, src: SourceFile, env: dict, depth: int) -> None:
+    def __init__(self, ws: Workspace, tree: Tree, node: Node, src: SourceFile, env: dict, depth: int,
+                 classes: dict[str, str] | None = None) -> None:
         self.ws, self.tree, self.node, self.src, self.env, self.depth = ws, tree, node, src, env, depth
+        self.classes = classes or {}
 
     # -- statements ---------------------------------------------------------------------
 
@@ -239,7 +244,7 @@ class _Walker:
         name = dotted(call.func)
         if not name:
             return None
-        found = self.ws.resolve(self.src, name)
+        found = self.ws.resolve(self.src, self.classes.get(name, name))
         if isinstance(found, External):
             return found
         if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef):

@@ -47,10 +47,11 @@ from .values import evaluate, jsonable
 _KERNEL_MODULES = ("flash_attn", "triton", "apex", "xformers", "liger_kernel", "flashinfer", "sageattention")
 
 
-def load_config(model_path: str | None) -> dict[str, Any]:
-    if not model_path:
+def load_config(config_file: str | None) -> dict[str, Any]:
+    """The transformer's config (the gate's `config_file` fact) without its `_` keys; {} when there is none."""
+    if not config_file:
         return {}
-    path = Path(model_path) / "transformer" / "config.json"
+    path = Path(config_file)
     if not path.is_file():
         return {}
     data = jsonfile.read(path)
@@ -69,7 +70,7 @@ def parallel_facts(gate: GateReport, ws: Workspace, transformer: TransformerFact
     t_src = ws.load(Path(gate.value("transformer_file")))
     cls = t_src.classes[gate.value("transformer_class")]
     model_path = gate.value("model_path")
-    config = load_config(model_path)
+    config = load_config(gate.value("config_file"))
     tree = module_tree(ws, t_src, cls, config)
     blocks = []
     for bl in transformer.block_lists:

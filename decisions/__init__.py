@@ -92,6 +92,7 @@ def make_plan(analysis: Analysis, crosscheck: CrossCheck) -> Plan:
         env_var=f"{name.upper()}_DIR" if name else None,
         example_type_guess=_example_type(gate.value("pipeline_class")),
         no_pipeline=gate.no_pipeline,
+        config_file=gate.value("config_file"),
     )
     plan = Plan(
         schema=PLAN_SCHEMA,

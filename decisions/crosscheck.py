@@ -33,12 +33,12 @@ def check_on_meta(analysis: Analysis, ws: Workspace, trust_code: bool = False) -
                                 "its code (pass --trust-code to build it on the meta device)", (), 0)
     t_src = ws.load(Path(t_file))
     return crosscheck(analysis.parallel, t_file, gate.value("transformer_class"), t_src.dotted_name,
-                      gate.value("model_path"), package_root=t_src.package_root)
+                      gate.value("config_file"), package_root=t_src.package_root)
 
 
 def crosscheck(facts: ParallelFacts, transformer_file: str, transformer_class: str, dotted_module: str | None,
-               model_path: str | None, timeout: float = 180, package_root: Path | None = None) -> CrossCheck:
-    config = Path(model_path) / "transformer" / "config.json" if model_path else None
+               config_file: str | None, timeout: float = 180, package_root: Path | None = None) -> CrossCheck:
+    config = Path(config_file) if config_file else None
     if config is not None and not config.is_file():
         config = None
     lists = [b.attr for b in facts.blocks]

@@ -43,7 +43,9 @@ def phases(plan: Plan) -> tuple[Phase, ...]:
     vae_steps = [f"`{vae.cls}`: {vae.action}"] if vae else ["no VAE in model_index.json"]
     rows = [
         {"id": 0, "title": "Prerequisites", "steps": [
-            f"Model files at `{m.model_path}`; export {env}={m.model_path}",
+            (f"Model files at `{m.model_path}`; export {env}={m.model_path}" if m.model_path else
+             f"No model folder was given (the config came from --config): the GPU runs need the weights; export "
+             f"{env} to their folder"),
             f"Sources read: `{m.pipeline_class}` ({m.pipeline_file}), `{m.transformer_class}` "
             f"({m.transformer_file})",
             f"Block lists: {lists}",

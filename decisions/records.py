@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.5"
+PLAN_SCHEMA_VERSION = "1.6"
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class PlanModel:
     env_var: str | None
     example_type_guess: str
     no_pipeline: bool = False  # a transformer-only integration (--no-pipeline): no pipeline was read
+    config_file: str | None = None  # 1.6: the transformer's config the gate found (None: the class defaults)
 
 
 # -- cache -----------------------------------------------------------------------------------------
@@ -350,7 +351,7 @@ class Plan:
         """The gate's flags the plan was made from, to run the gate again on the same model."""
         m = self.model
         return GateFlags(m.model_path, m.pipeline_class, m.transformer_class, m.pipeline_file, m.transformer_file,
-                         no_pipeline=m.no_pipeline,
+                         m.config_file, no_pipeline=m.no_pipeline,
                          separate_cfg=self.cache.has_separate_cfg if m.no_pipeline else None)
 
 

@@ -1,4 +1,4 @@
-"""The gate: five facts, each from a flag or read deterministically from the model directory.
+"""The gate: six facts, each from a flag or read deterministically from the model directory.
 
 It never guesses and never searches the disk: a class is located only through the installed
 package that the model's own metadata names, by following that package's imports.
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import libcst as cst
 
 from integrate import jsonfile
 from integrate.errors import InputError
@@ -22,7 +24,11 @@ FLAGS = {
     "transformer_class": "--transformer-class",
     "pipeline_file": "--pipeline-file",
     "transformer_file": "--transformer-file",
+    "config_file": "--config",
 }
+NO_MODEL_PATH = ("not given: --config names the transformer's config; with no model folder the text encoders, "
+                 "the VAE and the scheduler are not read, and no pipeline is built for the fixture")
+NO_CONFIG = "none found: the transformer's class defaults stand in for its config"
 def _read_json(path: Path) -> dict:
     return jsonfile.read(path)
 
@@ -64,12 +70,16 @@ def run_gate(flags: GateFlags, workspace: Workspace) -> GateReport:
 
     for name in FACTS:
         value = getattr(flags, name)
-        if value:
+        if value and name != "config_file":  # read (and its class checked) below
             facts[name] = Fact(value, f"flag {FLAGS[name]}")
     _no_pipeline(flags, facts)
 
+    if flags.config_file:
+        _read_config(Path(flags.config_file), facts, "flag --config", f"--config {Path(flags.config_file).name}")
     model_dir = Path(flags.model_path) if flags.model_path else None
     library = {"pipeline": None, "transformer": None}
+    if model_dir is None and flags.config_file:
+        facts["model_path"] = Fact(None, NO_MODEL_PATH)
     if model_dir is not None:
         if not model_dir.exists():
             raise InputError(f"{model_dir}: no such directory")
@@ -78,7 +88,7 @@ def run_gate(flags: GateFlags, workspace: Workspace) -> GateReport:
         facts["model_path"] = Fact(str(model_dir.resolve()), "flag --model-path")
         _read_model_dir(model_dir, facts, library, notes)
 
-    missing = [n for n in FACTS if n not in facts and n not in ("pipeline_file", "transformer_file")]
+    facts.setdefault("config_file", Fact(None, NO_CONFIG))
     # Files can be located from the class names through the library the metadata names.
     for kind in ("pipeline", "transformer"):
         cls_fact, file_fact = facts.get(f"{kind}_class"), facts.get(f"{kind}_file")
@@ -96,23 +106,55 @@ def run_gate(flags: GateFlags, workspace: Workspace) -> GateReport:
         raise InputError(f"the gate needs: {needed}{only}")
 
     entry = _check_classes(facts, workspace)
+    _check_block_classes(flags.block_classes, facts, workspace)
     if flags.no_pipeline:
         notes.append("transformer-only (--no-pipeline): no pipeline loop is read; CFG declared "
                      f"{'separate' if flags.separate_cfg else 'batched'} with --separate-cfg")
     return GateReport(inputs={n: facts[n] for n in FACTS}, pipeline_entry=entry, notes=tuple(notes),
-                      separate_cfg=flags.separate_cfg if flags.no_pipeline else None)
+                      separate_cfg=flags.separate_cfg if flags.no_pipeline else None,
+                      block_classes=tuple(flags.block_classes))
+
+
+def _read_config(path: Path, facts: dict[str, Fact], source: str, label: str) -> dict:
+    """The transformer's config at `path` (checked as data); its `_class_name` must agree with the class."""
+    if not path.is_file():
+        raise InputError(f"{path}: no such file (--config names the transformer's config.json)")
+    config = _read_json(path)
+    jsonfile.check_config(path, config)
+    cls = config.get("_class_name")
+    if cls is not None and not isinstance(cls, str):
+        raise InputError(f"{path}: _class_name must be a string")
+    facts.setdefault("config_file", Fact(str(path.resolve()), source))
+    if cls and facts["config_file"].value == str(path.resolve()):
+        _agree(facts, "transformer_class", cls, f"{label}:_class_name")
+    return config
 
 
 def _read_model_dir(model_dir: Path, facts: dict[str, Fact], library: dict, notes: list[str]) -> None:
     index_path = model_dir / "model_index.json"
     config_path = model_dir / "transformer" / "config.json"
+    root_config = model_dir / "config.json"
+    if not index_path.is_file() and not config_path.is_file() and root_config.is_file():
+        # a reference repository's checkpoint: the transformer's config at the folder's root, naming its class
+        config = _read_json(root_config)
+        if isinstance(config.get("_class_name"), str):
+            given = facts.get("config_file")
+            _read_config(root_config, facts, "config.json at the model folder's root (it names the transformer "
+                                              "class)", "config.json")
+            if given is not None:
+                notes.append(f"--config {given.value} is read, not {root_config}")
+            elif "_diffusers_version" in config:
+                library["transformer"] = "diffusers"
+            return
+        notes.append(f"{root_config} does not name a transformer class (`_class_name`): not read as its config")
     if not index_path.is_file() and not config_path.is_file():
         if not all(k in facts for k in ("pipeline_class", "transformer_class", "pipeline_file", "transformer_file")):
             only = (" (with --no-pipeline: --transformer-class and --transformer-file)"
                     if facts.get("pipeline_class", Fact(None, "")).source == NO_PIPELINE_SOURCE else "")
             raise InputError(
-                f"{model_dir}: no model metadata (model_index.json or transformer/config.json); "
-                "pass --pipeline-class, --transformer-class, --pipeline-file and --transformer-file" + only
+                f"{model_dir}: no model metadata (model_index.json, transformer/config.json, or a config.json "
+                "naming the class); pass --pipeline-class, --transformer-class, --pipeline-file and "
+                "--transformer-file" + only
             )
         notes.append(f"{model_dir} has no model_index.json: every class and file came from flags")
         return
@@ -139,15 +181,13 @@ def _read_model_dir(model_dir: Path, facts: dict[str, Fact], library: dict, note
             notes.append(f"{index_path.name} has no _diffusers_version: the pipeline file must come from a flag")
 
     if config_path.is_file():
-        config = _read_json(config_path)
-        jsonfile.check_config(config_path, config)
-        cls = config.get("_class_name")
-        if cls is not None and not isinstance(cls, str):
-            raise InputError(f"{config_path}: _class_name must be a string")
-        if cls:
-            _agree(facts, "transformer_class", cls, "transformer/config.json:_class_name")
-            if library["transformer"] is None and "_diffusers_version" in config:
-                library["transformer"] = "diffusers"
+        given = facts.get("config_file")
+        config = _read_config(config_path, facts, "the model folder's transformer/config.json",
+                              "transformer/config.json")
+        if given is not None:
+            notes.append(f"--config {given.value} is read, not {config_path}")
+        elif config.get("_class_name") and library["transformer"] is None and "_diffusers_version" in config:
+            library["transformer"] = "diffusers"
 
 
 def _agree(facts: dict[str, Fact], name: str, value: str, source: str, compare=None) -> None:
@@ -191,6 +231,23 @@ def _check_classes(facts: dict[str, Fact], workspace: Workspace) -> str:
         methods = [f.name.value for f in p_src.classes[cls].body.body if hasattr(f, "name")]
         raise InputError(f"{cls} in {p_src.path.name} has no method {method}; it has: {', '.join(methods) or 'none'}")
     return method
+
+
+def _check_block_classes(given: tuple[tuple[str, str], ...], facts: dict[str, Fact], workspace: Workspace) -> None:
+    """Each `--block-class ATTR=Class`: a list attribute name and a class the transformer's file defines or
+    imports (traced like any name it reads)."""
+    t_src = workspace.load(Path(facts["transformer_file"].value))
+    seen = set()
+    for attr, cls in given:
+        if not attr.isidentifier() or not all(part.isidentifier() for part in cls.split(".")):
+            raise InputError(f"--block-class {attr}={cls}: expected ATTR=Class (a list attribute and a class name)")
+        if attr in seen:
+            raise InputError(f"--block-class names `{attr}` twice")
+        seen.add(attr)
+        found = workspace.resolve(t_src, cls)
+        if not isinstance(getattr(found, "node", None), cst.ClassDef):
+            raise InputError(f"--block-class {attr}={cls}: {t_src.path.name} neither defines nor imports a class "
+                             f"`{cls}` that can be traced")
 
 
 def _inherits_method(workspace: Workspace, src, cls: str, method: str, depth: int = 0) -> bool:

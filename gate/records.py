@@ -1,27 +1,33 @@
-"""What the gate takes (the five flags) and what it establishes (five facts, each with its source)."""
+"""What the gate takes (its flags) and what it establishes (six facts, each with its source)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-GATE_SCHEMA_VERSION = "1.2"
+GATE_SCHEMA_VERSION = "1.3"
 NO_PIPELINE_SOURCE = "flag --no-pipeline (a transformer-only integration)"
-FACTS = ("model_path", "pipeline_class", "transformer_class", "pipeline_file", "transformer_file")
+FACTS = ("model_path", "pipeline_class", "transformer_class", "pipeline_file", "transformer_file", "config_file")
+# 1.3: `config_file`, the transformer's config (--config, the model folder's transformer/config.json, or a
+# config.json at its root that names the class); None: the class defaults stand in
 
 
 @dataclass(frozen=True)
 class GateFlags:
-    """The five gate flags as the user gave them (None: not given)."""
+    """The gate flags as the user gave them (None: not given)."""
 
     model_path: str | None = None
     pipeline_class: str | None = None
     transformer_class: str | None = None
     pipeline_file: str | None = None
     transformer_file: str | None = None
+    config_file: str | None = None  # --config: the transformer's config.json, wherever it is
     # transformer-only integration (no pipeline in the installed library): asked for explicitly, with the CFG
     # style declared, since there is no denoising loop to read it from
     no_pipeline: bool = False
     separate_cfg: bool | None = None
+    # --block-class ATTR=Class: the class a block list holds, where the code does not say it (a class passed in
+    # by the caller, built by another library's factory)
+    block_classes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -34,10 +40,11 @@ class Fact:
 
 @dataclass(frozen=True)
 class GateReport:
-    inputs: dict[str, Fact]  # model_path, pipeline_class, transformer_class, pipeline_file, transformer_file
+    inputs: dict[str, Fact]  # model_path, pipeline_class, transformer_class, pipeline_file, transformer_file, config_file
     pipeline_entry: str  # "__call__", a method name, or a module-level function name ("" with --no-pipeline)
     notes: tuple[str, ...] = ()
     separate_cfg: bool | None = None  # declared with --separate-cfg (only with --no-pipeline)
+    block_classes: tuple[tuple[str, str], ...] = ()  # 1.3: --block-class, each list and the class it holds
 
     @property
     def no_pipeline(self) -> bool:
@@ -50,4 +57,4 @@ class GateReport:
     def flags(self) -> GateFlags:
         """The facts as flags: the gate run again with these reaches the same model."""
         return GateFlags(**{f: self.value(f) for f in FACTS}, no_pipeline=self.no_pipeline,
-                         separate_cfg=self.separate_cfg)
+                         separate_cfg=self.separate_cfg, block_classes=self.block_classes)

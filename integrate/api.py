@@ -35,11 +35,18 @@ def _quiet(message: str) -> None:
 
 
 def flags_for(target: str | None = None, *, no_pipeline: bool = False, separate_cfg: str | bool | None = None,
-              **flags: str | None) -> GateFlags:
+              block_class: tuple[str, ...] = (), **flags: str | None) -> GateFlags:
     """The gate flags, with a positional TARGET (a model folder or a transformer source file) folded in;
-    `separate_cfg` as the CLI spells it ("yes" / "no") or a bool."""
+    `separate_cfg` as the CLI spells it ("yes" / "no") or a bool; `block_class` as `ATTR=Class` strings."""
     values: dict = {k: flags.get(k) for k in FACTS}
     values["no_pipeline"] = bool(no_pipeline)
+    pairs = []
+    for item in block_class:
+        attr, sep, cls = item.partition("=")
+        if not sep:
+            raise InputError(f"--block-class {item}: expected ATTR=Class")
+        pairs.append((attr.strip(), cls.strip()))
+    values["block_classes"] = tuple(pairs)
     values["separate_cfg"] = {"yes": True, "no": False}.get(separate_cfg, separate_cfg)  # type: ignore[arg-type]
     if target is not None:
         path = Path(target)
@@ -97,9 +104,11 @@ def analysis_json(flags: GateFlags, *, use_cache: bool = True, progress: Progres
     result = to_json(analyze(report, ws=ws, progress=progress))
     deps = list(result["files_read"])
     model = report.value("model_path")
-    for meta in ("model_index.json", "transformer/config.json"):
+    for meta in ("model_index.json", "transformer/config.json", "config.json"):
         if model and (Path(model) / meta).is_file():
             deps.append(str(Path(model) / meta))
+    if report.value("config_file"):
+        deps.append(report.value("config_file"))
     if use_cache:
         cache.store(key, result, deps)
     return result

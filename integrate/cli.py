@@ -25,10 +25,11 @@ def _progress(message: str) -> None:
 
 
 def gate_options(fn):
-    """The five gate flags, shared by every command that reads a model."""
+    """The gate flags, shared by every command that reads a model."""
     for name, help_text in reversed(
         [
-            ("--model-path", "Local model directory (model_index.json, transformer/config.json)."),
+            ("--model-path", ("Local model directory (model_index.json, transformer/config.json, or a config.json "
+                              "naming the transformer class).")),
             ("--pipeline-class", "Pipeline class; `Class.method` or a function name for third-party loops."),
             ("--transformer-class", "Transformer class name."),
             ("--pipeline-file", "Source file that defines the pipeline class or function."),
@@ -36,6 +37,11 @@ def gate_options(fn):
         ]
     ):
         fn = click.option(name, default=None, help=help_text)(fn)
+    fn = click.option("--block-class", multiple=True, metavar="ATTR=Class",
+                      help="The class the block list `self.ATTR` holds, where the code does not say (repeatable).")(fn)
+    fn = click.option("--config", "config_file", default=None,
+                      help="The transformer's config.json, read in place of the model folder's (then --model-path "
+                           "is optional).")(fn)
     fn = click.option("--separate-cfg", type=click.Choice(["yes", "no"]), default=None,
                       help="With --no-pipeline: CFG runs as a second transformer call (yes) or batched (no).")(fn)
     fn = click.option("--no-pipeline", is_flag=True, default=False,
@@ -105,7 +111,7 @@ def _emit(data: dict, as_json: bool, text) -> None:
 @gate_options
 @click.option("--json", "as_json", is_flag=True, help="Print the gate report as JSON.")
 def gate(as_json: bool, **flags) -> int:
-    """Check that the five facts are known and consistent; report where each came from."""
+    """Check that the gate's facts are known and consistent; report where each came from."""
     from integrate.gate.records import GATE_SCHEMA_VERSION
 
     data = {"schema_version": GATE_SCHEMA_VERSION, "gate": to_json(api.gate(api.flags_for(**flags)))}

@@ -603,7 +603,8 @@ def checkout_layout(gen: Generated, plan: Plan):
         if kind:
             registrations.append(Registration(kind, module, piece.symbol))
     m = plan.model
-    registrations.append(Registration("env_path", "", m.env_var, m.model_path))
+    if m.model_path:  # no model folder (--config alone): the example's variable has no default to record
+        registrations.append(Registration("env_path", "", m.env_var, m.model_path))
     return artifacts, registrations
 
 

@@ -84,3 +84,24 @@ def test_gate_report_shows_sources():
     assert inputs["pipeline_class"] == {"value": "MotifVideoPipeline", "source": "model_index.json:_class_name"}
     assert inputs["transformer_file"]["source"].startswith("located in installed `diffusers`")
     assert inputs["model_path"]["source"] == "flag --model-path"
+
+
+@pytest.mark.parametrize("flag,needle", [
+    ("refiner", "expected ATTR=Class"),
+    ("refiner=Missing", "neither defines nor imports"),
+    ("nope=RefinerBlock", "builds no ModuleList `self.nope`"),
+    ("refiner=1x", "expected ATTR=Class"),
+])
+def test_a_bad_block_class_flag_is_one_line(flag, needle):
+    src = ROOT / "tests" / "fixtures" / "blockcls" / "model.py"
+    assert_bad(run_cli("analyze", str(src), "--model-path", str(src.parent / "ckpt"), "--pipeline-class", "sample",
+                       "--pipeline-file", str(src), "--block-class", flag, "--no-cache"), needle)
+
+
+def test_a_config_flag_that_names_no_file_or_another_class_is_one_line(tmp_path):
+    src = ROOT / "tests" / "fixtures" / "blockcls" / "model.py"
+    flags = ("--pipeline-class", "sample", "--pipeline-file", str(src), "--transformer-file", str(src))
+    assert_bad(run_cli("gate", "--config", str(tmp_path / "none.json"), *flags), "no such file")
+    other = tmp_path / "other.json"
+    other.write_text('{"_class_name": "Other"}')
+    assert_bad(run_cli("gate", "--config", str(other), "--transformer-class", "Model", *flags), "Other")

@@ -35,7 +35,7 @@ def _facts(pipeline: str, transformer: str):
 def test_static_structure_matches_the_meta_build(pipeline, transformer):
     report, ws, facts = _facts(pipeline, transformer)
     t_file = report.value("transformer_file")
-    result = crosscheck(facts, t_file, transformer, ws.load(Path(t_file)).dotted_name, report.value("model_path"))
+    result = crosscheck(facts, t_file, transformer, ws.load(Path(t_file)).dotted_name, report.value("config_file"))
     assert result.ok, result.error
     assert result.checked >= 10
     assert result.disagreements == ()
@@ -58,5 +58,6 @@ def test_probe_failure_is_reported_as_a_line(tmp_path):
     bad = tmp_path / "model"
     (bad / "transformer").mkdir(parents=True)
     (bad / "transformer" / "config.json").write_text('{"num_layers": "many"}')
-    result = crosscheck(facts, report.value("transformer_file"), "FluxTransformer2DModel", "diffusers", str(bad))
+    result = crosscheck(facts, report.value("transformer_file"), "FluxTransformer2DModel", "diffusers",
+                        str(bad / "transformer" / "config.json"))
     assert result.ok is False and "\n" not in result.error and "FluxTransformer2DModel" in result.error

@@ -144,3 +144,55 @@ def test_the_terminal_report_says_what_the_json_says_for_a_sampler_function(tmp_
                    "--pipeline-class", "denoise", "--pipeline-file", str(BFL)).stdout
     assert "None.denoise" not in text and "\ndenoise (" in text
     assert "already registers" not in text and "not supported by it: cache-dit's adapter for the prefix accepts" in text
+
+
+BLOCKCLS = ROOT / "tests" / "fixtures" / "blockcls"
+
+
+def _blockcls(*extra):
+    src = BLOCKCLS / "model.py"
+    return run_cli("analyze", str(src), "--pipeline-class", "sample", "--pipeline-file", str(src), "--no-cache",
+                   "--json", *extra)
+
+
+def test_a_block_class_given_as_a_constructor_default_is_traced_and_a_root_config_is_read():
+    """`block_cls=JointBlock` in the constructor's signature: the list holds JointBlock (said in the
+    evidence). The checkpoint folder has only a root-level config.json naming the class: the gate reads it as
+    the transformer's config and takes the class from it; the untraceable factory list stays unknown."""
+    out = _blockcls("--model-path", str(BLOCKCLS / "ckpt"))
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    facts = data["gate"]["inputs"]
+    assert facts["config_file"]["value"].endswith("ckpt/config.json")
+    assert "root" in facts["config_file"]["source"] and facts["transformer_class"]["value"] == "Model"
+    lists = {b["attr"]: b for b in data["transformer"]["block_lists"]}
+    assert lists["blocks"]["block_class"] == "JointBlock" and lists["blocks"]["forward_pattern"]
+    assert any("block_cls=JointBlock" in e["why"] for e in lists["blocks"]["evidence"])
+    assert lists["refiner"]["is_blocks"] is None and "not traced" in lists["refiner"]["why"]
+
+
+def test_block_class_flag_names_a_list_the_code_cannot_trace():
+    out = _blockcls("--model-path", str(BLOCKCLS / "ckpt"), "--block-class", "refiner=RefinerBlock")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    refiner = {b["attr"]: b for b in data["transformer"]["block_lists"]}["refiner"]
+    assert refiner["block_class"] == "RefinerBlock" and refiner["is_blocks"] is True
+    assert refiner["forward_pattern"] == "Pattern_3"
+    assert any("flag --block-class refiner=RefinerBlock" in e["why"] for e in refiner["evidence"])
+    assert data["gate"]["block_classes"] == [["refiner", "RefinerBlock"]]
+
+
+def test_config_flag_makes_the_model_path_optional_and_the_plan_uses_its_sizes(tmp_path):
+    """--config alone: no model folder. The plan says so, reads the checkpoint's 12 heads (the constructor
+    says 16) and records the config it used."""
+    src = BLOCKCLS / "model.py"
+    out = run_cli("plan", str(src), "--config", str(BLOCKCLS / "ckpt" / "config.json"), "--pipeline-class",
+                  "sample", "--pipeline-file", str(src), "--out", str(tmp_path / "plan"), "--no-probe", "--json")
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["model"]["model_path"] is None and plan["model"]["config_file"].endswith("config.json")
+    md = (tmp_path / "plan" / "PLAN.md").read_text()
+    assert "Model path | none: the config came from `--config`" in md
+    gate = json.loads(run_cli("gate", "--transformer-file", str(src), "--config", str(BLOCKCLS / "ckpt" / "config.json"),
+                              "--pipeline-class", "sample", "--pipeline-file", str(src), "--json").stdout)["gate"]
+    assert gate["inputs"]["model_path"]["value"] is None and "--config" in gate["inputs"]["model_path"]["source"]

@@ -64,7 +64,7 @@ def derive(job: dict) -> dict:
                 w in k for w in ("channels", "patch", "dim", "size"))]
             if unset:
                 tiny.error += (f" (the class defaults leave {', '.join(f'`{k}`' for k in unset[:4])} unset: the "
-                               "model folder's transformer/config.json gives them)")
+                               "transformer's config.json gives them: --model-path or --config)")
     filled_notes += tiny.notes
     out = {"changes": {k: list(v) for k, v in tiny.changes.items()}, "config": tiny.config,
            "parameters": tiny.parameters, "error": tiny.error}

@@ -299,7 +299,7 @@ class Maker:
             self._report = FixtureReport(str(path), "edited")
             return self._report
         m = self.plan.model
-        config = load_config(m.model_path)
+        config = load_config(m.config_file)
         saved = path.with_suffix(".pt")
         job = {"mode": "derive", "transformer_module": self.module, "transformer_class": m.transformer_class,
                "search_path": self.search_path, "config": config, "passed": self.passed(), "shapes": self.shapes(),
@@ -322,7 +322,7 @@ class Maker:
             tail = (err.strip().splitlines() or ["no output"])[-1]
             return FixtureReport(str(path), "error", (f"deriving the fixture failed: {tail}",))
         d = json.loads(out)
-        source = f"{m.model_path}/transformer/config.json" if config else "the class defaults"
+        source = m.config_file if config else "the class defaults"
         if d.get("source") == "test-file":
             source = f"the model test {self.fixture_from.name}"
         self._derived = (d, source)

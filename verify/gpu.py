@@ -151,7 +151,9 @@ def run_or_print(plan_dir: Path, generated: Path, *, out: str, print_only: bool,
     commands = tuple(r.command(v.import_name, m.example_name) for r in rows)
     inputs = v.plan.example_inputs
     setup = (f"export PYTHONPATH={shlex.quote(str(v.generated.resolve()))}${{PYTHONPATH:+:$PYTHONPATH}}",
-             f"export {ident(m.env_var)}={shlex.quote(m.model_path)}", f"mkdir -p {shlex.quote(out)}",
+             (f"export {ident(m.env_var)}={shlex.quote(m.model_path)}" if m.model_path else
+              f': "${{{ident(m.env_var)}:?set {ident(m.env_var)} to the model folder (the plan has none)}}"'),
+             f"mkdir -p {shlex.quote(out)}",
              *(f': "${{{ident(i.env_var)}:?set {ident(i.env_var)} to the {ident(i.kind)} the pipeline requires as '
                f'{ident(i.name)}}}"' for i in inputs))
     head = dict(schema=GPU_SCHEMA, schema_version=GPU_SCHEMA_VERSION, setup=setup, commands=commands)
@@ -162,12 +164,14 @@ def run_or_print(plan_dir: Path, generated: Path, *, out: str, print_only: bool,
         return GpuReport(**head, status="skipped",
                          why="no CUDA GPU on this machine: nothing was run, no figures reported")
     missing = [i.env_var for i in inputs if not os.environ.get(i.env_var)]
+    if not m.model_path and not os.environ.get(m.env_var):
+        missing.insert(0, m.env_var)
     if missing:
         return GpuReport(**head, status="skipped",
-                         why=f"the pipeline requires inputs the example reads from {', '.join('$' + x for x in missing)}:"
-                             " set them to files and run again")
+                         why=f"the example reads {', '.join('$' + x for x in missing)} (the model folder and the "
+                             "inputs the pipeline requires): set them and run again")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(v.generated.resolve()), os.environ.get("PYTHONPATH", "")]),
-               **{m.env_var: m.model_path})
+               **({m.env_var: m.model_path} if m.model_path else {}))
     Path(out).mkdir(parents=True, exist_ok=True)
     results = run_matrix([r for r in rows if r.gpus <= count], v.import_name, m.example_name, env, progress)
     results += [GpuResult(r.name, r.command(v.import_name, m.example_name), "skipped", None, None,

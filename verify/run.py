@@ -200,7 +200,7 @@ class Verifier:
         self.progress("full size: the real config on the meta device")
         job = {**full_size.job(self.plan), "transformer_module": self.module,
                "transformer_class": self.plan.model.transformer_class, "search_path": self.search_path,
-               "config": load_config(self.plan.model.model_path)}
+               "config": load_config(self.plan.model.config_file)}
         return processes.spawn(job, self.env, self.search_path)
 
     def _full_size(self, proc):

@@ -14,13 +14,15 @@ def _short(path: str | None) -> str:
 
 
 def gate(gate: dict) -> list[str]:
-    lines = ["Gate: all five facts known"]
+    lines = ["Gate: every fact known (a fact with no value is known to be absent)"]
     for name, fact in gate["inputs"].items():
         value = _short(fact["value"]) if name.endswith("_file") else fact["value"]
-        if fact["value"] is None:  # --no-pipeline: known to be absent
+        if fact["value"] is None:  # --no-pipeline, no model folder, no config: known to be absent
             value = "none"
         lines.append(f"  {name:<18} {value}")
         lines.append(f"  {'':<18} from {fact['source']}")
+    for attr, cls in gate.get("block_classes") or ():
+        lines.append(f"  block class        self.{attr} holds {cls} (flag --block-class)")
     if gate.get("pipeline_entry") not in (None, "", "__call__"):
         lines.append(f"  denoising entry    {gate['pipeline_entry']}")
     lines += [f"  note: {n}" for n in gate.get("notes", [])]
