@@ -96,7 +96,10 @@ def _pipeline(ws: Workspace, gate: GateReport) -> PipelineFacts:
     p_src = ws.load(Path(p_file))
     p_cls = (gate.value("pipeline_class") or "").split(".")[0]
     cls = p_src.classes.get(p_cls)
-    facts = analyze_pipeline(ws, p_src, p_cls if cls is not None else None, gate.pipeline_entry)
+    t_src = ws.load(Path(gate.value("transformer_file")))
+    t_cls = t_src.classes.get(gate.value("transformer_class"))
+    facts = analyze_pipeline(ws, p_src, p_cls if cls is not None else None, gate.pipeline_entry,
+                             (t_src, t_cls) if t_cls is not None else None)
     found = rules.run("pipeline", rules.PipelineContext(ws, p_src, gate.pipeline_entry, facts))
     entry = find_method(cls, gate.pipeline_entry) if cls is not None else p_src.functions.get(gate.pipeline_entry)
     return dataclasses.replace(facts, findings=tuple(found), call_inputs=call_inputs(p_src, entry))

@@ -111,7 +111,10 @@ def _is_model(expr: cst.BaseExpression, aliases: set[str]) -> bool:
     return attr is not None and any(w in attr.lower() for w in MODEL_WORDS)
 
 
-def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry: str) -> PipelineFacts:
+def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry: str,
+                     transformer: tuple[SourceFile, cst.ClassDef] | None = None) -> PipelineFacts:
+    """`transformer`: the transformer's source and class, to read a guidance step that is one of its methods
+    (`model.forward_with_cfg(...)`)."""
     path = str(src.path)
     cls = src.classes.get(cls_name) if cls_name else None
     fn = find_method(cls, entry) if cls is not None else src.functions.get(entry)
@@ -141,6 +144,10 @@ def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry
                     elif (attr := self_attr(target)) is not None:
                         env.self_values.setdefault(attr, small.value)
 
+    methods = {m.name.value: m for m in iter_methods(transformer[1])} if transformer is not None else {}
+    stepped = [lp for lp in find_all(fn.body, cst.For) if _method_calls(lp.body, aliases, methods)]
+    if stepped and not any(_model_calls(lp.body, aliases) for lp in find_all(fn.body, cst.For)):
+        return _guidance_method(src, cls_name, entry, stepped[0], aliases, methods, transformer)
     loops = [lp for lp in find_all(fn.body, cst.For) if _model_calls(lp.body, aliases)]
     if not loops:
         return PipelineFacts(cls_name, entry, path, None, "unknown", 0,
@@ -194,8 +201,89 @@ def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry
     if batched:
         why += "; the batch is doubled for CFG (`torch.cat`)"
     evidence.append(Evidence(path, src.line(loop), why))
-    return PipelineFacts(cls_name, entry, path, False, "high" if count == 1 else "medium", count, tuple(evidence),
-                         other_models=others)
+    confidence = "high" if count == 1 else "medium"
+    bare = sorted({c.func.value for c in mine if isinstance(c.func, cst.Name) and c.func.value in _params(fn)})
+    if bare:  # `model(x, sigma)`: whatever the caller passes; a guidance wrapper would run the transformer twice
+        wrappers = _guidance_wrappers(src, transformer[1] if transformer else None)
+        if wrappers:
+            name, line = wrappers[0]
+            evidence.append(Evidence(path, line, f"`{bare[0]}` is a parameter of `{entry}` and `{name}` here wraps a "
+                                                 "model for guidance: which one the loop is given is not in the code"))
+            return PipelineFacts(cls_name, entry, path, None, "unknown", count, tuple(evidence), other_models=others)
+        evidence.append(Evidence(path, src.line(fn), f"`{bare[0]}` is a parameter of `{entry}`: read as the "
+                                                     "transformer itself (a guidance wrapper passed there would "
+                                                     "run it once per condition)"))
+        confidence = "medium"
+    return PipelineFacts(cls_name, entry, path, False, confidence, count, tuple(evidence), other_models=others)
+
+
+def _params(fn: cst.FunctionDef) -> set[str]:
+    p = fn.params
+    return {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)}
+
+
+def _method_calls(node: cst.CSTNode, aliases: set[str], methods: dict) -> list[cst.Call]:
+    """`model.forward_with_cfg(...)`: calls of one of the transformer's own methods (not forward) on a model."""
+    return [c for c in find_all(node, cst.Call) if isinstance(c.func, cst.Attribute)
+            and c.func.attr.value in methods and c.func.attr.value not in ("forward", "__call__")
+            and _is_model(c.func.value, aliases)]
+
+
+def _guidance_method(src: SourceFile, cls_name, entry: str, loop: cst.For, aliases: set[str], methods: dict,
+                     transformer: tuple[SourceFile, cst.ClassDef]) -> PipelineFacts:
+    """The step calls a method of the transformer that runs the guidance (DiT's `forward_with_cfg`): decided from
+    that method's body, which calls `self.forward` / `self(...)` on a doubled batch (False) or once per
+    condition (True)."""
+    path = str(src.path)
+    call = _method_calls(loop.body, aliases, methods)[0]
+    method = methods[call.func.attr.value]
+    t_src, t_cls = transformer
+    at = Evidence(str(t_src.path), t_src.line(method), "")
+    evidence = [Evidence(path, src.line(loop), f"denoising loop `for {src.code(loop.target)} in {src.code(loop.iter)}`"),
+                Evidence(path, src.line(call), f"the step calls `{dotted(call.func)}(...)`, a method of the transformer")]
+    inner = [c for c in find_all(method.body, cst.Call) if dotted(c.func) in ("self", "self.forward")]
+    doubled = [c for c in find_all(method.body, cst.Call) if dotted(c.func) == "torch.cat" and c.args
+               and _doubles(c.args[0].value)]
+    where = f"`{t_cls.name.value}.{method.name.value}`"
+    if len(inner) == 1 and doubled:
+        evidence.append(Evidence(at.file, t_src.line(doubled[0]), f"{where} runs forward once on a batch doubled with "
+                                                                  "`torch.cat`: cond and uncond are one batched call"))
+        return PipelineFacts(cls_name, entry, path, False, "medium", 1, tuple(evidence))
+    if len(inner) >= 2:
+        evidence.append(Evidence(at.file, t_src.line(inner[1]), f"{where} runs forward {len(inner)} times: cond and "
+                                                                "uncond are separate forwards"))
+        return PipelineFacts(cls_name, entry, path, True, "medium", len(inner), tuple(evidence))
+    evidence.append(Evidence(at.file, at.line, f"{where} calls forward {len(inner)} time(s) with no doubled batch "
+                                               "read: CFG style unknown"))
+    return PipelineFacts(cls_name, entry, path, None, "unknown", len(inner), tuple(evidence))
+
+
+def _doubles(seq: cst.BaseExpression) -> bool:
+    """`[x, x]` (the same expression twice) or `[x] * 2`."""
+    if isinstance(seq, (cst.List, cst.Tuple)) and len(seq.elements) == 2:
+        a, b = (cst.Module([]).code_for_node(e.value) for e in seq.elements)
+        return a == b
+    return (isinstance(seq, cst.BinaryOperation) and isinstance(seq.operator, cst.Multiply)
+            and isinstance(seq.right, cst.Integer) and seq.right.value == "2")
+
+
+def _guidance_wrappers(src: SourceFile, transformer: cst.ClassDef | None) -> list[tuple[str, int]]:
+    """Classes of `src` (not the transformer) whose forward calls a model they hold (`self.inner_model(...)`) on a
+    doubled batch or once per condition: CFG wrappers, [(name, line)]."""
+    out = []
+    for name, cls in src.classes.items():
+        if transformer is not None and name == transformer.name.value:
+            continue
+        fwd = find_method(cls, "forward") or find_method(cls, "__call__")
+        if fwd is None:
+            continue
+        held = [c for c in find_all(fwd.body, cst.Call) if (a := self_attr(c.func)) is not None
+                and any(w in a.lower() for w in MODEL_WORDS)]
+        doubled = [c for c in find_all(fwd.body, cst.Call) if dotted(c.func) == "torch.cat" and c.args
+                   and _doubles(c.args[0].value)]
+        if (held and doubled) or len(held) >= 2:
+            out.append((name, src.line(cls)))
+    return out
 
 
 def _over_schedule(iterable: cst.BaseExpression) -> bool:

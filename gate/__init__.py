@@ -141,7 +141,7 @@ def _read_model_dir(model_dir: Path, facts: dict[str, Fact], library: dict, note
             given = facts.get("config_file")
             _read_config(root_config, facts, "config.json at the model folder's root (it names the transformer "
                                               "class)", "config.json")
-            if given is not None:
+            if given is not None and given.value != str(root_config.resolve()):
                 notes.append(f"--config {given.value} is read, not {root_config}")
             elif "_diffusers_version" in config:
                 library["transformer"] = "diffusers"
@@ -184,7 +184,7 @@ def _read_model_dir(model_dir: Path, facts: dict[str, Fact], library: dict, note
         given = facts.get("config_file")
         config = _read_config(config_path, facts, "the model folder's transformer/config.json",
                               "transformer/config.json")
-        if given is not None:
+        if given is not None and given.value != str(config_path.resolve()):
             notes.append(f"--config {given.value} is read, not {config_path}")
         elif config.get("_class_name") and library["transformer"] is None and "_diffusers_version" in config:
             library["transformer"] = "diffusers"

@@ -51,6 +51,8 @@ class GateReport:
         return self.inputs["pipeline_class"].source == NO_PIPELINE_SOURCE
 
     def value(self, fact: str) -> str | None:
+        if fact == "config_file" and fact not in self.inputs:  # a gate report from before 1.3: none recorded
+            return None
         return self.inputs[fact].value
 
     @property

@@ -74,7 +74,8 @@ def _plan_pieces(ws, src, cls, facts):
 
     gate = GateReport({"model_path": Fact(None, "test"), "pipeline_class": Fact(None, "test"),
                        "transformer_class": Fact(cls.name.value, "test"), "pipeline_file": Fact(None, "test"),
-                       "transformer_file": Fact(str(src.path), "test")}, "__call__")
+                       "transformer_file": Fact(str(src.path), "test"), "config_file": Fact(None, "test")},
+                      "__call__")
     pf = parallel_facts(gate, ws, facts)
     cp = decide_cp(pf)
     assert cp.approach in ("hook", "hybrid", "unknown")

@@ -196,3 +196,25 @@ def test_config_flag_makes_the_model_path_optional_and_the_plan_uses_its_sizes(t
     gate = json.loads(run_cli("gate", "--transformer-file", str(src), "--config", str(BLOCKCLS / "ckpt" / "config.json"),
                               "--pipeline-class", "sample", "--pipeline-file", str(src), "--json").stdout)["gate"]
     assert gate["inputs"]["model_path"]["value"] is None and "--config" in gate["inputs"]["model_path"]["source"]
+
+
+CFGSTYLES = ROOT / "tests" / "fixtures" / "cfgstyles" / "model.py"
+
+
+def _cfg_of(tmp_path, entry: str) -> dict:
+    out = run_cli("analyze", str(CFGSTYLES), "--model-path", str(tmp_path), "--transformer-class", "DiT",
+                  "--pipeline-class", entry, "--pipeline-file", str(CFGSTYLES), "--no-cache", "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["pipeline"]
+
+
+def test_a_guidance_step_that_is_a_method_of_the_model_is_read_from_its_body(tmp_path):
+    p = _cfg_of(tmp_path, "sample")
+    assert p["has_separate_cfg"] is False and p["confidence"] == "medium"
+    assert any("DiT.forward_with_cfg" in e["why"] and "doubled" in e["why"] for e in p["evidence"])
+
+
+def test_a_sampler_given_any_model_beside_a_guidance_wrapper_is_unknown(tmp_path):
+    p = _cfg_of(tmp_path, "sample_wrapped")
+    assert p["has_separate_cfg"] is None and p["confidence"] == "unknown"
+    assert any("CFGDenoiser" in e["why"] for e in p["evidence"])

@@ -107,7 +107,8 @@ class Worker:
         return GateReport(
             inputs={"model_path": Fact(self.model_dir, "survey: empty model directory"),
                     "pipeline_class": Fact(None, NO_PIPELINE), "transformer_class": Fact(name, "survey"),
-                    "pipeline_file": Fact(None, NO_PIPELINE), "transformer_file": Fact(t_file, "survey")},
+                    "pipeline_file": Fact(None, NO_PIPELINE), "transformer_file": Fact(t_file, "survey"),
+                    "config_file": Fact(None, "survey: the class defaults")},
             pipeline_entry="__call__", notes=(NO_PIPELINE,))
 
 
