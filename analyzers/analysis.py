@@ -213,6 +213,11 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
     except Exception:
         direct = {}
     streams = stream_params(direct, loop.outputs)
+    if not streams and loop.indexed:
+        return verdict(None, f"the call site picks the stream out of the block's output (`{loop.indexed}`): no "
+                             "ForwardPattern binds a return read that way; a PatchFunctor that returns the stream "
+                             "itself is needed, or name the pattern by hand", block_file=str(b_src.path),
+                       forward=summary, notes=walk_text), walk
     if not streams:
         return verdict(False, "called in a loop, but its output does not feed the next call: not a block chain",
                        block_file=str(b_src.path), forward=summary, notes=walk_text), walk

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from integrate.resolve import External, Resolved, Unresolved, Workspace
-from integrate.source import SourceFile, dotted, find_method
-from integrate.syntax import names_read, self_attr, walk_statements
+from integrate.source import SourceFile, base_names, dotted, find_method
+from integrate.syntax import find_all, names_read, self_attr, walk_statements
 
 MODULELIST = {"torch.nn.ModuleList", "torch.nn.modules.container.ModuleList"}
 MODULEDICT = {"torch.nn.ModuleDict", "torch.nn.modules.container.ModuleDict"}
@@ -136,10 +136,20 @@ class _Builder:
 
     # -- walking __init__ and the helpers it calls -----------------------------------------
 
-    def run(self) -> list[ListDef]:
+    def run(self, depth: int = 0) -> list[ListDef]:
         init = find_method(self.cls, "__init__")
         if init is not None:
             self._scan(init, conditional=False, depth=0)
+        if depth < 4 and (init is None or _calls_super_init(init)):
+            # lists the base class builds (a model subclassing another library's, whose `layers` its parent makes)
+            for base in base_names(self.cls):
+                found = self.ws.resolve(self.src, base)
+                if isinstance(found, External) and not found.qualname.startswith("torch."):
+                    found = self.ws.follow(found)  # another library's model class: its source, read statically
+                if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef):
+                    inherited = _Builder(self.ws, found.src, found.node, self.given).run(depth + 1)
+                    for d in inherited:
+                        self.defs.setdefault(d.attr, d)
         return list(self.defs.values())
 
     def _scan(self, fn: cst.FunctionDef, conditional: bool, depth: int) -> None:
@@ -256,6 +266,17 @@ class _Builder:
                 f"`{k}={v}`" for k, v in self.init_defaults.items() if v in unique) + ")"
         return ListDef(attr, container, tuple(keys), tuple(unique.values()), length, fields, line, conditional,
                        self.src, traced)
+
+
+def _calls_super_init(init: cst.FunctionDef) -> bool:
+    """`super().__init__(...)` (or `Base.__init__(self, ...)`) in the constructor."""
+    for call in find_all(init.body, cst.Call):
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "__init__"):
+            continue
+        if isinstance(func.value, cst.Call) and dotted(func.value.func) == "super" or isinstance(func.value, cst.Name):
+            return True
+    return False
 
 
 def names_read_expr(src: SourceFile, code: str) -> set[str]:

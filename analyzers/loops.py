@@ -35,6 +35,7 @@ class Loop:
     call_stmt: cst.CSTNode | None = None
     outputs: tuple[str, ...] = ()
     arms: frozenset[tuple[int, str]] = frozenset()  # (id of an enclosing `if`, "body" | "else") it sits in
+    indexed: str | None = None  # `x = out[0]` after `out = block(...)`: the code that picks the stream
 
     def excludes(self, other: Loop) -> bool:
         """The two loops sit in different arms of one `if` / `else`: a call runs at most one of them."""
@@ -184,6 +185,12 @@ def _find_call(src: SourceFile, loop: Loop) -> None:
         if any(c is chosen for c in find_all(assign.value, cst.Call)):
             loop.outputs = tuple(n for t in assign.targets for n in target_names(t.target))
             break
+    if len(loop.outputs) == 1:  # `layer_outputs = layer(h, ...)` then `h = layer_outputs[0]`
+        for assign in find_all(loop.node.body, cst.Assign):
+            v = assign.value
+            if isinstance(v, cst.Subscript) and isinstance(v.value, cst.Name) and v.value.value == loop.outputs[0]:
+                loop.indexed = src.code(assign).strip()
+                break
 
 
 def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> tuple[ExtraOp, ...]:

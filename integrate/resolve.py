@@ -192,6 +192,20 @@ class Workspace:
             return self._resolve(other, full.rsplit(".", 1)[1], "", seen, chain)
         return External(full)
 
+    def follow(self, ext: External) -> Resolved | External:
+        """An external name read from its installed package's source (found, never imported): a class another
+        library defines (`transformers...Qwen2Model`). The name is followed only to a module file that defines it;
+        anything else stays External."""
+        module, _, name = ext.qualname.rpartition(".")
+        root = self.package_root(module.split(".")[0]) if module else None
+        path = self.module_file(root, module) if root is not None else None
+        if path is None:
+            return ext
+        src = self.load(path, root)
+        if name in src.classes:
+            return Resolved(src, name, src.classes[name], (str(path),))
+        return ext
+
     def qualname(self, src: SourceFile, expr: cst.BaseExpression) -> str | None:
         """Fully qualified dotted name of an expression like `nn.ModuleList`, from imports only."""
         name = dotted(expr)

@@ -218,3 +218,17 @@ def test_a_sampler_given_any_model_beside_a_guidance_wrapper_is_unknown(tmp_path
     p = _cfg_of(tmp_path, "sample_wrapped")
     assert p["has_separate_cfg"] is None and p["confidence"] == "unknown"
     assert any("CFGDenoiser" in e["why"] for e in p["evidence"])
+
+
+def test_a_block_list_built_by_an_installed_base_class_is_found_and_an_indexed_output_is_unknown(tmp_path):
+    """The transformer subclasses transformers' Qwen2Model: its `layers` come from the base's constructor
+    (read from the installed source, never imported). The call site reads `layer_outputs[0]`, which no
+    ForwardPattern binds: unknown, with the reason, never a guessed pattern."""
+    src = ROOT / "tests" / "fixtures" / "hflayers" / "model.py"
+    out = run_cli("analyze", str(src), "--model-path", str(tmp_path), "--transformer-class", "Dit",
+                  "--pipeline-class", "sample", "--pipeline-file", str(src), "--no-cache", "--json")
+    assert out.returncode == 0, out.stderr
+    layers = {b["attr"]: b for b in json.loads(out.stdout)["transformer"]["block_lists"]}["layers"]
+    assert layers["block_class"] == "Qwen2DecoderLayer" and layers["block_file"].endswith("modeling_qwen2.py")
+    assert layers["is_blocks"] is None and layers["forward_pattern"] is None
+    assert "layer_outputs[0]" in layers["why"]
