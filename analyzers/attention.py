@@ -276,6 +276,8 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
                     side.append(full)
         method = call.func.attr.value if isinstance(call.func, cst.Attribute) else dotted(call.func) or ""
         method = method.rsplit(".", 1)[-1]
+        qualified = ws.qualname(src, call.func) or dotted(call.func) or ""
+        einops_parts = einops_split(call, qualified)
         if method in _RESHAPES or (dotted(call.func) or "").startswith(("torch.split", "torch.chunk", "einops.")):
             used = set()
             for arg in call.args:
@@ -285,7 +287,7 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
                 isinstance(node.attrs[a], int) and not isinstance(node.attrs[a], bool))}
             for attr in sorted(sizes):
                 reading.reshape_attrs.setdefault(attr, line)
-            if method in _SPLITS or (dotted(call.func) or "") in ("torch.split", "torch.chunk"):
+            if method in _SPLITS or (dotted(call.func) or "") in ("torch.split", "torch.chunk") or einops_parts:
                 qual = dotted(call.func) or ""
                 if qual.startswith(("torch.", "einops.")) or not isinstance(call.func, cst.Attribute):
                     target = call.args[0].value if call.args else None
@@ -297,7 +299,7 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
                     src_proj = _projection(held[-1].whole, owner, modules) if held else None
                 if src_proj is not None and modules.get(src_proj) is not None and modules[src_proj].kind == "linear":
                     reading.fused.setdefault(f"{reading.path}.{src_proj}", f"`{src.code(call)[:80]}` (line {line})")
-                    if not equal_parts(call, method, qual):
+                    if not (einops_parts or equal_parts(call, method, qual)):
                         reading.unequal.add(f"{reading.path}.{src_proj}")
         # helpers called with the attention module: follow one level
         if depth < 2 and call.args and any(isinstance(a.value, cst.Name) and a.value.value == owner for a in call.args):
@@ -360,6 +362,33 @@ def _mask_after_kernel(src: SourceFile, fn: cst.FunctionDef, params: list[str], 
     for n in sorted(find_all(fn, cst.Name), key=src.line):
         if n.value in params and "mask" in n.value.lower() and src.line(n) > first and id(n) not in inside:
             return n.value, src.line(n)
+    return None
+
+
+def einops_split(call: cst.Call, qual: str) -> int | None:
+    """`rearrange(qkv, "B L (K H D) -> K B H L D", K=3, ...)`: einops cuts a fused projection into K equal
+    parts when an axis of a group on the input side, sized by an int keyword, stands alone on the output side.
+    The number of parts, or None for any other call. (The pattern is einops' language, read as text.)"""
+    if not (qual.startswith("einops") and qual.endswith("rearrange")) or len(call.args) < 2:
+        return None
+    pattern = call.args[1].value
+    if not isinstance(pattern, cst.SimpleString) or not isinstance(pattern.evaluated_value, str):
+        return None
+    left, arrow, right = pattern.evaluated_value.partition("->")
+    if not arrow:
+        return None
+    sizes = {a.keyword.value: int(a.value.value) for a in call.args
+             if a.keyword is not None and isinstance(a.value, cst.Integer)}
+    standalone, depth = [], 0
+    for token in right.replace("(", " ( ").replace(")", " ) ").split():
+        depth += 1 if token == "(" else -1 if token == ")" else 0
+        if depth == 0 and token not in ("(", ")"):
+            standalone.append(token)
+    groups = [g.split(")")[0].split() for g in left.split("(")[1:]]
+    for group in groups:
+        for axis in group:
+            if sizes.get(axis, 0) >= 2 and axis in standalone:
+                return sizes[axis]
     return None
 
 

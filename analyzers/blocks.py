@@ -140,8 +140,9 @@ class _Builder:
         init = find_method(self.cls, "__init__")
         if init is not None:
             self._scan(init, conditional=False, depth=0)
-        if depth < 4 and (init is None or _calls_super_init(init)):
-            # lists the base class builds (a model subclassing another library's, whose `layers` its parent makes)
+        if depth < 4 and not self.defs and (init is None or _calls_super_init(init)):
+            # no list of its own: the lists its base builds (a model subclassing another library's, whose `layers`
+            # the parent makes)
             for base in base_names(self.cls):
                 found = self.ws.resolve(self.src, base)
                 if isinstance(found, External) and not found.qualname.startswith("torch."):

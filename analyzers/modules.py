@@ -266,9 +266,17 @@ class _Walker:
         if not isinstance(value, cst.Call):
             return False
         found = self._class_of(value)
-        if found is None:
-            return False
         line = self.src.line(stmt)
+        if found is None:
+            name = dotted(value.func) or ""
+            if "." not in name or name.rsplit(".", 1)[1] not in _LINEAR:
+                return False
+            # `operations.Linear(...)`, a layer namespace handed to the constructor (ComfyUI's `ops`): a Linear
+            # by its name, since the namespace's value is not in the code
+            node = Node(path, name, "linear", str(self.src.path), line, conditional)
+            node.shape = self._linear_shape(value)
+            self.tree.add(node)
+            return True
         if isinstance(found, External):
             short = found.qualname.rsplit(".", 1)[-1]
             if not found.qualname.startswith("torch"):
@@ -285,16 +293,23 @@ class _Walker:
             kind = "linear" if short in _LINEAR else "library"
             node = Node(path, found.qualname, kind, str(self.src.path), line, conditional)
             if kind == "linear":
-                pos = [a for a in value.args if a.keyword is None]
-                kw = {a.keyword.value: a for a in value.args if a.keyword is not None}
-                get = lambda i, k: (kw[k].value if k in kw else pos[i].value if len(pos) > i else None)  # noqa: E731
-                node.shape = (evaluate(get(0, "in_features"), self.env, self.node.attrs),
-                              evaluate(get(1, "out_features"), self.env, self.node.attrs))
+                node.shape = self._linear_shape(value)
             elif value.args and value.args[0].keyword is None:  # norms: the normalised size
                 node.shape = (evaluate(value.args[0].value, self.env, self.node.attrs), None)
             self.tree.add(node)
             return True
         return self._internal(path, found, value, conditional, line)
+
+    def _linear_shape(self, call: cst.Call) -> tuple[Any, Any]:
+        """(in_features, out_features) of a Linear's constructor call, by position or keyword."""
+        pos = [a for a in call.args if a.keyword is None]
+        kw = {a.keyword.value: a for a in call.args if a.keyword is not None}
+
+        def get(i, k):
+            return kw[k].value if k in kw else pos[i].value if len(pos) > i else None
+
+        return (evaluate(get(0, "in_features"), self.env, self.node.attrs),
+                evaluate(get(1, "out_features"), self.env, self.node.attrs))
 
     def _internal(self, path: str, found: Resolved, call: cst.Call, conditional: bool, line: int) -> bool:
         cls = found.node

@@ -120,7 +120,11 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
         c.risks += [f"{r.why} ({r.file.rsplit('/', 1)[-1]}:{r.line})" for r in seq.root_risks]
     evidence = list(dict.fromkeys(c.evidence))  # first occurrence of each (file, line, why)
     legacy, causal, after = _legacy_masks(facts, seq, lists), _causal(facts, lists), _masks_after(facts, lists)
-    blocked = legacy + causal + after
+    direct = _direct_kernels(facts, lists)
+    blocked = legacy + causal + after + direct
+    if direct:
+        c.unknowns.append("an attention kernel is called directly, where cache-dit's context-parallel attention "
+                          "cannot reach it: see blocked_by")
     if legacy:
         c.unknowns.append("a processor sizes its mask for the key length it sees: see blocked_by")
     if after:
@@ -214,6 +218,30 @@ def _causal(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, 
                  f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): {a.causal_at.why}; cache-dit's "
                  "context-parallel attention does not run causal attention")
         for a in facts_attention(facts) if a.block_list in walked and a.causal_at is not None))
+
+
+_DISPATCH = ("dispatch_attention_fn", "_dispatch_attention_fn")  # diffusers' and cache-dit's dispatchers
+
+
+def _direct_kernels(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
+    """Attentions in a walked list whose kernel is a plain call (`F.scaled_dot_product_attention`, a repository's
+    own `attention(q, k, v)`), not diffusers' `dispatch_attention_fn`: context parallelism reaches attention only
+    through a dispatcher given the module's parallel config, so with the sequence split each rank would attend
+    within its own shard. The processor must be patched to call cache-dit's dispatcher (as cache-dit does for
+    CogVideoX), which no hook does."""
+    walked = {lf.attr for lf in lists}
+    out = []
+    for a in facts_attention(facts):
+        if a.block_list not in walked or a.kernel is None:
+            continue
+        name = a.kernel.why.split("`")[1] if a.kernel.why.count("`") >= 2 else a.kernel.why
+        if name.rsplit(".", 1)[-1] in _DISPATCH:
+            continue
+        out.append(Evidence(a.kernel.file, a.kernel.line,
+                            f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}) calls `{name}` directly: "
+                            "cache-dit's context-parallel attention is reached only through a dispatcher given the "
+                            "parallel config; patch the processor to call cache-dit's `_dispatch_attention_fn`"))
+    return tuple(dict.fromkeys(out))
 
 
 def facts_attention(facts: ParallelFacts) -> list:

@@ -232,3 +232,22 @@ def test_a_block_list_built_by_an_installed_base_class_is_found_and_an_indexed_o
     assert layers["block_class"] == "Qwen2DecoderLayer" and layers["block_file"].endswith("modeling_qwen2.py")
     assert layers["is_blocks"] is None and layers["forward_pattern"] is None
     assert "layer_outputs[0]" in layers["why"]
+
+
+def test_namespace_linears_einops_fused_qkv_and_a_plain_attention_function(tmp_path):
+    """`operations.Linear` is a Linear by its name (the layer plan had been empty while heads were divided);
+    the einops cut of `qkv` into K=3 parts is a fused QKV, so attention stays whole and no head count is
+    divided; the attention is `optimized_attention(q, k, v, ...)`, a plain call cache-dit's context-parallel
+    attention cannot reach, so CP is refused with the line instead of a hook plan that splits the sequence."""
+    src = ROOT / "tests" / "fixtures" / "comfyops" / "model.py"
+    out = run_cli("plan", str(src), "--model-path", str(tmp_path), "--transformer-class", "Model",
+                  "--pipeline-class", "sample", "--pipeline-file", str(src), "--out", str(tmp_path / "plan"),
+                  "--no-probe", "--json")
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    blocks = plan["parallelism"]["tp"]["block_lists"][0]
+    assert blocks["layer_plan"]["attn.qkv"] == "colwise(output=replicate)", blocks["layer_plan"]
+    assert blocks["layer_plan"]["attn.proj"] == "rowwise(input=replicate)"
+    assert not blocks["shard_div_attr"], blocks["shard_div_attr"]
+    blocked = plan["parallelism"]["cp"]["blocked_by"]
+    assert blocked and "optimized_attention" in blocked[0]["why"] and blocked[0]["line"] == 24

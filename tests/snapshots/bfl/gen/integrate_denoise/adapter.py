@@ -24,7 +24,7 @@ def denoise_adapter(pipe, **kwargs) -> BlockAdapter:
         transformer=transformer,
         blocks=[blocks for blocks, _ in lists],
         forward_pattern=[pattern for _, pattern in lists],
-        # the pipeline's denoising loop batches CFG in one call (confidence high)
+        # the pipeline's denoising loop batches CFG in one call (confidence medium)
         has_separate_cfg=False,
         # cache-dit's name/annotation check cannot read these blocks (see the plan's cache section)
         check_forward_pattern=False,
