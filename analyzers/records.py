@@ -14,7 +14,7 @@ from integrate.gate.records import GateReport
 
 from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
-ANALYSIS_SCHEMA_VERSION = "1.4"
+ANALYSIS_SCHEMA_VERSION = "1.5"
 
 
 @dataclass(frozen=True)
@@ -265,6 +265,7 @@ class BlockInputFact:
     token_params: tuple[str, ...] = ()  # forward parameters whose dim 1 (a per-token axis) feeds it
     # 1.4: built as `x.flatten(0, k)` in forward: its leading (grid) axes merged, the sequence at dim 0
     leading_flatten: bool = False
+    annotation: str | None = None  # 1.5: the block forward's annotation of `param` (`tuple[torch.Tensor, ...]`)
 
 
 @dataclass(frozen=True)

@@ -187,7 +187,8 @@ class _Flow:
         except Exception:
             bound = {}
         streams = {p: bound[p] for p in stream_params(bound, loop.outputs)} or dict(bl.call_site.stream_args)
-        inputs = [self.block_input(param, arg, streams, loop) for param, arg in bound.items()
+        annotated = {q.name: q.annotation for q in bl.forward.params} if bl.forward else {}
+        inputs = [self.block_input(param, arg, streams, loop, annotated.get(param)) for param, arg in bound.items()
                   if arg not in ("None", "True", "False") and param not in ("self",)]
         split_before = {v for w in earlier for v in w.streams.values()}
         fresh, after, rebuilt = set(streams), None, []
@@ -198,7 +199,8 @@ class _Flow:
         return _Walk(bl.attr, loop, end, streams, tuple(f for f, _ in inputs), tuple(p for _, p in inputs),
                      frozenset(fresh), after, tuple(rebuilt), tuple(sides), offset, last)
 
-    def block_input(self, param: str, arg: str, streams: dict[str, str], loop: Loop) -> tuple[BlockInputFact, Producer]:
+    def block_input(self, param: str, arg: str, streams: dict[str, str], loop: Loop,
+                    annotation: str | None = None) -> tuple[BlockInputFact, Producer]:
         """The block parameter `param`, passed `arg`: its role, what produced it, the forward parameters it
         derives from and the sequence lengths read on the way. A module named like a position producer makes
         an otherwise unrecognised input a position."""
@@ -214,7 +216,7 @@ class _Flow:
                               producer_at=at, producer_outputs=producer.outputs, in_loop=in_loop,
                               leading_flatten=producer.leading,
                               from_params=tuple(sorted(params)), local_length=tuple(lengths),
-                              token_params=tuple(sorted(tokens)))
+                              token_params=tuple(sorted(tokens)), annotation=annotation)
         return fact, producer
 
     # -- producers ----------------------------------------------------------------------

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import libcst as cst
 from integrate.analyzers.records import BlockStructure, ListFlowFact, ParallelFacts, SequenceFact
 
 from integrate.records import Evidence
@@ -382,12 +383,37 @@ def _split_positions(c: _Chart, i: int, lf: ListFlowFact) -> None:
             c.why(bi.producer_at, lf, f"`{bi.param}` is a tuple of {bi.producer_outputs} tensors built inline, which "
                                       "no hook can split where it is built: split each element at every block's "
                                       "input (as [B, S, D]; assumed, confirm in verify)")
+        elif (n := _tuple_members(bi.annotation)) and bi.role == "position":
+            # the block takes a tuple of tables (`freqs_cis: tuple[torch.Tensor, torch.Tensor]`): one spec each
+            c.inputs(f"{lf.attr}.*")[bi.param] = tuple(TABLE for _ in range(n))
+            c.why(bi.producer_at, lf, f"`{bi.param}` comes from {bi.producer_kind} `{bi.producer}`, which no hook can "
+                                      f"split, and the block takes it as `{bi.annotation}`: split each of its {n} "
+                                      "[S, D] tables at every block's input (layout assumed; confirm in verify)")
         else:
             c.inputs(f"{lf.attr}.*")[bi.param] = STREAM
             c.why(bi.producer_at, lf, f"`{bi.param}` comes from {bi.producer_kind} `{bi.producer}`, which no hook "
                                       "can split: split it at every block's input")
             c.risks.append(f"`{bi.param}` ({lf.attr}): split at each block; if it is a nested tuple, hooks cannot "
                            f"split it and `{bi.producer}` needs a minimal patch instead")
+
+
+def _tuple_members(annotation: str | None) -> int:
+    """`tuple[torch.Tensor, torch.Tensor] | None` -> 2: the members of a fixed-length tuple annotation, read with
+    libcst (0 for anything else, `tuple[torch.Tensor, ...]` included)."""
+    if not annotation:
+        return 0
+    try:
+        node = cst.parse_expression(annotation)
+    except (cst.ParserSyntaxError, RecursionError):
+        return 0
+    while isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitOr):
+        node = node.left if not (isinstance(node.left, cst.Name) and node.left.value == "None") else node.right
+    if not (isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and node.value.value in ("tuple", "Tuple")):
+        return 0
+    items = [el.slice.value for el in node.slice if isinstance(el.slice, cst.Index)]
+    if any(isinstance(i, cst.Ellipsis) for i in items):
+        return 0
+    return len(items) if len(items) >= 2 else 0
 
 
 # 4. cross-attention text and side modules -----------------------------------------------------------

@@ -89,3 +89,18 @@ def test_a_position_table_flattened_from_its_grid_is_split_on_dim_0_without_a_gu
     spec = cp.plan["visual_transformer_blocks.*"]["vis_rope"]
     assert (spec.split_dim, spec.expected_dims, spec.split_output) == (0, None, False)
     assert any("merges its leading axes into dim 0" in e.why for e in cp.evidence)
+
+
+def test_a_position_tuple_a_method_builds_is_split_per_element_as_the_block_annotates_it(tmp_path):
+    """HunyuanVideoFramepack builds its RoPE pair in `self._pack_history_states` (a method no hook can split)
+    and its blocks take `freqs_cis: tuple[torch.Tensor, torch.Tensor]`: each [S, D] table gets its own spec
+    (one stream spec on the tuple raised `'_ContextParallelInput' has no len()` in the CP proof). A direct
+    kernel call elsewhere (SD3's processor calls F.scaled_dot_product_attention) refuses CP with its line."""
+    from integrate.decisions.cp import TABLE
+
+    plan = _plan(tmp_path, "HunyuanVideoFramepackPipeline", "HunyuanVideoFramepackTransformer3DModel")
+    assert plan.parallelism.cp.plan["transformer_blocks.*"]["freqs_cis"] == (TABLE, TABLE)
+    sd3 = _plan(tmp_path, "StableDiffusion3Pipeline", "SD3Transformer2DModel").parallelism.cp
+    assert sd3.blocked_by and "scaled_dot_product_attention" in sd3.blocked_by[0].why
+    flux = _plan(tmp_path, "FluxPipeline", "FluxTransformer2DModel").parallelism.cp
+    assert not flux.blocked_by  # its processor goes through dispatch_attention_fn
