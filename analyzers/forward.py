@@ -272,6 +272,12 @@ def documented_ranks(src: SourceFile, fn: cst.FunctionDef) -> dict[str, tuple[in
     return {k: (len(dims), line, f"({', '.join(dims)})") for k, (dims, line) in documented_shapes(src, fn).items()}
 
 
+def is_length(dim: str) -> bool:
+    """A documented dim that names a sequence length (`seq_len`, `sequence_length`, `num_video_tokens`)."""
+    low = dim.lower()
+    return "seq" in low or low.endswith(("_len", "_length", "tokens"))
+
+
 def documented_shapes(src: SourceFile, fn: cst.FunctionDef) -> dict[str, tuple[tuple[str, ...], int]]:
     """{parameter: (the documented dims as written, line)}: `encoder_hidden_states` documented of shape
     `(batch_size, text_seq_len, num_text_layers, text_hidden_dim)` gives those four names."""

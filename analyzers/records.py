@@ -317,6 +317,8 @@ class SequenceFact:
     batch_dropped: dict[str, Evidence] = field(default_factory=dict)  # `if ids.ndim == 3: ids = ids[0]`
     annotations: dict[str, str] = field(default_factory=dict)  # forward parameter -> its annotation
     unknowns: tuple[str, ...] = ()
+    # 1.5: forward parameter -> the dims its docstring documents (`token_tags` of shape `(seq_len,)`)
+    documented: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

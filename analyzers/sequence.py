@@ -23,6 +23,7 @@ from integrate.source import SourceFile, dotted, find_method, iter_methods
 from integrate.syntax import body_of, find_all, names_read, params_of, self_member, target_names, walk_statements
 
 from .binding import CallArgs, bind
+from .forward import documented_shapes
 from .loops import Loop, find_list_uses
 from .modules import Tree
 from .patterns import stream_params
@@ -129,7 +130,8 @@ def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree
         gather_blocked=tuple(blocked), gather_blocked_unless_root=tuple(blocked_unless_root),
         masks=tuple(flow.masks()), batch_dropped=flow.batch_dropped(),
         annotations={p.name.value: src.code(p.annotation.annotation) for p in params_of(fwd)
-                     if p.annotation is not None})
+                     if p.annotation is not None},
+        documented={k: dims for k, (dims, _) in documented_shapes(src, fwd).items()})
 
 
 def _block_loops(src: SourceFile, cls: cst.ClassDef, fwd: cst.FunctionDef, tree: Tree,

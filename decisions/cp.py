@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import libcst as cst
+from integrate.analyzers.forward import is_length
 from integrate.analyzers.records import BlockStructure, ListFlowFact, ParallelFacts, SequenceFact
 
 from integrate.records import Evidence
@@ -306,7 +307,15 @@ def _position_param_split(c: _Chart, block_param: str, p: str) -> Split:
 
 
 def _split_token_inputs(c: _Chart, lf: ListFlowFact) -> None:
-    """Per-token conditioning: a block input built from a forward input whose dim 1 is read as tokens."""
+    """Per-token conditioning: a block input built from a forward input whose dim 1 is read as tokens; and one
+    built inline from forward inputs documented one value per row of the sequence (`token_tags` of shape
+    `(seq_len,)`: MiniMaxH3's AdaLN row indices), split at every block's input on dim 0."""
+    for bi in lf.inputs:
+        rows = _per_row(c.seq, bi)
+        if rows and bi.role == "other" and bi.producer_kind in ("expression", "param"):
+            c.inputs(f"{lf.attr}.*")[bi.param] = Split(split_dim=0, expected_dims=1, split_output=False)
+            c.why(bi.producer_at, lf, f"`{bi.param}` is built from {', '.join(f'`{r}`' for r in rows)}, documented "
+                                      "one value per row of the sequence: split it on dim 0 at every block's input")
     for bi in lf.inputs:
         for p in bi.token_params:
             if p not in c.split_params and bi.role != "stream":
@@ -314,6 +323,15 @@ def _split_token_inputs(c: _Chart, lf: ListFlowFact) -> None:
                 c.split_params.add(p)
                 c.why(bi.producer_at, lf, f"`{bi.param}` is built from `{p}`, whose dim 1 is read as a token axis "
                                           f"(per-token conditioning): split `{p}` at the root when it is 2-D")
+
+
+def _per_row(seq: SequenceFact, bi) -> list[str]:
+    """The forward inputs `bi` is built from, when each is documented 1-D over the sequence (`(seq_len,)`,
+    `(sequence_length,)`); [] when any of them is not (or none is documented)."""
+    dims = [seq.documented.get(p) for p in bi.from_params]
+    if not dims or any(d is None or len(d) != 1 or not is_length(d[0]) for d in dims):
+        return []
+    return list(bi.from_params)
 
 
 # 2. fresh walks -----------------------------------------------------------------------------------------
@@ -495,7 +513,7 @@ def _gather(c: _Chart, lists: list[ListFlowFact], per_module: set[str]) -> None:
         if lf.attr in per_module or not lf.mixed_after:
             continue
         key = f"{lf.attr}.{lf.last}" if lf.last is not None else _last_block(lf.attr, c.blocks.get(lf.attr))
-        c.plan[key] = GATHER
+        c.plan[key] = _block_gather(lf)
         for m in lf.mixing or ():
             c.evidence.append(Evidence(m.file, m.line, f"gather `{lf.attr}` at its last block: {m.why}"))
         if "{" in key:
@@ -510,11 +528,18 @@ def _gather(c: _Chart, lists: list[ListFlowFact], per_module: set[str]) -> None:
                                                           "sequence before it is reshaped: gather its output"))
         return
     key = f"{last.attr}.{last.last}" if last.last is not None else _last_block(last.attr, c.blocks.get(last.attr))
-    c.plan[key] = GATHER
+    c.plan[key] = _block_gather(last)
     for b in blocked:
         c.evidence.append(Evidence(b.file, b.line, f"gather at the last block: {b.why}"))
     if not seq.gather and not blocked:
         c.unknowns.append("no output module found after the last block: gathering the last block's output")
+
+
+def _block_gather(lf: ListFlowFact) -> Gather | tuple[Gather, ...]:
+    """The gather on a block's output: one per stream a block that returns several gives back (cache-dit's gather
+    hook checks the count: a single spec on a 2-tuple raises `Expected output to have 1 elements`); every stream
+    of the walk was split, so each is gathered."""
+    return GATHER if len(lf.streams) <= 1 else tuple(GATHER for _ in lf.streams)
 
 
 def _last_block(attr: str, block: BlockStructure | None) -> str:

@@ -93,8 +93,9 @@ class Gather:
     expected_dims: int
 
 
-# A hook key's value: a gather, or {parameter name or output index: a split (one per tuple element)}.
-Hook = Gather | dict[str, Split | tuple[Split, ...]]
+# A hook key's value: a gather (1.6: one per output of a module that returns a tuple, null for an output left
+# as it is), or {parameter name or output index: a split (one per tuple element)}.
+Hook = Gather | tuple[Gather | None, ...] | dict[str, Split | tuple[Split, ...]]
 
 
 @dataclass(frozen=True)

@@ -91,16 +91,39 @@ def test_a_position_table_flattened_from_its_grid_is_split_on_dim_0_without_a_gu
     assert any("merges its leading axes into dim 0" in e.why for e in cp.evidence)
 
 
-def test_a_position_tuple_a_method_builds_is_split_per_element_as_the_block_annotates_it(tmp_path):
+def test_a_position_tuple_a_method_builds_is_split_per_element_and_a_two_stream_block_gathers_both(tmp_path):
     """HunyuanVideoFramepack builds its RoPE pair in `self._pack_history_states` (a method no hook can split)
     and its blocks take `freqs_cis: tuple[torch.Tensor, torch.Tensor]`: each [S, D] table gets its own spec
     (one stream spec on the tuple raised `'_ContextParallelInput' has no len()` in the CP proof). A direct
     kernel call elsewhere (SD3's processor calls F.scaled_dot_product_attention) refuses CP with its line."""
     from integrate.decisions.cp import TABLE
 
+    from integrate.decisions.cp import GATHER
+
     plan = _plan(tmp_path, "HunyuanVideoFramepackPipeline", "HunyuanVideoFramepackTransformer3DModel")
     assert plan.parallelism.cp.plan["transformer_blocks.*"]["freqs_cis"] == (TABLE, TABLE)
+    # its single blocks return (hidden_states, encoder_hidden_states) and the output is sliced after them: the
+    # gather on the last block takes one spec per returned stream
+    assert plan.parallelism.cp.plan["single_transformer_blocks.39"] == (GATHER, GATHER)
     sd3 = _plan(tmp_path, "StableDiffusion3Pipeline", "SD3Transformer2DModel").parallelism.cp
     assert sd3.blocked_by and "scaled_dot_product_attention" in sd3.blocked_by[0].why
     flux = _plan(tmp_path, "FluxPipeline", "FluxTransformer2DModel").parallelism.cp
     assert not flux.blocked_by  # its processor goes through dispatch_attention_fn
+
+
+def test_an_index_built_from_inputs_documented_one_per_row_is_split_on_dim_0(tmp_path):
+    """MiniMaxH3 packs video, audio and text rows into one sequence and gives every block
+    `adaln_indices = timestep_indices * K + token_tags`, both documented `(seq_len,)`: one value per row, so it
+    is split with the rows (dim 0) at every block's input. Left whole, the CP proof failed at the first block
+    (9 rows against 18 indices)."""
+    import json
+
+    from integrate.decisions.records import Split
+
+    model = tmp_path / "m"
+    (model / "transformer").mkdir(parents=True)
+    (model / "transformer" / "config.json").write_text(json.dumps(
+        {"_class_name": "MiniMaxH3Transformer3DModel", "_diffusers_version": "0.42.1"}))
+    plan = api.plan(api.flags_for(str(model), no_pipeline=True, separate_cfg=False), probe=False)
+    assert plan.parallelism.cp.plan["transformer_blocks.*"]["adaln_indices"] == Split(0, 1, False)
+    assert any("documented one value per row" in e.why for e in plan.parallelism.cp.evidence)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import libcst as cst
+from integrate.analyzers.forward import is_length
 from integrate.analyzers.sequence import is_position
 from integrate.verify.tiny import TEXT_TOKENS
 
@@ -369,23 +370,18 @@ def _compared_constants(model, param: str) -> list[int]:
     return out
 
 
-def _is_length(dim: str) -> bool:
-    low = dim.lower()
-    return "seq" in low or low.endswith(("_len", "_length", "tokens"))
-
-
 def _packed(latent: str | None, shapes: dict[str, list[str]]) -> set[str]:
     """Inputs the forward's docstring documents over the latent's own sequence dim (both `(batch_size,
     sequence_length, ...)`): text packed into one sequence with the image tokens, so of the latent's length."""
     dims = shapes.get(latent or "")
-    if not dims or len(dims) < 2 or not _is_length(dims[1]):
+    if not dims or len(dims) < 2 or not is_length(dims[1]):
         return set()
     return {name for name, d in shapes.items() if name != latent and len(d) >= 2 and d[1] == dims[1]}
 
 
 def _per_token(dims: list[str] | None) -> bool:
     """Documented as `(batch_size, <a length>)`: one value per token."""
-    return bool(dims) and len(dims) == 2 and "batch" in dims[0].lower() and _is_length(dims[1])
+    return bool(dims) and len(dims) == 2 and "batch" in dims[0].lower() and is_length(dims[1])
 
 
 def _documented(name: str, dims: list[str] | None, config: dict[str, Any], s_txt: int, s_img: int) -> Slot | None:
@@ -401,7 +397,7 @@ def _documented(name: str, dims: list[str] | None, config: dict[str, Any], s_txt
             sizes.append(int(low))
         elif "batch" in low:
             sizes.append(BATCH)
-        elif "seq" in low or low.endswith(("_len", "_length", "tokens")):
+        elif is_length(d):
             sizes.append(s_txt if text or "text" in low else s_img)
         elif (size := config_size(d, config)) is not None:
             sizes.append(size)

@@ -67,10 +67,16 @@ _ENV.filters["md_text"] = md_text
 def cp_code(plan: dict[str, Any]) -> str:
     """The CP hook plan written the way a cache-dit planner spells it."""
     lines = ["_cp_plan = {"]
+    def gather(g) -> str:
+        return "None" if g is None else f"_ContextParallelOutput(gather_dim={g['gather_dim']}, " \
+                                        f"expected_dims={g['expected_dims']})"
+
     for key, value in plan.items():
+        if isinstance(value, list):  # one gather per output of a module that returns a tuple
+            lines.append(f"    {key!r}: ({', '.join(gather(g) for g in value)}),")
+            continue
         if "gather_dim" in value:
-            lines.append(f"    {key!r}: _ContextParallelOutput(gather_dim={value['gather_dim']}, "
-                         f"expected_dims={value['expected_dims']}),")
+            lines.append(f"    {key!r}: {gather(value)},")
             continue
         lines.append(f"    {key!r}: {{")
         for param, spec in value.items():
