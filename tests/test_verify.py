@@ -297,3 +297,19 @@ def test_linear_attention_and_a_q_norm_over_all_heads_shard_correctly(tmp_path):
     assert "no kernel call" in tp["reasons"]["attn1.to_out.0"]["why"]
     rc, r = _verify(plan_dir, out, "tp")
     assert rc == 0 and r["tp"]["status"] == "pass", r["tp"].get("why")
+
+
+def test_an_uneven_gather_gloo_refuses_is_skipped_as_this_machines_limit_not_passed():
+    """cache-dit's ulysses_anything gathers shards of different lengths with all_gather, which gloo refuses
+    ("ProcessGroupGloo::allgather: invalid tensor size") and NCCL takes: on this machine that variant is
+    skipped with the reason (a GPU run proves it), never an error charged to the planner, never a pass."""
+    from integrate.verify.proofs.parallel import judge
+
+    error = {"stage": "run the model", "module": "proj_out", "at": "distributed_c10d.py:1", "type": "RuntimeError",
+             "message": "ProcessGroupGloo::allgather: invalid tensor size at index 1 (expected (1, 12, 8), got "
+                        "(1, 11, 8))"}
+    proof = judge(None, [{"name": "ulysses2+anything", "ulysses": 2, "anything": True}],
+                  {"ulysses2+anything": ([{"error": error}, {"error": error}], [], ["", ""])})
+    row = proof.variants["ulysses2+anything"]
+    assert proof.status == "skipped" and row.status == "skipped"
+    assert "gloo" in row.why and "GPUs" in row.why

@@ -120,6 +120,10 @@ def _cpu_only(err: WorkerError) -> str | None:
     last = " ".join(err.trace[-4:])
     if err.type == "AssertionError" and "cpu" in last and "site-packages" in (err.at or ""):
         return f"library code refuses CPU tensors ({err.at})"
+    if err.type == "RuntimeError" and "ProcessGroupGloo::allgather: invalid tensor size" in err.message:
+        # cache-dit's uneven gather (ulysses_anything) hands all_gather shards of different lengths, which gloo
+        # refuses and NCCL takes
+        return "gloo's all_gather takes equal shards only, and this sequence is split unevenly (ulysses_anything)"
     return None
 
 
