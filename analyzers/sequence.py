@@ -131,7 +131,8 @@ def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree
         masks=tuple(flow.masks()), batch_dropped=flow.batch_dropped(),
         annotations={p.name.value: src.code(p.annotation.annotation) for p in params_of(fwd)
                      if p.annotation is not None},
-        documented={k: dims for k, (dims, _) in documented_shapes(src, fwd).items()})
+        documented={k: dims for k, (dims, _) in documented_shapes(src, fwd).items()},
+        gather_reads=tuple(gather.args) if gather else ())
 
 
 def _block_loops(src: SourceFile, cls: cst.ClassDef, fwd: cst.FunctionDef, tree: Tree,

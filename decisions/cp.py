@@ -520,6 +520,10 @@ def _gather(c: _Chart, lists: list[ListFlowFact], per_module: set[str]) -> None:
             c.unknowns.append(f"the length of `{lf.attr}` is not known statically: fill in the last index")
     last = lists[-1] if lists else seq.lists[-1]
     blocked = list(seq.gather_blocked) + ([] if c.root else list(seq.gather_blocked_unless_root))
+    rows = [r for r in seq.gather_reads if len(seq.documented.get(r) or ()) == 1 and is_length(seq.documented[r][0])]
+    if seq.gather and rows:  # `self.norm_out(hidden, temb, timestep_indices)`: the module needs every row's index
+        blocked.append(_at(seq.gather_at, seq.file, 0, f"`self.{seq.gather}` also takes {', '.join(f'`{r}`' for r in rows)}"
+                                                       ", one value per row of the whole sequence: gather before it"))
     if last.attr in per_module:
         return  # every block already gathers around its sub-modules
     if seq.gather and not blocked:

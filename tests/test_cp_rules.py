@@ -125,5 +125,9 @@ def test_an_index_built_from_inputs_documented_one_per_row_is_split_on_dim_0(tmp
     (model / "transformer" / "config.json").write_text(json.dumps(
         {"_class_name": "MiniMaxH3Transformer3DModel", "_diffusers_version": "0.42.1"}))
     plan = api.plan(api.flags_for(str(model), no_pipeline=True, separate_cfg=False), probe=False)
-    assert plan.parallelism.cp.plan["transformer_blocks.*"]["adaln_indices"] == Split(0, 1, False)
-    assert any("documented one value per row" in e.why for e in plan.parallelism.cp.evidence)
+    cp = plan.parallelism.cp
+    assert cp.plan["transformer_blocks.*"]["adaln_indices"] == Split(0, 1, False)
+    assert any("documented one value per row" in e.why for e in cp.evidence)
+    # `self.norm_out(hidden_states, temb, timestep_indices)` needs every row's index: gather before it
+    assert "norm_out" not in cp.plan and any("`self.norm_out` also takes `timestep_indices`" in e.why
+                                             for e in cp.evidence)
