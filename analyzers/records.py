@@ -319,7 +319,7 @@ class SequenceFact:
     unknowns: tuple[str, ...] = ()
     # 1.5: forward parameter -> the dims its docstring documents (`token_tags` of shape `(seq_len,)`)
     documented: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    gather_reads: tuple[str, ...] = ()  # 1.5: the names the gather module's call reads besides `self`
+    gather_reads: tuple[str, ...] = ()  # 1.5: the names the gather module's call reads (the stream among them)
 
 
 @dataclass(frozen=True)
