@@ -7,7 +7,8 @@ cache-dit does not register: the models `integrate` exists for.
 Each model gets a config-only model directory (its class defaults stand in for a real config), then the
 same steps `integrate survey --verify` runs, one model after another; a model no pipeline uses is planned
 transformer-only (`--no-pipeline`, with `--separate-cfg` as given here: no by default). Prints, per model, the fixture's
-status and source and each proof's status; then the pass counts, and the median and maximum time per model.
+status and source and each proof's status; then the pass counts (with how many were skipped, needs-code,
+failed or errored beside them), and the median and maximum time per model.
 `--registered` runs the models cache-dit does register instead (our own integration of each, as `audit` makes
 it), for the fixture target on supported models. A benchmark, not a test: it takes minutes (about half a minute per model on 2 cores, a few seconds each
 with --fixture-only).
@@ -101,7 +102,9 @@ def main() -> int:
         print(f"  fixture from {source}: {sum(r['fixture_source'] == source for r in ran)}", file=sys.stderr)
     if not args.fixture_only:
         for proof in ("cache", "cp", "tp"):
-            print(f"{proof}: {sum(r[proof] == 'pass' for r in results)} pass", file=sys.stderr)
+            counts = {s: sum(r[proof] == s for r in results) for s in ("pass", "skipped", "needs-code", "fail", "error")}
+            rest = ", ".join(f"{n} {s}" for s, n in counts.items() if n and s != "pass")
+            print(f"{proof}: {counts['pass']} pass" + (f" ({rest})" if rest else ""), file=sys.stderr)
     print(f"time per model: median {statistics.median(times):.1f} s, max {max(times):.1f} s", file=sys.stderr)
     return 0
 
