@@ -153,7 +153,8 @@ def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFi
         joins_at=Evidence(where, reading.joins[0], f"the processor joins its keys with the text's (`{reading.joins[2]}`), "
                           + ("text first" if reading.joins[1] else "text second"))
         if reading.joins else None,
-        text_first=reading.joins[1] if reading.joins else None)
+        text_first=reading.joins[1] if reading.joins else None,
+        kernel_name=reading.kernel[0] if reading.kernel else None)
 
 
 def _cross_local(reading: _Reading, where: str) -> Evidence | None:

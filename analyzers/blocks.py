@@ -13,7 +13,7 @@ import libcst as cst
 
 from integrate.resolve import External, Resolved, Unresolved, Workspace
 from integrate.source import SourceFile, base_names, dotted, find_method
-from integrate.syntax import find_all, names_read, self_attr, walk_statements
+from integrate.syntax import find_all, name_defaults, names_read, self_attr, walk_statements
 
 MODULELIST = {"torch.nn.ModuleList", "torch.nn.modules.container.ModuleList"}
 MODULEDICT = {"torch.nn.ModuleDict", "torch.nn.modules.container.ModuleDict"}
@@ -49,10 +49,8 @@ class _Builder:
         self.init_defaults: dict[str, str] = {}  # `block_cls=FooBlock`: a parameter whose default is a name
         if init is not None:
             p = init.params
-            every = (*p.posonly_params, *p.params, *p.kwonly_params)
-            self.init_params = {x.name.value for x in every}
-            self.init_defaults = {x.name.value: dotted(x.default) for x in every
-                                  if x.default is not None and dotted(x.default) not in (None, "None")}
+            self.init_params = {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)}
+            self.init_defaults = name_defaults(init)
         self.local_lists: dict[str, tuple[list, str | None]] = {}  # name -> (element calls, length)
         self.defs: dict[str, ListDef] = {}
 

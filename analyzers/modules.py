@@ -17,6 +17,7 @@ import libcst as cst
 
 from integrate.resolve import External, Resolved, Workspace
 from integrate.source import SourceFile, base_names, dotted, find_method
+from integrate.syntax import name_defaults
 
 from .values import UNKNOWN, evaluate, is_known
 
@@ -140,8 +141,7 @@ def _walk_class(ws: Workspace, tree: Tree, node: Node, src: SourceFile, cls: cst
             env[name] = evaluate(p.default, {}, {}) if p.default is not None else UNKNOWN
     node.params = {k: v for k, v in env.items() if k in params and k != "self"}
     # `block_cls=JointBlock`: a parameter, not given, that defaults to a name is that class where it is called
-    classes = {p.name.value: dotted(p.default) for p in (*init.params.params, *init.params.kwonly_params)
-               if p.name.value not in args and p.default is not None and dotted(p.default) not in (None, "None")}
+    classes = {k: v for k, v in name_defaults(init).items() if k not in args}
     _Walker(ws, tree, node, i_src, env, depth, classes).block(init.body.body, conditional=False)
 
 

@@ -209,6 +209,7 @@ class AttentionFact:
     # order (None: not read)
     joins_at: Evidence | None = None
     text_first: bool | None = None
+    kernel_name: str | None = None  # 1.5: the kernel call's callee as written (`F.scaled_dot_product_attention`)
 
 
 @dataclass(frozen=True)

@@ -234,10 +234,8 @@ def _direct_kernels(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Ev
     walked = {lf.attr for lf in lists}
     out = []
     for a in facts_attention(facts):
-        if a.block_list not in walked or a.kernel is None:
-            continue
-        name = a.kernel.why.split("`")[1] if a.kernel.why.count("`") >= 2 else a.kernel.why
-        if name.rsplit(".", 1)[-1] in _DISPATCH:
+        name = a.kernel_name
+        if a.block_list not in walked or a.kernel is None or not name or name.rsplit(".", 1)[-1] in _DISPATCH:
             continue
         out.append(Evidence(a.kernel.file, a.kernel.line,
                             f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}) calls `{name}` directly: "
@@ -326,12 +324,16 @@ def _split_token_inputs(c: _Chart, lf: ListFlowFact) -> None:
 
 
 def _per_row(seq: SequenceFact, bi) -> list[str]:
-    """The forward inputs `bi` is built from, when each is documented 1-D over the sequence (`(seq_len,)`,
-    `(sequence_length,)`); [] when any of them is not (or none is documented)."""
-    dims = [seq.documented.get(p) for p in bi.from_params]
-    if not dims or any(d is None or len(d) != 1 or not is_length(d[0]) for d in dims):
-        return []
-    return list(bi.from_params)
+    """The forward inputs `bi` is built from, when each is documented one value per row; [] when any of them is
+    not (or it is built from none)."""
+    rows = list(bi.from_params)
+    return rows if rows and all(_one_per_row(seq, p) for p in rows) else []
+
+
+def _one_per_row(seq: SequenceFact, param: str) -> bool:
+    """Forward's docstring documents `param` 1-D over the sequence: `(seq_len,)`, `(sequence_length,)`."""
+    dims = seq.documented.get(param)
+    return bool(dims) and len(dims) == 1 and is_length(dims[0])
 
 
 # 2. fresh walks -----------------------------------------------------------------------------------------
@@ -520,7 +522,7 @@ def _gather(c: _Chart, lists: list[ListFlowFact], per_module: set[str]) -> None:
             c.unknowns.append(f"the length of `{lf.attr}` is not known statically: fill in the last index")
     last = lists[-1] if lists else seq.lists[-1]
     blocked = list(seq.gather_blocked) + ([] if c.root else list(seq.gather_blocked_unless_root))
-    rows = [r for r in seq.gather_reads if len(seq.documented.get(r) or ()) == 1 and is_length(seq.documented[r][0])]
+    rows = [r for r in seq.gather_reads if _one_per_row(seq, r)]
     if seq.gather and rows:  # `self.norm_out(hidden, temb, timestep_indices)`: the module needs every row's index
         blocked.append(_at(seq.gather_at, seq.file, 0, f"`self.{seq.gather}` also takes {', '.join(f'`{r}`' for r in rows)}"
                                                        ", one value per row of the whole sequence: gather before it"))

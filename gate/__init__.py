@@ -75,7 +75,8 @@ def run_gate(flags: GateFlags, workspace: Workspace) -> GateReport:
     _no_pipeline(flags, facts)
 
     if flags.config_file:
-        _read_config(Path(flags.config_file), facts, "flag --config", f"--config {Path(flags.config_file).name}")
+        _read_config(Path(flags.config_file), facts, "flag --config", f"--config {Path(flags.config_file).name}",
+                     notes)
     model_dir = Path(flags.model_path) if flags.model_path else None
     library = {"pipeline": None, "transformer": None}
     if model_dir is None and flags.config_file:
@@ -115,19 +116,27 @@ def run_gate(flags: GateFlags, workspace: Workspace) -> GateReport:
                       block_classes=tuple(flags.block_classes))
 
 
-def _read_config(path: Path, facts: dict[str, Fact], source: str, label: str) -> dict:
-    """The transformer's config at `path` (checked as data); its `_class_name` must agree with the class."""
-    if not path.is_file():
-        raise InputError(f"{path}: no such file (--config names the transformer's config.json)")
-    config = _read_json(path)
+def _read_config(path: Path, facts: dict[str, Fact], source: str, label: str, notes: list[str],
+                 config: dict | None = None) -> tuple[dict, bool]:
+    """The transformer's config at `path` (`config`: already read from it), checked as data, and whether it is the
+    one the gate takes: the first read is (its `_class_name` must agree with the class); a later one is not, and
+    `notes` say which was read."""
+    if config is None:
+        if not path.is_file():
+            raise InputError(f"{path}: no such file (--config names the transformer's config.json)")
+        config = _read_json(path)
     jsonfile.check_config(path, config)
     cls = config.get("_class_name")
     if cls is not None and not isinstance(cls, str):
         raise InputError(f"{path}: _class_name must be a string")
-    facts.setdefault("config_file", Fact(str(path.resolve()), source))
-    if cls and facts["config_file"].value == str(path.resolve()):
+    here = str(path.resolve())
+    taken = facts.setdefault("config_file", Fact(here, source))
+    if taken.value != here:
+        notes.append(f"--config {taken.value} is read, not {path}")
+        return config, False
+    if cls:
         _agree(facts, "transformer_class", cls, f"{label}:_class_name")
-    return config
+    return config, True
 
 
 def _read_model_dir(model_dir: Path, facts: dict[str, Fact], library: dict, notes: list[str]) -> None:
@@ -138,12 +147,9 @@ def _read_model_dir(model_dir: Path, facts: dict[str, Fact], library: dict, note
         # a reference repository's checkpoint: the transformer's config at the folder's root, naming its class
         config = _read_json(root_config)
         if isinstance(config.get("_class_name"), str):
-            given = facts.get("config_file")
-            _read_config(root_config, facts, "config.json at the model folder's root (it names the transformer "
-                                              "class)", "config.json")
-            if given is not None and given.value != str(root_config.resolve()):
-                notes.append(f"--config {given.value} is read, not {root_config}")
-            elif "_diffusers_version" in config:
+            _, taken = _read_config(root_config, facts, "config.json at the model folder's root (it names the "
+                                    "transformer class)", "config.json", notes, config)
+            if taken and "_diffusers_version" in config:
                 library["transformer"] = "diffusers"
             return
         notes.append(f"{root_config} does not name a transformer class (`_class_name`): not read as its config")
@@ -181,12 +187,9 @@ def _read_model_dir(model_dir: Path, facts: dict[str, Fact], library: dict, note
             notes.append(f"{index_path.name} has no _diffusers_version: the pipeline file must come from a flag")
 
     if config_path.is_file():
-        given = facts.get("config_file")
-        config = _read_config(config_path, facts, "the model folder's transformer/config.json",
-                              "transformer/config.json")
-        if given is not None and given.value != str(config_path.resolve()):
-            notes.append(f"--config {given.value} is read, not {config_path}")
-        elif config.get("_class_name") and library["transformer"] is None and "_diffusers_version" in config:
+        config, taken = _read_config(config_path, facts, "the model folder's transformer/config.json",
+                                     "transformer/config.json", notes)
+        if taken and config.get("_class_name") and library["transformer"] is None and "_diffusers_version" in config:
             library["transformer"] = "diffusers"
 
 

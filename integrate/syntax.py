@@ -241,6 +241,18 @@ def self_member(expr: cst.BaseExpression | None) -> str | None:
     return name[len("self."):] if name is not None and name.startswith("self.") else None
 
 
+def name_defaults(fn: cst.FunctionDef) -> dict[str, str]:
+    """{parameter: its default as a dotted name} for each parameter whose default is a name other than None
+    (`block_cls=JointBlock`): a class the function builds under the parameter's name unless told otherwise."""
+    p = fn.params
+    out = {}
+    for param in (*p.posonly_params, *p.params, *p.kwonly_params):
+        name = dotted(param.default) if param.default is not None else None
+        if name not in (None, "None"):
+            out[param.name.value] = name
+    return out
+
+
 def params_of(fn: cst.FunctionDef) -> list[cst.Param]:
     p = fn.params
     return [*p.posonly_params, *p.params, *p.kwonly_params] + (

@@ -150,7 +150,8 @@ def _guarded_by(src, fn: cst.FunctionDef, call: cst.Call, path: str) -> bool:
     """The call sits in the body of an `if` whose test reads `self.<path>`."""
     line = src.line(call)
     for test in find_all(fn, cst.If):
-        if f"self.{path}" in src.code(test.test) and src.line(test.body) <= line <= src.last_line(test.body):
+        reads = any(self_member(a) == path for a in find_all(test.test, cst.Attribute))
+        if reads and src.line(test.body) <= line <= src.last_line(test.body):
             return True
     return False
 
@@ -188,8 +189,9 @@ def intake(module, param: str, depth: int = 0) -> tuple[str, dict[str, Any], str
     if depth > 4:
         return None
     for path, at, _line in consumers(module, param):  # a consumer without weights (RoPE) says nothing
-        sub = getattr(module, path) if getattr(module, path, _MISSING) is None else module.get_submodule(path)
-        if sub is None:
+        try:
+            sub = module.get_submodule(path)
+        except AttributeError:  # consumers() yields such a path only for `self.<path> = None`
             return "absent", {}, path
         leaf = _leaf_intake(sub)
         if leaf is not None:
@@ -348,13 +350,9 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
 def _compared_constants(model, param: str) -> list[int]:
     """The int values forward compares `param` with (`indicator == LLM_TOKEN_INDICATOR`), read with libcst; a
     name is looked up in the model's own module. [] when it is compared with nothing of the kind."""
-    import sys
-
-    found = _class_node(type(model))
-    fn = find_method(found[1], "forward") if found is not None else None
+    _, fn = _forward_of(model)
     if fn is None:
         return []
-    module = sys.modules.get(type(model).__module__)
     out: list[int] = []
     for comp in find_all(fn, cst.Comparison):
         if not (isinstance(comp.left, cst.Name) and comp.left.value == param) or len(comp.comparisons) != 1:
@@ -362,12 +360,27 @@ def _compared_constants(model, param: str) -> list[int]:
         target = comp.comparisons[0]
         if not isinstance(target.operator, cst.Equal):
             continue
-        value = target.comparator
-        got = (int(value.value) if isinstance(value, cst.Integer) else
-               getattr(module, value.value, None) if isinstance(value, cst.Name) else None)
-        if isinstance(got, int) and not isinstance(got, bool) and got not in out:
+        got = _int_constant(model, target.comparator)
+        if got is not None and got not in out:
             out.append(got)
     return out
+
+
+def _forward_of(model):
+    """(source, forward's FunctionDef) of the model's class, read with libcst; (None, None) when not found."""
+    found = _class_node(type(model))
+    fn = find_method(found[1], "forward") if found is not None else None
+    return (found[0], fn) if fn is not None else (None, None)
+
+
+def _int_constant(model, node: cst.BaseExpression) -> int | None:
+    """An int literal, or a name bound to an int in the model's own module (`FRACTAL_BLOCK_SIZE`)."""
+    import sys
+
+    if isinstance(node, cst.Integer):
+        return int(node.value)
+    got = getattr(sys.modules.get(type(model).__module__), node.value, None) if isinstance(node, cst.Name) else None
+    return got if isinstance(got, int) and not isinstance(got, bool) else None
 
 
 def _packed(latent: str | None, shapes: dict[str, list[str]]) -> set[str]:
@@ -532,7 +545,6 @@ def _latent(model, config, name: str, dims: int | None,
             documented: list[str] | None = None) -> tuple[Slot, tuple[int, ...] | None]:
     taken = intake(model, name)
     p, pt = _patch(config)
-    side, guard = _grid_side(model)
     if taken is None:
         return Slot(name, None, "", f"no module consuming `{name}` was found in forward"), None
     kind, facts, path = taken
@@ -563,6 +575,7 @@ def _latent(model, config, name: str, dims: int | None,
         if not isinstance(channels, int):
             return Slot(name, None, "", f"a {dims}-D latent patchified in forward, but no `in_channels` in config "
                         f"and `{path}`'s width {facts['width']} is not a whole number of patches"), None
+        side, guard = _grid_side(model)
         spatial = ([2 * pt] if dims == 5 else []) + [side * p, side * p]
         grid = tuple([2] if dims == 5 else [1]) + (side, side)
         last = _channels_last(documented, dims)
@@ -579,13 +592,10 @@ def _grid_side(model) -> tuple[int, int | None]:
     forward's that raises is 0 for (a sparse attention's block size: `if height % 8: raise ...`), with the
     line of the first such test. N is an int literal or a module-level int; sides above 16 are not taken."""
     import math
-    import sys
 
-    found = _class_node(type(model))
-    fn = find_method(found[1], "forward") if found is not None else None
+    src, fn = _forward_of(model)
     if fn is None:
         return 4, None
-    module = sys.modules.get(type(model).__module__)
     side, line = 4, None
     for test in find_all(fn, cst.If):
         if not find_all(test.body, cst.Raise):
@@ -593,12 +603,10 @@ def _grid_side(model) -> tuple[int, int | None]:
         for op in find_all(test.test, cst.BinaryOperation):
             if not isinstance(op.operator, cst.Modulo):
                 continue
-            right = op.right
-            n = (int(right.value) if isinstance(right, cst.Integer) else
-                 getattr(module, right.value, None) if isinstance(right, cst.Name) else None)
-            if isinstance(n, int) and not isinstance(n, bool) and 0 < n and math.lcm(side, n) <= 16:
+            n = _int_constant(model, op.right)
+            if n is not None and 0 < n and math.lcm(side, n) <= 16:
                 side = math.lcm(side, n)
-                line = line or found[0].line(test)
+                line = line or src.line(test)
     return side, line
 
 
