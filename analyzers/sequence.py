@@ -542,10 +542,14 @@ class _Flow:
                     p = self.classify(inner, ln, names, "<return>")
                     if p.kind == "module":
                         candidate = p
+                        for kind, ev in self._cut_into(inner, current, last, ln, streams):
+                            (blocked if kind == "global" else blocked_unless_root).append(ev)
                 break
             p = self.classify(value, ln, names, names[0] if names else "")
             if p.kind == "module":
                 candidate = p
+                for kind, ev in self._cut_into(value, current, last, ln, streams):
+                    (blocked if kind == "global" else blocked_unless_root).append(ev)
                 current = set(names)
                 continue
             inner = self._module_inside(value, current, ln, names)
@@ -599,6 +603,9 @@ class _Flow:
                        and isinstance(a.value, cst.Name) and a.value.value in streams]
         if not bounds and attrs_shape:
             return "local", risks
+        if not bounds and any(_cuts_sequence(sub) for sub in find_all(value, cst.Subscript)
+                              if isinstance(sub.value, cst.Name) and sub.value.value in streams):
+            return "global", risks  # `h[:, 1:]`: a fixed position of the whole sequence, not of a rank's chunk
         kinds = set()
         for name in bounds:
             defs = self.defs_before(name, line)
@@ -623,6 +630,19 @@ class _Flow:
         if "global" in kinds:
             return "global", risks
         return ("lengths read before the loop" if "lengths read before the loop" in kinds else "local"), risks
+
+    def _cut_into(self, call, current: set[str], last: _Walk, line: int,
+                  streams: set[str]) -> list[tuple[str, Evidence]]:
+        """The cuts of the sequence inside the gather candidate's own arguments (`self.proj_out(h[:, 1:])`): made
+        on a rank's chunk before the module, they are blocked exactly as a cut on a line of their own."""
+        out: list[tuple[str, Evidence]] = []
+        for sub in find_all(call, cst.Subscript):
+            if isinstance(sub.value, cst.Name) and sub.value.value in current and _cuts_sequence(sub):
+                kind, _ = self.cut_kind(sub, last, line, streams | current)
+                if kind != "local":
+                    out.append((kind, Evidence(str(self.src.path), line, f"`{self.src.code(sub)[:70]}` slices the "
+                                               f"sequence after the last block, inside the output module's call ({kind})")))
+        return out
 
     def _module_inside(self, value, current: set[str], line: int, names: list[str]) -> Producer | None:
         """`(self.norm_out(h.float()) * (1 + scale) + shift).type_as(h)`: an element-wise wrap of one module."""
@@ -745,6 +765,19 @@ class _Flow:
                     out.append(MaskFact(n, "forward", mask_kind(value),
                                         Evidence(path, ln, f"`{n} = {self.src.code(value)[:60]}`")))
         return out
+
+
+def _cuts_sequence(sub: cst.Subscript) -> bool:
+    """Whether a subscript of a [B, S, D] stream cuts its sequence axis (dim 1): `h[:, 1:]`, `h[:, 0]`, `h[:, :n]`;
+    `h[..., :c]` and `h[:, :, :c]` cut the channels, `h[0]` the batch. An element after an ellipsis counts from the
+    end and is not read as the sequence."""
+    elements = list(sub.slice)
+    if len(elements) < 2 or any(isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Ellipsis)
+                                for e in elements[:2]):
+        return False
+    second = elements[1].slice
+    full = isinstance(second, cst.Slice) and second.lower is None and second.upper is None and second.step is None
+    return not full and not (isinstance(second, cst.Index) and dotted(second.value) == "None")
 
 
 def _joined(value: cst.BaseExpression) -> list[str]:

@@ -18,7 +18,7 @@ from integrate import __version__
 from integrate.records import Evidence
 
 from .alternatives import alternatives
-from .cp import decide_cp
+from .cp import decide_cp, with_cache
 from .encoders import decide_tep, decide_vaep
 from .phases import phases
 from .records import (
@@ -81,7 +81,7 @@ def make_plan(analysis: Analysis, crosscheck: CrossCheck) -> Plan:
         has_separate_cfg=analysis.pipeline.has_separate_cfg,
         cfg_confidence=analysis.pipeline.confidence,
     )
-    cp = decide_cp(facts)
+    cp = with_cache(decide_cp(facts), {bl.attr for bl in cached})
     model = PlanModel(
         model_path=gate.value("model_path"),
         pipeline_class=gate.value("pipeline_class"),

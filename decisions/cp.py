@@ -21,6 +21,7 @@ evidence:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -539,6 +540,21 @@ def _gather(c: _Chart, lists: list[ListFlowFact], per_module: set[str]) -> None:
         c.evidence.append(Evidence(b.file, b.line, f"gather at the last block: {b.why}"))
     if not seq.gather and not blocked:
         c.unknowns.append("no output module found after the last block: gathering the last block's output")
+
+
+def with_cache(cp: CpPlan, cached: set[str]) -> CpPlan:
+    """The plan beside caching: a gather on the last block of a list the adapter caches puts the whole sequence
+    out of that block, and cache-dit's cached blocks take the residual of their middle blocks (those between
+    the first `Fn_compute_blocks` and the last `Bn_compute_blocks`) against the chunk the rank started with;
+    the last block must then be one of the last `Bn` (`Bn_compute_blocks >= 1`), computed after the residual."""
+    keys = [k for k, hook in cp.plan.items() if not isinstance(hook, dict) and k.rpartition(".")[0] in cached
+            and (k.rpartition(".")[2].isdigit() or k.rpartition(".")[2] == "{n-1}")]
+    if not keys:
+        return cp
+    risk = (f"with caching on as well, run with `Bn_compute_blocks >= 1` (`--Bn 1`): the gather on "
+            f"{', '.join(f'`{k}`' for k in keys)} hands the whole sequence out of a cached list's last block, and "
+            "cache-dit subtracts the rank's chunk from a middle block's output (its `call_Mn_blocks` residual)")
+    return dataclasses.replace(cp, cache_bn_min=1, risks=cp.risks + (risk,))
 
 
 def _block_gather(lf: ListFlowFact) -> Gather | tuple[Gather, ...]:

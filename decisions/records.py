@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.6"
+PLAN_SCHEMA_VERSION = "1.7"
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,9 @@ class CpPlan:
     # 1.5: why ring attention is not planned (a mask reaches attention and cache-dit's ring takes none): the
     # processors' lines and cache-dit's own check; empty when ring may run
     ring_blocked_by: tuple[Evidence, ...] = ()
+    # 1.7: with caching on as well, the fewest `Bn_compute_blocks` this plan runs with: 1 when a gather sits on
+    # the last block of a cached list (cache-dit takes a middle block's residual against the rank's chunk)
+    cache_bn_min: int = 0
 
 
 # -- tensor parallelism ----------------------------------------------------------------------------

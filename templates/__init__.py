@@ -412,7 +412,7 @@ def _package(b: _Build, adapter: dict, cp_cls: str | None, tp_cls: str | None, t
     vae = plan.vae
     if not b.m.no_pipeline:  # the matrix runs the example through cache-dit's generate CLI
         b.extra["test_matrix.sh"] = _render(
-            "test_matrix.sh.j2", import_name=import_name, uaa=uaa, tep=bool(plan.text_encoders),
+            "test_matrix.sh.j2", import_name=import_name, uaa=uaa, tep=bool(plan.text_encoders), bn=cp.cache_bn_min,
             ring=not cp.mask_reorder.needed and not cp.ring_blocked_by, vaep=bool(vae and vae.supported),
             ext="mp4" if task in ("T2V", "I2V") else "png",
             inputs=list(plan.example_inputs) if "example" in b.registered else [],

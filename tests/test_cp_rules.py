@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
 from conftest import make_model_dir
 
 from integrate import api
@@ -131,3 +135,60 @@ def test_an_index_built_from_inputs_documented_one_per_row_is_split_on_dim_0(tmp
     # `self.norm_out(hidden_states, temb, timestep_indices)` needs every row's index: gather before it
     assert "norm_out" not in cp.plan and any("`self.norm_out` also takes `timestep_indices`" in e.why
                                              for e in cp.evidence)
+
+
+def _transformer_only(tmp_path, transformer: str):
+    folder = tmp_path / transformer / "transformer"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"_class_name": transformer, "_diffusers_version": "0.42.1"}))
+    flags = api.flags_for(str(folder.parent), no_pipeline=True, separate_cfg=False)
+    return api.plan(flags, probe=False)
+
+
+@pytest.mark.parametrize("transformer, cut, line", [
+    # `self.proj_out(hidden_states[:, 1:])`: the timestep token forward prepended, dropped inside the call
+    ("MiniMaxMusic3Transformer1DModel", "hidden_states[:, 1:]", "inside the output module's call"),
+    # `x = x[:, self.config.num_memory_tokens :]` on a line of its own, a config attribute as the bound
+    ("StableAudio3DiTModel", "x[:, self.config.num_memory_tokens :]", "after the last block"),
+])
+def test_a_cut_at_a_fixed_position_after_the_blocks_moves_the_gather_to_the_last_block(tmp_path, transformer, cut,
+                                                                                       line):
+    """A slice of the sequence by a fixed position (the first token, the memory tokens) done on a rank's chunk
+    drops that rank's own first tokens: rank 1 lost one of its image tokens and the output came back one short
+    (23 of 24). The gather moves to the last block, before the cut, and with it the cached CP run needs the last
+    block among the last `Bn` (a gathered output minus the chunk the rank started with)."""
+    cp = _transformer_only(tmp_path, transformer).parallelism.cp
+    gathers = [k for k, v in cp.plan.items() if not isinstance(v, dict)]
+    assert len(gathers) == 1 and gathers[0].startswith("transformer_blocks.") and "proj_out" not in cp.plan
+    why = [e.why for e in cp.evidence if e.why.startswith("gather at the last block")]
+    assert any(f"`{cut}`" in w and line in w and "(global)" in w for w in why), why
+    assert cp.cache_bn_min == 1 and any("`Bn_compute_blocks >= 1`" in r and gathers[0] in r for r in cp.risks)
+
+
+def test_an_output_module_called_on_the_whole_stream_keeps_its_gather_and_the_cache_keeps_bn_0(tmp_path):
+    """Flux's `self.proj_out(hidden_states)` takes the stream as it comes out of the norm: the gather stays on
+    `proj_out`, outside every cached list, and nothing is asked of `Bn_compute_blocks`."""
+    cp = _plan(tmp_path, "FluxPipeline", "FluxTransformer2DModel").parallelism.cp
+    assert "proj_out" in cp.plan and cp.cache_bn_min == 0
+    assert not any("Bn_compute_blocks" in r for r in cp.risks)
+
+
+def test_an_uneven_sequence_is_proved_with_ulysses_anything_over_gloo(tmp_path):
+    """MiniMaxMusic3's blocks see 25 tokens (24 frames and a timestep token): Ulysses 2 refuses the odd length,
+    and the proof runs again with cache-dit's Ulysses-anything, whose gathers give each rank its own length
+    (gloo has no uneven all_gather; verify's worker pads each shard to the longest and trims it back, what NCCL
+    gives). With the gather on the last block, before the `[:, 1:]` cut, and the cache run at `Bn_compute_blocks`
+    1, every Ulysses variant agrees with the 1-process run."""
+    from integrate.records import to_json
+
+    plan_dir, out = tmp_path / "plan", tmp_path / "out"
+    api.write_plan(_transformer_only(tmp_path, "MiniMaxMusic3Transformer1DModel"), plan_dir)
+    api.approve(plan_dir, "test")
+    api.generate(plan_dir, out=out)
+    test_file = Path(__file__).parent / "fixtures" / "modeltest" / "test_models_transformer_minimax_music3.py"
+    report = to_json(api.verify(plan_dir, out, proofs=("cp",), fixture_from=test_file, trust_code=True))
+    variants = report["cp"]["variants"]
+    assert variants["ulysses2"]["status"] == "skipped" and "does not divide by 2" in variants["ulysses2"]["why"]
+    assert variants["ulysses2+anything"]["status"] == "pass", variants["ulysses2+anything"]
+    assert variants["ulysses2+cache+anything"]["status"] == "pass", variants["ulysses2+cache+anything"]
+    assert report["cp"]["status"] == "pass"

@@ -560,10 +560,10 @@ def _cpu_mesh() -> None:
     TensorParallelismPlanner.mesh = mesh
 
 
-def _cache_config(threshold: float, steps: int, warmup: int):
+def _cache_config(threshold: float, steps: int, warmup: int, bn: int = 0):
     from cache_dit import DBCacheConfig
 
-    return DBCacheConfig(Fn_compute_blocks=1, Bn_compute_blocks=0, residual_diff_threshold=threshold,
+    return DBCacheConfig(Fn_compute_blocks=1, Bn_compute_blocks=bn, residual_diff_threshold=threshold,
                          max_warmup_steps=warmup, warmup_interval=1, max_cached_steps=-1,
                          max_continuous_cached_steps=-1, num_inference_steps=steps)
 
@@ -600,6 +600,7 @@ def run(job: dict) -> dict:
         import torch.distributed as dist
 
         dist.init_process_group("gloo", timeout=timedelta(seconds=job.get("timeout", 120)))
+        _uneven_all_gather(dist)
     arrays: dict[str, np.ndarray] = {}
     for variant in job["variants"]:
         key = variant["name"]
@@ -670,6 +671,29 @@ def run(job: dict) -> dict:
     return report
 
 
+def _uneven_all_gather(dist) -> None:
+    """`all_gather` into outputs of different sizes, which gloo refuses and NCCL accepts: cache-dit's
+    Ulysses-anything gathers one shard per rank, of the rank's own length. Each rank's shard is padded to
+    the largest output, gathered evenly, and each output keeps its own leading slice, so every rank ends
+    with exactly the tensors NCCL would give it. Even gathers go straight through."""
+    even = dist.all_gather
+
+    def all_gather(tensor_list, tensor, group=None, async_op=False):
+        shapes = {tuple(t.shape) for t in tensor_list} | {tuple(tensor.shape)}
+        if len(shapes) == 1 or async_op:
+            return even(tensor_list, tensor, group=group, async_op=async_op)
+        big = [max(s[d] for s in shapes) for d in range(tensor.dim())]
+        padded = tensor.new_zeros(big)
+        padded[tuple(slice(0, n) for n in tensor.shape)] = tensor
+        slots = [tensor.new_empty(big) for _ in tensor_list]
+        even(slots, padded.contiguous(), group=group)
+        for out, got in zip(tensor_list, slots):
+            out.copy_(got[tuple(slice(0, n) for n in out.shape)])
+        return None
+
+    dist.all_gather = all_gather  # the module attribute cache-dit's `dist.all_gather(...)` looks up
+
+
 def _setup_cache(model, rec: dict, fx, recorder, arrays, key) -> int:
     """The adapter (and its PatchFunctor) applied, block contracts observed on a plain forward, then
     caching enabled with a threshold of 0 (nothing cached). Returns the calls per step (2 with CFG)."""
@@ -733,7 +757,9 @@ def _setup_parallel(model, variant: dict, fx) -> None:
         from cache_dit.caching.block_adapters.block_registers import BlockAdapterRegister
 
         adapter = BlockAdapterRegister.get_adapter(model)
-        cache_dit.enable_cache(adapter, cache_config=_cache_config(0.0, fx.STEPS, fx.STEPS), parallelism_config=pc)
+        # `bn`: the plan's `cache_bn_min` (a gather on a cached list's last block keeps that block among the last)
+        config = _cache_config(0.0, fx.STEPS, fx.STEPS, variant.get("bn", 0))
+        cache_dit.enable_cache(adapter, cache_config=config, parallelism_config=pc)
     else:
         cache_dit.enable_cache(model, parallelism_config=pc)
 

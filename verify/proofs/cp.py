@@ -33,7 +33,7 @@ def variants(plan: Plan) -> list[dict]:
     two = cp.ulysses_anything.get("2")
     anything = bool(two and two.needed)
     out = [{"name": "ulysses2", "ulysses": 2, "anything": anything},
-           {"name": "ulysses2+cache", "ulysses": 2, "anything": anything, "cache": True}]
+           {"name": "ulysses2+cache", "ulysses": 2, "anything": anything, "cache": True, "bn": cp.cache_bn_min}]
     if not cp.mask_reorder.needed and not cp.ring_blocked_by:  # ring takes no mask in cache-dit
         out.append({"name": "ring2", "ring": 2})
     return out

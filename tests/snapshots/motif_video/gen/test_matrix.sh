@@ -14,6 +14,7 @@ check() { cache-dit-metrics psnr ssim -i1 "$OUT/base.mp4" -i2 "$OUT/$1"; }
 run1 --save-path "$OUT/base.mp4"
 run1 --cache --summary --save-path "$OUT/cache.mp4" && check cache.mp4
 run2 --parallel ulysses --save-path "$OUT/cp2.mp4" && check cp2.mp4
+run2 --parallel ulysses --cache --save-path "$OUT/cp2_cache.mp4" && check cp2_cache.mp4
 run2 --parallel tp --save-path "$OUT/tp2.mp4" && check tp2.mp4
 run2 --parallel tp --parallel-text --save-path "$OUT/tp2_tep2.mp4" && check tp2_tep2.mp4
 # --parallel-vae and --parallel-text act only beside a --parallel type

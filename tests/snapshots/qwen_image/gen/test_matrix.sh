@@ -14,6 +14,7 @@ check() { cache-dit-metrics psnr ssim -i1 "$OUT/base.png" -i2 "$OUT/$1"; }
 run1 --save-path "$OUT/base.png"
 run1 --cache --summary --save-path "$OUT/cache.png" && check cache.png
 run2 --parallel ulysses --save-path "$OUT/cp2.png" && check cp2.png
+run2 --parallel ulysses --cache --save-path "$OUT/cp2_cache.png" && check cp2_cache.png
 run2 --parallel tp --save-path "$OUT/tp2.png" && check tp2.png
 # cache-dit takes the degrees from the process count: Ulysses 2 x TP 2 needs 4 processes
 torchrun --nproc_per_node=4 -m integrate_qwen_image qwen_image --parallel ulysses_tp --save-path "$OUT/ulysses2_tp2.png" && check ulysses2_tp2.png
