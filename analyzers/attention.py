@@ -48,6 +48,7 @@ class _Reading:
     mask_line: int | None = None
     prepared_line: int | None = None  # `<attn>.prepare_attention_mask(...)` in the processor
     causal_line: int | None = None  # a kernel call whose `is_causal` is not False
+    gqa: tuple[int, str] | None = None  # (line, code) of a kernel call's `enable_gqa` other than False
     mask_after: tuple[str, int] | None = None  # (mask parameter, line) read after the kernel, outside its call
     joins: tuple[int, bool, str] | None = None  # (line, text first, code): the processor joins its own and text keys
     # per dispatch_attention_fn call: does it run with CP when the module is given encoder_hidden_states
@@ -147,6 +148,8 @@ def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFi
         cross_local_at=_cross_local(reading, where),
         causal_at=Evidence(where, reading.causal_line, "the attention kernel is called with `is_causal` set")
         if reading.causal_line else None,
+        gqa_at=Evidence(where, reading.gqa[0], f"the attention kernel is called with `enable_gqa={reading.gqa[1][:60]}`")
+        if reading.gqa else None,
         mask_after_at=Evidence(where, reading.mask_after[1], f"the processor applies `{reading.mask_after[0]}` to "
                                "the attention output after the kernel, one row per query")
         if reading.mask_after else None,
@@ -256,6 +259,10 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
             if causal is not None and not (isinstance(causal, cst.Name) and causal.value in ("False", "None")) \
                     and reading.causal_line is None:
                 reading.causal_line = src.line(call)
+            gqa = next((a.value for a in call.args if a.keyword and a.keyword.value == "enable_gqa"), None)
+            if gqa is not None and not (isinstance(gqa, cst.Name) and gqa.value in ("False", "None")) \
+                    and reading.gqa is None:
+                reading.gqa = (src.line(call), src.code(gqa))
             if kernel_line is None:
                 kernel_line = src.line(call)
                 reading.kernel = (name, kernel_line)

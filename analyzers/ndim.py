@@ -14,9 +14,11 @@ from integrate.resolve import Resolved, Workspace
 from integrate.source import SourceFile, base_names, dotted, find_method
 from integrate.syntax import find_all, self_member
 
+from .values import UNKNOWN, evaluate, is_known
+
 MAX_DEPTH = 16
 _SAME = {"to", "float", "half", "contiguous", "clone", "detach", "type", "type_as", "long", "int", "bool", "cpu",
-         "cuda", "masked_fill", "flip", "roll"}
+         "cuda", "masked_fill", "flip", "roll", "cos", "sin", "exp", "sigmoid", "neg", "abs", "repeat_interleave"}
 _SHAPE_ARGS = {"reshape", "view", "expand", "repeat"}
 _CONSTRUCT = {"zeros", "ones", "randn", "rand", "empty", "full"}
 
@@ -50,14 +52,8 @@ def ndim_of(ws: Workspace, src: SourceFile, fn: cst.FunctionDef, expr: cst.BaseE
         return None
     func = expr.func
     name = dotted(func) or ""
-    if isinstance(func, cst.Name) and ws is not None:  # a module-level helper: its (last) return
-        found = ws.resolve(src, func.value)
-        if isinstance(found, Resolved) and isinstance(found.node, cst.FunctionDef):
-            returns = [r for r in find_all(found.node, cst.Return) if r.value is not None]
-            if returns:
-                return ndim_of(ws, found.src, found.node, returns[-1].value, None, depth + 1,
-                               found.src.line(returns[-1]) + 1)
-        return None
+    if isinstance(func, cst.Name) and ws is not None:  # a module-level helper: the return this call takes
+        return _function_return(ws, src, expr, None, depth)
     if isinstance(func, cst.Attribute):
         method = func.attr.value
         plain = [a for a in expr.args if a.keyword is None]
@@ -81,7 +77,7 @@ def ndim_of(ws: Workspace, src: SourceFile, fn: cst.FunctionDef, expr: cst.BaseE
                             break
                 inner = ndim_of(ws, src, fn, first, cls, depth + 1, before) if first is not None else None
                 return inner + 1 if inner is not None else None
-            if op == "cartesian_prod":
+            if op in ("cartesian_prod", "outer"):
                 return 2
             if op in _CONSTRUCT and plain and not any(a.star for a in plain):
                 sizes = plain[:1] if op == "full" else plain
@@ -144,11 +140,62 @@ def _last_assignment(src: SourceFile, fn: cst.FunctionDef, name: str, before: in
 def _element(ws, src, fn, value, index, cls, depth, line):
     if isinstance(value, cst.Tuple) and index < len(value.elements):
         return ndim_of(ws, src, fn, value.elements[index].value, cls, depth + 1, line)
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and ws is not None:
+        return _function_return(ws, src, value, index, depth)  # `cos, sin = helper(...)`
     if isinstance(value, cst.Call) and cls is not None:
         name = dotted(value.func) or ""
         if name.startswith("self.") and name.count(".") == 1:
             return _method_return(ws, src, cls, self_member(value.func), index, depth)
     return None
+
+
+def _function_return(ws: Workspace, src: SourceFile, call: cst.Call, index: int | None, depth: int) -> int | None:
+    """The rank of what the module-level function `call` names returns (element `index` of a tuple return): the
+    return its literal flags take (`get_1d_rotary_pos_embed(..., use_real=True, repeat_interleave_real=False)`
+    takes the `elif use_real:` branch's pair), else its last."""
+    found = ws.resolve(src, call.func.value)
+    if not (isinstance(found, Resolved) and isinstance(found.node, cst.FunctionDef)):
+        return None
+    fn = found.node
+    taken = _returns_taken(fn, call)
+    if not taken:
+        return None
+    value = taken[-1].value
+    if index is not None:
+        if not isinstance(value, cst.Tuple) or index >= len(value.elements):
+            return None
+        value = value.elements[index].value
+    return ndim_of(ws, found.src, fn, value, None, depth + 1, found.src.line(taken[-1]) + 1)
+
+
+def _returns_taken(fn: cst.FunctionDef, call: cst.Call) -> list[cst.Return]:
+    """The returns of `fn` a call can reach: an `if` whose test the call's literal arguments (and the literal
+    defaults of the rest) decide follows that branch alone; any other `if` both. A call with no literal flags
+    reaches every return."""
+    params = list(fn.params.params) + list(fn.params.kwonly_params)
+    env: dict = {p.name.value: evaluate(p.default, {}) if p.default is not None else UNKNOWN for p in params}
+    positional = list(fn.params.params)
+    for i, arg in enumerate(a for a in call.args if a.keyword is None and not a.star):
+        if i < len(positional):
+            env[positional[i].name.value] = evaluate(arg.value, {})
+    for arg in call.args:
+        if arg.keyword is not None:
+            env[arg.keyword.value] = evaluate(arg.value, {})
+    out: list[cst.Return] = []
+
+    def walk(body) -> None:
+        for stmt in body:
+            if isinstance(stmt, cst.If):
+                test = evaluate(stmt.test, env)
+                if not is_known(test) or test:
+                    walk(stmt.body.body)
+                if (not is_known(test) or not test) and stmt.orelse is not None:
+                    walk([stmt.orelse] if isinstance(stmt.orelse, cst.If) else stmt.orelse.body.body)
+                continue
+            out.extend(r for r in find_all(stmt, cst.Return) if r.value is not None)
+
+    walk(fn.body.body)
+    return out
 
 
 def _method_return(ws: Workspace, src: SourceFile, cls: cst.ClassDef, method: str, index: int | None, depth: int):

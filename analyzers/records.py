@@ -14,7 +14,7 @@ from integrate.gate.records import GateReport
 
 from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
-ANALYSIS_SCHEMA_VERSION = "1.5"
+ANALYSIS_SCHEMA_VERSION = "1.6"
 
 
 @dataclass(frozen=True)
@@ -210,6 +210,7 @@ class AttentionFact:
     joins_at: Evidence | None = None
     text_first: bool | None = None
     kernel_name: str | None = None  # 1.5: the kernel call's callee as written (`F.scaled_dot_product_attention`)
+    gqa_at: Evidence | None = None  # 1.6: the kernel is called with `enable_gqa` other than False
 
 
 @dataclass(frozen=True)
@@ -267,6 +268,10 @@ class BlockInputFact:
     # 1.4: built as `x.flatten(0, k)` in forward: its leading (grid) axes merged, the sequence at dim 0
     leading_flatten: bool = False
     annotation: str | None = None  # 1.5: the block forward's annotation of `param` (`tuple[torch.Tensor, ...]`)
+    # 1.6: for a tuple built inline (`(cos, sin)`), each element's rank as read from the code that builds it
+    producer_ndims: tuple[int | None, ...] = ()
+    # 1.6: a mask-named input that is one value per token, never an attention mask (split with the tokens)
+    per_token: Evidence | None = None
 
 
 @dataclass(frozen=True)
@@ -321,6 +326,9 @@ class SequenceFact:
     # 1.5: forward parameter -> the dims its docstring documents (`token_tags` of shape `(seq_len,)`)
     documented: dict[str, tuple[str, ...]] = field(default_factory=dict)
     gather_reads: tuple[str, ...] = ()  # 1.5: the names the gather module's call reads (the stream among them)
+    # 1.6: attention modules outside every walked block list and loop side module (`perceiver.layers.*.
+    # cross_attention`: list indices as `*`), each with where it is built: they attend over whole tensors
+    outside_attention: dict[str, Evidence] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -380,6 +388,8 @@ class ParallelFacts:
     # 1.4: where the installed cache-dit's attention with log-sum-exp (what ring attention runs) refuses any
     # attention mask; None when that check was not found in its source
     ring_refuses_masks: Evidence | None = None
+    # 1.6: where the installed cache-dit's context-parallel attention refuses `enable_gqa` without a GQA strategy
+    cp_refuses_gqa: Evidence | None = None
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,9 @@ after the last list up to the first reshape (the gather candidate).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import libcst as cst
 
@@ -50,6 +52,7 @@ class Producer:
     args: list[str] = field(default_factory=list)  # names read by the producing expression
     outputs: int | None = None  # tensors it returns when it returns a tuple (None: one value / unknown)
     leading: bool = False  # the value is `x.flatten(0, k)`: leading (grid) axes merged into dim 0
+    ndims: tuple[int | None, ...] = ()  # each element's rank, for a tuple built inline
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,40 @@ def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree
         annotations={p.name.value: src.code(p.annotation.annotation) for p in params_of(fwd)
                      if p.annotation is not None},
         documented={k: dims for k, (dims, _) in documented_shapes(src, fwd).items()},
-        gather_reads=tuple(gather.args) if gather else ())
+        gather_reads=tuple(gather.args) if gather else (),
+        outside_attention=_outside_attention(ws, src, fwd, tree, walks))
+
+
+def _outside_attention(ws: Workspace, src: SourceFile, fwd: cst.FunctionDef, tree: Tree,
+                       walks: list[_Walk]) -> dict[str, Evidence]:
+    """The attention modules no split sequence reaches: not inside a walked list, not a side module its loop
+    body joins in, not called in a loop body, nor called while the streams are split (between the first walk
+    and the last) on a stream. cache-dit hands every attention module the parallel config, so these would run
+    context-parallel attention over tensors no hook split. Index segments become `*` (elements built alike)."""
+    from .attention import is_attention
+
+    inside = {w.attr for w in walks} | {s.module for w in walks for s in w.side_modules}
+    streams = {v for w in walks for v in w.streams.values()}
+    first, last = min(w.loop.line for w in walks), max(w.loop_end for w in walks)
+    for call in find_all(fwd, cst.Call):
+        func = call.func.value if isinstance(call.func, cst.Subscript) else call.func
+        member = self_member(func)
+        if member is None:
+            continue
+        line = src.line(call)
+        in_loop = any(w.loop.line <= line <= w.loop_end for w in walks)
+        if in_loop or (first <= line <= last and names_read(call) & streams):
+            inside.add(member.split(".")[0])
+    out: dict[str, Evidence] = {}
+    for path, node in tree.nodes.items():
+        if not path or any(path == p or path.startswith(p + ".") for p in inside) or not is_attention(ws, node):
+            continue
+        if any(path.startswith(q + ".") for q in out):
+            continue  # an attention module inside one already listed
+        key = ".".join("*" if part.isdigit() else part for part in path.split("."))
+        out.setdefault(key, Evidence(node.file, node.line, f"`{key}` ({node.cls.rsplit('.', 1)[-1]}) attends outside "
+                                                           "every walked block list"))
+    return out
 
 
 def _block_loops(src: SourceFile, cls: cst.ClassDef, fwd: cst.FunctionDef, tree: Tree,
@@ -191,8 +227,11 @@ class _Flow:
             bound = {}
         streams = {p: bound[p] for p in stream_params(bound, loop.outputs)} or dict(bl.call_site.stream_args)
         annotated = {q.name: q.annotation for q in bl.forward.params} if bl.forward else {}
+        # a parameter the call leaves at its default (`<default None>`) is no input: a hook planned on it would
+        # look it up among arguments the call never passes (cache-dit's split hook raised IndexError)
         inputs = [self.block_input(param, arg, streams, loop, annotated.get(param)) for param, arg in bound.items()
-                  if arg not in ("None", "True", "False") and param not in ("self",)]
+                  if arg not in ("None", "True", "False") and not arg.startswith("<default ") and param != "self"]
+        inputs = [self.unmasked(bl, f, p, streams, loop) if f.role == "mask" else (f, p) for f, p in inputs]
         split_before = {v for w in earlier for v in w.streams.values()}
         fresh, after, rebuilt = set(streams), None, []
         if earlier:
@@ -216,11 +255,43 @@ class _Flow:
             role = "position"
         at = Evidence(str(self.src.path), producer.line, producer.code[:80]) if producer.line else None
         fact = BlockInputFact(param=param, arg=arg, role=role, producer_kind=producer.kind, producer=producer.name,
-                              producer_at=at, producer_outputs=producer.outputs, in_loop=in_loop,
+                              producer_at=at, producer_outputs=producer.outputs, producer_ndims=producer.ndims,
+                              in_loop=in_loop,
                               leading_flatten=producer.leading,
                               from_params=tuple(sorted(params)), local_length=tuple(lengths),
                               token_params=tuple(sorted(tokens)), annotation=annotation)
         return fact, producer
+
+    def unmasked(self, bl: BlockList, fact: BlockInputFact, producer: Producer, streams: dict[str, str],
+                 loop: Loop) -> tuple[BlockInputFact, Producer]:
+        """A mask-named input read as one value per token is no mask: role "other", with why."""
+        per_token = self.per_token_mask(bl, fact, streams, loop)
+        return (dataclasses.replace(fact, role="other", per_token=per_token) if per_token else fact), producer
+
+    def per_token_mask(self, bl: BlockList, fact: BlockInputFact, streams: dict[str, str],
+                       loop: Loop) -> Evidence | None:
+        """A mask-named block input that is one value per token, not an attention mask: forward builds it as
+        `torch.zeros(batch, <stream>.shape[1])` (the stream's length as its last dim) and the block never hands
+        it to a call as a `*mask*` keyword (BriaFibo2's `noise_mask`, which picks each token's modulation)."""
+        defs = self.defs_before(fact.arg, loop.line)
+        call = _unwrap(defs[-1][2]) if defs else None
+        if not (isinstance(call, cst.Call) and dotted(call.func) in ("torch.zeros", "torch.ones", "torch.full",
+                                                                       "torch.empty")):
+            return None
+        sizes = [a.value for a in call.args if a.keyword is None]
+        if dotted(call.func) == "torch.full":
+            sizes = sizes[:1]
+            sizes = list(sizes[0].elements) if sizes and isinstance(sizes[0], cst.Tuple | cst.List) else []
+            sizes = [e.value for e in sizes]
+        last = sizes[-1] if len(sizes) == 2 else None
+        length = (isinstance(last, cst.Subscript) and isinstance(last.value, cst.Attribute)
+                  and last.value.attr.value == "shape" and dotted(last.value.value) in set(streams.values())
+                  and self.src.code(last.slice[0].slice).strip() == "1")
+        if not length or _hands_to_mask(self.ws, bl, fact.param) is not False:
+            return None
+        return Evidence(str(self.src.path), defs[-1][0], f"`{fact.arg}` is built one value per token of "
+                        f"`{dotted(last.value.value)}` (`{self.src.code(call)[:60]}`) and the block uses it as such, "
+                        "never as an attention mask")
 
     # -- producers ----------------------------------------------------------------------
 
@@ -267,12 +338,16 @@ class _Flow:
                     return Producer("method", attr, line, code, reads, outputs)
             elif name and "." not in name:
                 return Producer("function", name, line, code, reads, outputs)
+        ndims: tuple[int | None, ...] = ()
         if isinstance(call, cst.Tuple) and all(isinstance(e, cst.Element) for e in call.elements):
             outputs = len(call.elements)  # `image_rotary_emb = (cos, sin)`: a tuple of tensors, one spec each
+            from .ndim import ndim_of
+
+            ndims = tuple(ndim_of(self.ws, self.src, self.fwd, e.value, self.cls, before=line) for e in call.elements)
         leading = (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
                    and call.func.attr.value == "flatten" and bool(call.args) and call.args[0].keyword is None
                    and isinstance(call.args[0].value, cst.Integer) and call.args[0].value.value == "0")
-        return Producer("expression", target, line, code, reads, outputs, leading)
+        return Producer("expression", target, line, code, reads, outputs, leading, ndims)
 
     def derivation(self, arg: str, line: int, depth: int = 0) -> tuple[set[str], list[Evidence]]:
         """Forward parameters `arg` derives from, and reads of a sequence length on the way."""
@@ -778,6 +853,31 @@ def _cuts_sequence(sub: cst.Subscript) -> bool:
     second = elements[1].slice
     full = isinstance(second, cst.Slice) and second.lower is None and second.upper is None and second.step is None
     return not full and not (isinstance(second, cst.Index) and dotted(second.value) == "None")
+
+
+def _hands_to_mask(ws: Workspace, bl: BlockList, param: str) -> bool | None:
+    """Whether the block's forward passes `param` to a call as a `*mask*` keyword or positionally to one of its
+    attention modules' calls (an attention mask); None when the block's forward is not read."""
+    if not bl.block_file or not bl.block_class:
+        return None
+    try:
+        src = ws.load(Path(bl.block_file))
+    except (OSError, ValueError):
+        return None
+    cls = src.classes.get(bl.block_class)
+    fwd = find_method(cls, "forward") if cls is not None else None
+    if fwd is None:
+        return None
+    for call in find_all(fwd, cst.Call):
+        for arg in call.args:
+            if param not in names_read(arg.value):
+                continue
+            if arg.keyword is not None and "mask" in arg.keyword.value.lower():
+                return True
+            member = self_member(call.func) or ""
+            if arg.keyword is None and ("attn" in member.lower() or "attention" in member.lower()):
+                return True
+    return False
 
 
 def _joined(value: cst.BaseExpression) -> list[str]:

@@ -149,3 +149,22 @@ def ring_refuses_masks(ws: Workspace) -> Evidence | None:
                     return Evidence(str(src.path), src.line(inner), "cache-dit's attention with log-sum-exp, which "
                                     "ring attention runs, raises on any attention mask")
     return None
+
+
+def cp_refuses_gqa(ws: Workspace) -> Evidence | None:
+    """Where the installed cache-dit's templated context-parallel attention raises on `enable_gqa` when the call
+    names no GQA strategy: an `if` testing `enable_gqa` whose body raises, read from its source. None when the
+    module or the check is not there (a cache-dit that runs GQA under CP as it is)."""
+    from integrate.records import Evidence
+
+    root = ws.package_root("cache_dit")
+    path = ws.module_file(root, "cache_dit.attention.backends.register") if root is not None else None
+    if path is None:
+        return None
+    src = ws.load(path)
+    for fn in src.functions.values():
+        for branch in find_all(fn, cst.If):
+            if "enable_gqa" in {n.value for n in find_all(branch.test, cst.Name)} and find_all(branch.body, cst.Raise):
+                return Evidence(str(src.path), src.line(branch), "cache-dit's context-parallel attention raises on "
+                                "`enable_gqa` unless the call names a GQA strategy (`cp_gqa_strategy`)")
+    return None

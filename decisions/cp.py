@@ -123,8 +123,11 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
         c.risks += [f"{r.why} ({r.file.rsplit('/', 1)[-1]}:{r.line})" for r in seq.root_risks]
     evidence = list(dict.fromkeys(c.evidence))  # first occurrence of each (file, line, why)
     legacy, causal, after = _legacy_masks(facts, seq, lists), _causal(facts, lists), _masks_after(facts, lists)
-    direct = _direct_kernels(facts, lists)
-    blocked = legacy + causal + after + direct
+    direct, gqa = _direct_kernels(facts, lists), _gqa(facts, lists)
+    blocked = legacy + causal + after + direct + gqa
+    if gqa:
+        c.unknowns.append("a processor runs grouped-query attention, which cache-dit's context-parallel attention "
+                          "refuses through diffusers' dispatcher: see blocked_by")
     if direct:
         c.unknowns.append("an attention kernel is called directly, where cache-dit's context-parallel attention "
                           "cannot reach it: see blocked_by")
@@ -138,9 +141,21 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
                           "refuses: see blocked_by")
     if blocked:
         confidence = "low"
+    local = _local_attention(seq, shape)
+    evidence += [dataclasses.replace(e, why=f"{e.why}, over tensors no hook splits: kept out of context "
+                                              "parallelism (cache-dit gives every attention module the parallel "
+                                              "config)") for e in (seq.outside_attention[k] for k in local)]
     return CpPlan("hook", shape, c.plan, confidence, tuple(evidence), tuple(c.risks + extra_risks),
                   tuple(c.unknowns), mask, rope, uaa, NO_HYBRID, _compare(facts, c.plan), _lengths(c), blocked,
-                  _ring_masks(facts, lists))
+                  _ring_masks(facts, lists), local_attention=local)
+
+
+def _local_attention(seq: SequenceFact, shape: str) -> tuple[str, ...]:
+    """The attention modules the planner keeps out of CP: those the sequence analysis found outside every split
+    walk. Not under a root split, where forward's own inputs are split before any of them runs."""
+    if shape == "root split":
+        return ()
+    return tuple(sorted(seq.outside_attention))
 
 
 def _joined_text(c: _Chart, lists: list[ListFlowFact]) -> list[str]:
@@ -245,6 +260,31 @@ def _direct_kernels(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Ev
     return tuple(dict.fromkeys(out))
 
 
+def _gqa(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
+    """Attentions in a walked list whose kernel call passes `enable_gqa` while their key/value heads are fewer
+    than (or not read as equal to) their query heads, where the installed cache-dit's context-parallel attention
+    raises on GQA without a `cp_gqa_strategy`, which diffusers' `dispatch_attention_fn` cannot pass on. Refused
+    with the processor's line, then cache-dit's."""
+    refusal = facts.cp_refuses_gqa
+    if refusal is None:
+        return ()
+    walked = {lf.attr for lf in lists}
+    out = []
+    for a in facts_attention(facts):
+        if a.block_list not in walked or a.gqa_at is None:
+            continue
+        heads, kv = (a.heads or (None, None))[1], (a.kv_heads or (None, None))[1]
+        if isinstance(heads, int) and isinstance(kv, int) and heads == kv:
+            continue  # as many key/value heads as query heads: the flag is False at this config
+        said = f"{heads} query heads, {kv} key/value heads" if isinstance(heads, int) and isinstance(kv, int) else \
+            "key/value heads not read as equal to the query heads"
+        out.append(Evidence(a.gqa_at.file, a.gqa_at.line, f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): "
+                                                          f"{a.gqa_at.why} ({said})"))
+    if out:
+        out.append(refusal)
+    return tuple(dict.fromkeys(out))
+
+
 def facts_attention(facts: ParallelFacts) -> list:
     return [a for b in facts.blocks for a in b.attentions]
 
@@ -315,6 +355,11 @@ def _split_token_inputs(c: _Chart, lf: ListFlowFact) -> None:
             c.inputs(f"{lf.attr}.*")[bi.param] = Split(split_dim=0, expected_dims=1, split_output=False)
             c.why(bi.producer_at, lf, f"`{bi.param}` is built from {', '.join(f'`{r}`' for r in rows)}, documented "
                                       "one value per row of the sequence: split it on dim 0 at every block's input")
+    for bi in lf.inputs:
+        if bi.per_token is not None and not bi.in_loop:
+            # `noise_mask = torch.zeros(batch, hidden_states.shape[1])`: a [B, S] value per token of the stream
+            c.inputs(f"{lf.attr}.*")[bi.param] = Split(split_dim=1, expected_dims=2, split_output=False)
+            c.why(bi.per_token, lf, f"`{bi.param}`: {bi.per_token.why}: split it on dim 1 at every block's input")
     for bi in lf.inputs:
         for p in bi.token_params:
             if p not in c.split_params and bi.role != "stream":
@@ -400,10 +445,14 @@ def _split_positions(c: _Chart, i: int, lf: ListFlowFact) -> None:
         elif bi.producer_kind == "expression" and bi.producer_outputs:
             # cache-dit splits a tuple input element by element, with one spec per element (a single spec on a
             # tuple raises `object of type '_ContextParallelInput' has no len()`)
-            c.inputs(f"{lf.attr}.*")[bi.param] = tuple(STREAM for _ in range(bi.producer_outputs))
+            ranks = bi.producer_ndims or (None,) * bi.producer_outputs
+            c.inputs(f"{lf.attr}.*")[bi.param] = tuple(TABLE if r == 2 else STREAM for r in ranks)
+            read = all(r in (2, 3) for r in ranks)
             c.why(bi.producer_at, lf, f"`{bi.param}` is a tuple of {bi.producer_outputs} tensors built inline, which "
                                       "no hook can split where it is built: split each element at every block's "
-                                      "input (as [B, S, D]; assumed, confirm in verify)")
+                                      "input (" + (", ".join("[S, D]" if r == 2 else "[B, S, D]" for r in ranks)
+                                                   + ", ranks read from the code that builds them)" if read else
+                                                   "as [B, S, D]; assumed, confirm in verify)"))
         elif (n := _tuple_members(bi.annotation)) and bi.role == "position":
             # the block takes a tuple of tables (`freqs_cis: tuple[torch.Tensor, torch.Tensor]`): one spec each
             c.inputs(f"{lf.attr}.*")[bi.param] = tuple(TABLE for _ in range(n))

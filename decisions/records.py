@@ -175,6 +175,10 @@ class CpPlan:
     # 1.7: with caching on as well, the fewest `Bn_compute_blocks` this plan runs with: 1 when a gather sits on
     # the last block of a cached list (cache-dit takes a middle block's residual against the rank's chunk)
     cache_bn_min: int = 0
+    # 1.7: attention modules no split sequence reaches (a text perceiver beside the blocks), module paths with `*`
+    # for list indices: the planner keeps them out of context parallelism (cache-dit hands every attention
+    # module the parallel config, and these attend over whole tensors)
+    local_attention: tuple[str, ...] = ()
 
 
 # -- tensor parallelism ----------------------------------------------------------------------------

@@ -192,3 +192,102 @@ def test_an_uneven_sequence_is_proved_with_ulysses_anything_over_gloo(tmp_path):
     assert variants["ulysses2+anything"]["status"] == "pass", variants["ulysses2+anything"]
     assert variants["ulysses2+cache+anything"]["status"] == "pass", variants["ulysses2+cache+anything"]
     assert report["cp"]["status"] == "pass"
+
+
+def test_grouped_query_attention_through_diffusers_dispatcher_refuses_cp_with_both_lines(tmp_path):
+    """AceStep's processor calls `dispatch_attention_fn(..., enable_gqa=attn.heads != attn.kv_heads)` with fewer
+    key/value heads than query heads; the installed cache-dit's context-parallel attention raises on GQA unless
+    the call names a `cp_gqa_strategy`, which diffusers' dispatcher does not pass on (the CP proof failed with
+    `GQA is not yet supported for templated attention`). CP is refused with the processor's line and
+    cache-dit's; Flux (no GQA) is not."""
+    cp = _plan(tmp_path, "AceStepPipeline", "AceStepTransformer1DModel").parallelism.cp
+    files = [e.file.rsplit("/", 1)[-1] for e in cp.blocked_by]
+    assert files[-1] == "register.py" and "cp_gqa_strategy" in cp.blocked_by[-1].why
+    processors = [e for e in cp.blocked_by if e.file.endswith("ace_step_transformer.py")]
+    assert processors and all("`enable_gqa=attn.heads != attn.kv_heads`" in e.why and "key/value heads" in e.why
+                              for e in processors)
+    assert not any("enable_gqa" in e.why for e in _plan(tmp_path, "FluxPipeline", "FluxTransformer2DModel")
+                   .parallelism.cp.blocked_by)
+
+
+def test_an_inline_tuple_of_tables_a_helper_builds_is_split_on_dim_0(tmp_path):
+    """AceStep builds `position_embeddings = (cos, sin)` from a module-level helper that returns
+    `get_1d_rotary_pos_embed(..., use_real=True, repeat_interleave_real=False)`'s pair: the branch those flags
+    take returns `torch.cat([freqs.cos(), freqs.cos()], dim=-1)` of a `torch.outer`, [S, D]. Each element is split
+    on dim 0 as a 2-D table (as [B, S, D] on dim 1, cache-dit skipped both splits: expected 3 dims, got 2)."""
+    cp = _plan(tmp_path, "AceStepPipeline", "AceStepTransformer1DModel").parallelism.cp
+    spec = cp.plan["layers.*"]["position_embeddings"]
+    assert isinstance(spec, tuple) and [(s.split_dim, s.expected_dims) for s in spec] == [(0, 2), (0, 2)]
+    assert any("[S, D], [S, D], ranks read from the code" in e.why for e in cp.evidence)
+
+
+def test_a_block_parameter_the_call_leaves_at_its_default_gets_no_split(tmp_path):
+    """BriaFibo2's noise refiner calls its blocks without `encoder_hidden_states` (left at None), while its main
+    blocks pass the text: the text is split at every main block only (a split planned on the refiner made
+    cache-dit's hook look the absent argument up: IndexError in `noise_refiner.0`)."""
+    cp = _plan(tmp_path, "BriaFibo2Pipeline", "BriaFibo2Transformer2DModel").parallelism.cp
+    assert "encoder_hidden_states" in cp.plan["layers.*"]
+    assert "encoder_hidden_states" not in cp.plan.get("noise_refiner.*", {})
+
+
+def test_attention_outside_every_split_walk_is_kept_out_of_cp_by_the_planner(tmp_path):
+    """BriaFibo2's perceiver turns the text into gist tokens with its own attention modules, outside every
+    walked block list and on tensors no hook splits; cache-dit hands every attention module the parallel
+    config, so under Ulysses the perceiver's cross-attention ran context-parallel over whole tensors (a mask
+    of 12 against 6 keys). The plan lists them, the generated planner gives their processors a parallel
+    config that stays None, and WanAnimate's face adapter, called inside the block loop on the split stream,
+    is not listed."""
+    import importlib.util
+
+    import torch
+
+    plan_dir, out = tmp_path / "plan", tmp_path / "out"
+    plan = _plan(tmp_path, "BriaFibo2Pipeline", "BriaFibo2Transformer2DModel")
+    cp = plan.parallelism.cp
+    assert cp.local_attention == ("perceiver.layers.*.cross_attention", "perceiver.layers.*.self_attention")
+    assert any("kept out of context parallelism" in e.why and "perceiver" in e.why for e in cp.evidence)
+    api.write_plan(plan, plan_dir)
+    api.approve(plan_dir, "test")
+    api.generate(plan_dir, out=out)
+    planner = next(out.glob("*/cp_planner.py"))
+    spec = importlib.util.spec_from_file_location("generated_cp_planner", planner)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class Processor:
+        _parallel_config = None
+
+    class Attention(torch.nn.Module):
+        def __init__(self, processor):
+            super().__init__()
+            self.processor = processor
+
+    shared = Processor()
+    model = torch.nn.Module()
+    model.perceiver = torch.nn.Module()
+    model.perceiver.layers = torch.nn.ModuleList([torch.nn.Module() for _ in range(2)])
+    for layer in model.perceiver.layers:
+        layer.cross_attention, layer.self_attention = Attention(shared), Attention(shared)
+    model.block_attention = Attention(shared)
+    module._keep_local(model, module.LOCAL_ATTENTION)
+    for layer in model.perceiver.layers:
+        for attention in (layer.cross_attention, layer.self_attention):
+            attention.processor._parallel_config = "cp config"
+            assert attention.processor._parallel_config is None and isinstance(attention.processor, Processor)
+    model.block_attention.processor._parallel_config = "cp config"  # the shared object itself still takes CP
+    assert model.block_attention.processor._parallel_config == "cp config"
+    wan = _plan(tmp_path, "WanAnimatePipeline", "WanAnimateTransformer3DModel").parallelism.cp
+    assert not any(p.startswith("face_adapter") for p in wan.local_attention)
+
+
+def test_a_mask_named_input_built_one_value_per_token_is_split_with_the_tokens(tmp_path):
+    """BriaFibo2's `noise_mask = torch.zeros(batch_size, hidden_states.shape[1])` marks which tokens are noisy;
+    its blocks pick each token's modulation with it and never pass it as an attention mask, so under CP each
+    rank needs its own tokens' rows (whole, it broadcast 272 rows against a chunk of 136). It is split on dim 1
+    at every block; `attn_mask`, handed to the attention, stays a mask."""
+    plan = _plan(tmp_path, "BriaFibo2Pipeline", "BriaFibo2Transformer2DModel")
+    spec = plan.parallelism.cp.plan["layers.*"]["noise_mask"]
+    assert (spec.split_dim, spec.expected_dims) == (1, 2)
+    inputs = {bi.param: bi for lf in plan.facts.sequence.lists if lf.attr == "layers" for bi in lf.inputs}
+    assert inputs["noise_mask"].role == "other" and inputs["noise_mask"].per_token is not None
+    assert inputs["attn_mask"].role == "mask" and inputs["attn_mask"].per_token is None
