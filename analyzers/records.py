@@ -363,7 +363,7 @@ class PositionLayout:
 
     outputs: int | None  # tensors in the returned tuple
     split_dim: int
-    expected_dims: int
+    expected_dims: int | None  # 1.6: None when the layout is not read (the split then checks no rank)
     confidence: str
     why: str
 

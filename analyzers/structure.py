@@ -525,7 +525,10 @@ def _position_modules(ws: Workspace, tree: Tree, seq: SequenceFact | None) -> di
 
 def _layout(node: Node | None) -> PositionLayout:
     """Count returned tensors and read their last reshape: `x.reshape(1, f * h * w, 1, -1)` -> dims 4, split 1."""
-    unread = PositionLayout(None, 0, 2, "low", "layout not read; assumed [S, D] tables")
+    # a table over positions puts them first; its rank is not read, so the split checks none (a guessed rank of 2
+    # made cache-dit skip Kandinsky6's [S, 1, D/2, 2, 2] audio RoPE, leaving it whole beside a split stream)
+    unread = PositionLayout(None, 0, None, "low", "layout not read; assumed positions first, split dim 0 with no "
+                                                  "rank check")
     found = _forward(node)
     if found is None:
         return unread

@@ -360,13 +360,30 @@ def _split_token_inputs(c: _Chart, lf: ListFlowFact) -> None:
             # `noise_mask = torch.zeros(batch, hidden_states.shape[1])`: a [B, S] value per token of the stream
             c.inputs(f"{lf.attr}.*")[bi.param] = Split(split_dim=1, expected_dims=2, split_output=False)
             c.why(bi.per_token, lf, f"`{bi.param}`: {bi.per_token.why}: split it on dim 1 at every block's input")
+    fed = {p for bi in lf.inputs if bi.role == "stream" for p in bi.from_params}  # split at the block already
     for bi in lf.inputs:
         for p in bi.token_params:
-            if p not in c.split_params and bi.role != "stream":
-                c.inputs("")[p] = Split(split_dim=1, expected_dims=2, split_output=False)
-                c.split_params.add(p)
-                c.why(bi.producer_at, lf, f"`{bi.param}` is built from `{p}`, whose dim 1 is read as a token axis "
-                                          f"(per-token conditioning): split `{p}` at the root when it is 2-D")
+            if p in c.split_params or bi.role == "stream" or p in fed:
+                continue
+            rank = _param_rank(c, p)
+            if rank is not None and rank != 2:
+                c.why(bi.producer_at, lf, f"`{bi.param}` is built from `{p}`, whose dim 1 is read as a token axis, "
+                                          f"but `{p}` is {rank}-D as passed or documented, not a [B, S] per-token "
+                                          "tensor: not split at the root")
+                continue
+            c.inputs("")[p] = Split(split_dim=1, expected_dims=2, split_output=False)
+            c.split_params.add(p)
+            c.why(bi.producer_at, lf, f"`{bi.param}` is built from `{p}`, whose dim 1 is read as a token axis "
+                                      f"(per-token conditioning): split `{p}` at the root when it is 2-D")
+
+
+def _param_rank(c: _Chart, param: str) -> int | None:
+    """A forward input's rank: what the pipeline passes, else as many dims as forward's docstring documents."""
+    passed = c.facts.pipeline_arg_ndims.get(param)
+    if passed is not None:
+        return passed
+    dims = c.seq.documented.get(param)
+    return len(dims) if dims else None
 
 
 def _per_row(seq: SequenceFact, bi) -> list[str]:
@@ -421,7 +438,7 @@ def _split_positions(c: _Chart, i: int, lf: ListFlowFact) -> None:
             layout = c.facts.position_modules.get(bi.producer or "")
             n = (layout.outputs if layout else None) or 1
             entry = Split(split_dim=layout.split_dim if layout else 0,
-                          expected_dims=layout.expected_dims if layout else 2, split_output=True)
+                          expected_dims=layout.expected_dims if layout else None, split_output=True)
             if bi.producer not in c.plan:
                 c.plan[bi.producer] = {str(k): entry for k in range(n)}
             c.why(bi.producer_at, lf, f"`{bi.param}` is built by `self.{bi.producer}` on the full sequence: split "

@@ -291,3 +291,31 @@ def test_a_mask_named_input_built_one_value_per_token_is_split_with_the_tokens(t
     inputs = {bi.param: bi for lf in plan.facts.sequence.lists if lf.attr == "layers" for bi in lf.inputs}
     assert inputs["noise_mask"].role == "other" and inputs["noise_mask"].per_token is not None
     assert inputs["attn_mask"].role == "mask" and inputs["attn_mask"].per_token is None
+
+
+def test_a_forward_input_is_split_at_the_root_as_per_token_conditioning_only_when_it_is_2d(tmp_path):
+    """Kandinsky6 reads `audio_hidden_states.shape[1]` for its audio RoPE and builds its text branches from
+    `encoder_hidden_states`; both are documented 3-D sequences, and the audio one already reaches the fused
+    blocks as a stream split at block 0. Splitting them at the root as 2-D per-token tensors was a split
+    cache-dit skipped (expected 2 dims, got 3) and, where it ran, a second split of the audio stream. Wan's
+    pipeline passes a 2-D per-token `timestep`: that one is still split at the root."""
+    k6 = _plan(tmp_path, "Kandinsky6TI2VAPipeline", "Kandinsky6Transformer3DModel").parallelism.cp
+    assert not k6.plan.get("")
+    assert any("`encoder_hidden_states` is 3-D as passed or documented" in e.why for e in k6.evidence)
+    assert not any("split `audio_hidden_states` at the root" in e.why for e in k6.evidence)
+    wan = _plan(tmp_path, "WanPipeline", "WanTransformer3DModel").parallelism.cp
+    assert (wan.plan[""]["timestep"].split_dim, wan.plan[""]["timestep"].expected_dims) == (1, 2)
+
+
+def test_a_position_module_whose_layout_is_not_read_is_split_on_dim_0_without_a_rank_check(tmp_path):
+    """Kandinsky6's audio RoPE returns `rope.view(*rope.shape[:-1], 2, 2).unsqueeze(-4)`, [S, 1, D/2, 2, 2],
+    a layout the last-reshape reader does not read. A guessed rank of 2 made cache-dit skip the split (expected
+    2 dims, got 5) and the whole table met a split stream in the audio self-attention. Positions first, no rank
+    check: the CP proof then passes on the pipeline's inputs. A layout that is read keeps its rank (Wan's
+    `reshape(1, f * h * w, 1, -1)`: dim 1 of 4)."""
+    k6 = _plan(tmp_path, "Kandinsky6TI2VAPipeline", "Kandinsky6Transformer3DModel")
+    assert "audio_rope_embeddings" in k6.facts.position_modules
+    spec = k6.parallelism.cp.plan["audio_rope_embeddings"]["0"]
+    assert (spec.split_dim, spec.expected_dims, spec.split_output) == (0, None, True)
+    wan = _plan(tmp_path, "WanPipeline", "WanTransformer3DModel").parallelism.cp.plan["rope"]["0"]
+    assert (wan.split_dim, wan.expected_dims) == (1, 4)
