@@ -139,6 +139,8 @@ def _patch_functor(b: _Build) -> None:
         extra = [("cache_dit.caching.patch_functors.functor_base", "PatchFunctor")]
         if patch.splits:
             extra.append(("torch", "nn"))
+        if patch.per_block:
+            extra.append(("functools", None))
         b.piece("patch_functor", "patch_functor", b.functor["cls"], "patch_functor.py.j2", patch=patch,
                 functor=b.functor, imports=import_block(list(patch.imports) + extra),
                 fwd_line=b.src.line(find_method(b.cls, "forward")))
@@ -194,18 +196,13 @@ def is_stub(text: str) -> bool:
 
 def _handled(findings: list[Finding], patch: ForwardPatch) -> list[Finding]:
     """The findings the forward rewrite answers: slice walks (and what follows from them), pitfalls A, B, C."""
-    fixed = {c.rule for c in patch.changes}
+    fixed = {(c.rule, c.attr) for c in patch.changes}
     split = {s.attr for s in patch.splits}
     patched_blocks = {p.attr for p in patch.blocks}
-    out = []
-    for f in findings:
-        if f.attr in split and (f.rule, f.kind) in _SPLIT_ANSWERS:
-            out.append(f)
-        elif f.rule in ("pitfall-a", "pitfall-b") and f.rule in fixed:
-            out.append(f)
-        elif f.rule == "pitfall-c" and f.attr in patched_blocks:
-            out.append(f)
-    return out
+    return [f for f in findings if (f.attr in split and (f.rule, f.kind) in _SPLIT_ANSWERS)
+            or (f.rule in ("pitfall-a", "pitfall-b") and (f.rule, f.attr) in fixed)
+            or (f.rule == "list-use" and f.kind == "indexed" and ("list-index", f.attr) in fixed)
+            or (f.rule == "pitfall-c" and f.attr in patched_blocks)]
 
 
 def _adapter(b: _Build) -> dict:

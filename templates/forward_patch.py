@@ -51,6 +51,23 @@ class Change:
 
 
 @dataclass(frozen=True)
+class PerBlock:
+    """Pitfall B, a per-block argument: `mask_i = mask if self.kinds[i] == "sliding" else None`, passed to the
+    block as `attention_mask=mask_i`. cache-dit's wrapper runs the loop body once, with index 0, and calls
+    every block with those arguments; a forward pre-hook on each block computes the keyword again from the
+    block's own index and the loop-invariant values the patched forward records before the loop."""
+
+    attr: str  # the block list
+    func: str  # the generated hook function
+    env_attr: str  # the transformer attribute the patched forward records the values in
+    index_var: str  # the loop's index variable, bound to the block's index in the hook
+    names: tuple[str, ...]  # the forward locals the statement reads (recorded before the loop)
+    keyword: str  # the block keyword the statement's value is passed as
+    target: str  # the statement's target
+    code: Code  # the model's own statement, `self` spelled `transformer`
+
+
+@dataclass(frozen=True)
 class BlockPatch:
     """Pitfall C: a block forward that writes into an input, rewritten to work out of place."""
 
@@ -68,6 +85,7 @@ class ForwardPatch:
     unhandled: tuple[str, ...] = ()
     forward_changed: bool = False  # the transformer's forward needs replacing (else only blocks are patched)
     blocks: tuple[BlockPatch, ...] = ()
+    per_block: tuple[PerBlock, ...] = ()
 
 
 class _SelfToTransformer(cst.CSTTransformer):
@@ -105,7 +123,8 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
             rendered = Code(cst.Module(body=[]).code_for_node(_rebase(sub, aliases, attr).visit(_SelfToTransformer())))
             splits.append(Split(attr, new_attr, rendered, guards, f"part_{len(splits)}"))
     changes = [Change("walk-slice", s.attr, f"`{s.slice_code}` is walked as `{s.new_attr}`") for s in splits]
-    rewritten = fwd.visit(_Rewrite(src, replace, block_lists, aliases, changes))
+    per_block: list[PerBlock] = []
+    rewritten = fwd.visit(_Rewrite(src, replace, block_lists, aliases, changes, per_block, fwd))
     rewritten = rewritten.visit(_DropUnusedAliases(aliases, rewritten))
     rewritten = rewritten.visit(_MarkUnusedUnpacked(rewritten))
     rewritten = rewritten.with_changes(params=rewritten.params.visit(_ModernAnnotations()),
@@ -115,6 +134,9 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
     forward_changed = bool(changes)
     code = Code(cst.Module(body=[]).code_for_node(rewritten) if forward_changed else "")
     imports = _imports(ws, src, rewritten) if forward_changed else []
+    for item in per_block:  # the hook runs the model's statement: the names it calls come from the model's module
+        holder = cst.FunctionDef(cst.Name("hook"), cst.Parameters(), cst.IndentedBlock([cst.parse_statement(item.code)]))
+        imports += _imports(ws, src, holder)
     blocks: list[BlockPatch] = []
     for bl in block_lists:
         if not (bl.is_blocks and bl.call_site is not None and bl.call_site.in_place_input_mutation and bl.forward):
@@ -131,7 +153,7 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
         changes.append(Change("pitfall-c", bl.attr, f"`{bl.block_class}.forward` adds residuals out of place "
                                                     "instead of writing into its inputs (pitfall C)"))
     return ForwardPatch(code=code, splits=tuple(splits), changes=tuple(changes), imports=_sorted_imports(imports),
-                        forward_changed=forward_changed, blocks=tuple(blocks))
+                        forward_changed=forward_changed, blocks=tuple(blocks), per_block=tuple(per_block))
 
 
 class _OutOfPlace(cst.CSTTransformer):
@@ -202,8 +224,18 @@ def _guards(fwd: cst.FunctionDef, target: cst.CSTNode) -> list[cst.BaseExpressio
 
 
 class _Rewrite(cst.CSTTransformer):
-    def __init__(self, src: SourceFile, replace: dict[str, str], block_lists, aliases, changes: list[Change]):
+    def __init__(self, src: SourceFile, replace: dict[str, str], block_lists, aliases, changes: list[Change],
+                 per_block: list[PerBlock] | None = None, fwd: cst.FunctionDef | None = None):
         self.src, self.replace, self.aliases, self.changes = src, replace, aliases, changes
+        self.per_block = per_block if per_block is not None else []
+        self.fwd = fwd
+        self.ops = {bl.attr: bl.call_site.loop_extra_ops for bl in block_lists if bl.is_blocks and bl.call_site}
+        self.indexed: set[str] = set()  # lists whose blocks forward reads by a constant index
+        # what cache-dit's wrapper takes apart from the call's keywords: both streams for Pattern_0-2, only
+        # `hidden_states` for Pattern_3-5 (their wrapper passes every other argument on as the call gave it)
+        self.streams = {bl.attr: {v for r, v in bl.roles.items()
+                                  if r == "hidden_states" or bl.forward_pattern in ("Pattern_0", "Pattern_1", "Pattern_2")}
+                        for bl in block_lists if bl.is_blocks}
         self.pitfall_a = {bl.attr: bl for bl in block_lists if bl.is_blocks and bl.call_site is not None
                           and bl.call_site.keyword_positional_mismatch}
         self.hoist = {bl.attr: [op for op in bl.call_site.loop_extra_ops if op.kind == "hoistable"
@@ -214,6 +246,24 @@ class _Rewrite(cst.CSTTransformer):
         code = self.src.code(original)
         if code in self.replace:
             return cst.parse_expression(self.replace[code])
+        attr = self_member(original.value)
+        index = original.slice[0].slice if len(original.slice) == 1 else None
+        constant = isinstance(index, cst.Index) and (isinstance(index.value, cst.Integer) or (
+            isinstance(index.value, cst.UnaryOperation) and isinstance(index.value.expression, cst.Integer)))
+        if attr in self.ops and constant and not any(k.startswith(f"self.{attr}[") for k in self.replace):
+            # `self.layers[0]` outside the loop: once cache-dit holds the list in one wrapper that is the wrapper;
+            # read the block the PatchFunctor recorded before the list was wrapped
+            self.indexed.add(attr)
+            return updated.with_changes(value=cst.Subscript(
+                cst.Attribute(cst.Name("self"), cst.Name("_integrate_blocks")),
+                [cst.SubscriptElement(cst.Index(cst.SimpleString(repr(attr))))]))
+        return updated
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef):
+        for attr in sorted(self.indexed):
+            self.changes.append(Change("list-index", attr, f"`self.{attr}[k]` in forward reads the block recorded "
+                                                           "before cache-dit wraps the list"))
+        self.indexed = set()
         return updated
 
     def leave_For(self, original: cst.For, updated: cst.For):
@@ -238,10 +288,87 @@ class _Rewrite(cst.CSTTransformer):
                 (hoisted if text in codes else body).append(stmt)
             if hoisted:
                 updated = updated.with_changes(body=updated.body.with_changes(body=body))
-                self.changes.append(Change("pitfall-b", attr, f"{len(hoisted)} loop-invariant statement(s) hoisted "
-                                                              f"out of the `{attr}` loop (pitfall B)"))
-                return cst.FlattenSentinel([*hoisted, updated])
+        folds = self._per_block(attr, original)
+        ops = [op for op in self.ops.get(attr, ()) if op.active_by_default]
+        answered = len(hoisted) + len(folds)
+        if answered and answered == len(ops):  # every statement of the finding is answered, or it stays manual
+            said = [f"{len(hoisted)} loop-invariant statement(s) hoisted out of the `{attr}` loop"] if hoisted else []
+            said += [f"`{f.target}` computed again for each block of `{attr}` from its own index "
+                     f"(passed as `{f.keyword}`)" for f in folds]
+            self.changes.append(Change("pitfall-b", attr, "; ".join(said) + " (pitfall B)"))
+            self.per_block += folds
+            record = [_record(f) for f in folds]
+            return cst.FlattenSentinel([*hoisted, *record, updated])
+        if hoisted and not [op for op in ops if op.kind != "hoistable"]:
+            self.changes.append(Change("pitfall-b", attr, f"{len(hoisted)} loop-invariant statement(s) hoisted "
+                                                          f"out of the `{attr}` loop (pitfall B)"))
+            return cst.FlattenSentinel([*hoisted, updated])
         return updated
+
+    def _per_block(self, attr: str, loop: cst.For) -> list[PerBlock]:
+        """The loop's index-dependent statements that are per-block arguments: `t = <expr>` at the top of the
+        body, reading the index, `self` and values set before the loop, whose target only ever reaches the
+        block as one keyword (`kw=t`) that is not a stream. [] unless every index-dependent statement is one."""
+        index_var = None
+        if isinstance(loop.iter, cst.Call) and dotted(loop.iter.func) == "enumerate" and isinstance(
+                loop.target, cst.Tuple) and isinstance(loop.target.elements[0].value, cst.Name):
+            index_var = loop.target.elements[0].value.value
+        wanted = {op.line for op in self.ops.get(attr, ()) if op.kind == "index_dependent" and op.active_by_default}
+        if not wanted or index_var is None or self.fwd is None:
+            return []
+        block_var = loop.target.elements[1].value.value if isinstance(loop.target.elements[1].value, cst.Name) \
+            else None
+        assigned_in_loop = {n.value for a in find_all(loop.body, cst.Assign) for t in a.targets
+                            for n in find_all(t.target, cst.Name)}
+        locals_ = {n.value for a in find_all(self.fwd.body, cst.Assign) for t in a.targets
+                   for n in find_all(t.target, cst.Name)} | {p.name.value for p in params_of(self.fwd)}
+        out = []
+        for stmt in loop.body.body:
+            if self.src.line(stmt) not in wanted:
+                continue
+            small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+            if not (isinstance(small, cst.Assign) and len(small.targets) == 1
+                    and isinstance(small.targets[0].target, cst.Name)):
+                return []
+            target = small.targets[0].target.value
+            keyword = self._only_keyword(loop, target, block_var)
+            reads = names_read(small.value) - {"self", index_var}
+            if keyword is None or keyword in self.streams.get(attr, set()) or reads & assigned_in_loop:
+                return []
+            names = tuple(sorted(reads & locals_))
+            bare = stmt.with_changes(leading_lines=[])  # the statement, not the comments above it
+            code = Code(cst.Module(body=[]).code_for_node(bare.visit(_SelfToTransformer())).strip())
+            if "\n" in code:
+                return []  # the hook holds the statement on one line of its own
+            out.append(PerBlock(attr, f"_per_block_{attr}_{target}", f"_integrate_{attr}_{target}_env", index_var,
+                                names, keyword, target, code))
+        return out if len(out) == len(wanted) else []
+
+    @staticmethod
+    def _only_keyword(loop: cst.For, target: str, block_var: str | None) -> str | None:
+        """The keyword `target` is passed as in the direct block call (`block(..., kw=target)`), when that is its
+        only use in the loop besides its own assignment and the gradient-checkpointing call's positional copy."""
+        keyword = None
+        for call in find_all(loop.body, cst.Call):
+            for arg in call.args:
+                if target not in names_read(arg.value):
+                    continue
+                direct = isinstance(call.func, cst.Name) and call.func.value == block_var
+                if direct and arg.keyword is not None and isinstance(arg.value, cst.Name):
+                    if keyword not in (None, arg.keyword.value):
+                        return None
+                    keyword = arg.keyword.value
+                elif not (dotted(call.func) or "").endswith("_gradient_checkpointing_func"):
+                    return None
+        return keyword
+
+
+def _record(f: PerBlock) -> cst.SimpleStatementLine:
+    """`self.<env_attr> = {"name": name, ...}`: the loop-invariant values the per-block hook reads, recorded
+    by the patched forward just before the loop."""
+    value = cst.Dict([cst.DictElement(cst.SimpleString(repr(n)), cst.Name(n)) for n in f.names])
+    target = cst.AssignTarget(cst.Attribute(cst.Name("self"), cst.Name(f.env_attr)))
+    return cst.SimpleStatementLine([cst.Assign([target], value)])
 
 
 class _ModernAnnotations(cst.CSTTransformer):

@@ -715,11 +715,39 @@ def _setup_cache(model, rec: dict, fx, recorder, arrays, key) -> int:
     for h in handles:
         h.remove()
     arrays[f"{key}/patched"] = np.stack(outs)
+    arrays[f"{key}/contiguous"] = _contiguous_run(model, adapter, fx)
     rec["patterns"] = seen
     rec["block_counts"] = [len(b) for b in (adapter.blocks if isinstance(adapter.blocks, list) else [adapter.blocks])]
     calls = 2 if adapter.has_separate_cfg else 1
     cache_dit.enable_cache(model, cache_config=_cache_config(0.0, fx.STEPS, fx.STEPS))
     return calls
+
+
+def _contiguous_run(model, adapter, fx):
+    """The plain (patched) model once more, with the output of each cached list's last block made contiguous, as
+    cache-dit's wrapper returns it: a block that returns a transposed view then leads the modules after the list
+    down another summation order, a difference of float rounding that is cache-dit's copy, not the integration's."""
+    import numpy as np
+    import torch
+
+    def contiguous(module, args, out):
+        if torch.is_tensor(out):
+            return out.contiguous()
+        if isinstance(out, tuple):
+            return tuple(o.contiguous() if torch.is_tensor(o) else o for o in out)
+        return out
+
+    lists = adapter.blocks if isinstance(adapter.blocks, list) else [adapter.blocks]
+    handles = [blocks[-1].register_forward_hook(contiguous) for blocks in lists if len(blocks)]
+    outs = []
+    try:
+        with torch.no_grad():
+            for step in range(fx.STEPS):
+                outs.append(_plain(_tensors(model(**fx.inputs(step)))[0]).numpy())
+    finally:
+        for h in handles:
+            h.remove()
+    return np.stack(outs)
 
 
 def _cached(model, fx, calls: int, threshold: float):

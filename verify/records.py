@@ -12,7 +12,7 @@ from typing import Any, Literal
 from integrate.records import OMIT, Omit
 
 VERIFY_SCHEMA = "integrate.verify"
-VERIFY_SCHEMA_VERSION = "1.2"
+VERIFY_SCHEMA_VERSION = "1.3"
 GPU_SCHEMA = "integrate.verify.gpu"
 GPU_SCHEMA_VERSION = "1.0"
 
@@ -139,6 +139,9 @@ class CacheProof:
     patched_forward: Compared | Omit = OMIT
     caching_off: Compared | Omit = OMIT
     caching_on: CachingOn | Omit = OMIT
+    # 1.3: "contiguous" when caching off matches, bit for bit, the plain model with its block outputs made
+    # contiguous as cache-dit's wrapper makes them (and not the plain model itself: float rounding of that copy)
+    caching_off_reference: str | Omit = OMIT
 
 
 @dataclass(frozen=True)

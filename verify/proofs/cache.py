@@ -30,6 +30,8 @@ STEPS = 4
 
 
 def judge(base: Baseline, rep: dict | None, arrays: dict, tail: str | None) -> tuple[StateDictProof, CacheProof]:
+    import numpy as np
+
     from .. import compare
     from .locate import compared, worker_error
 
@@ -56,6 +58,14 @@ def judge(base: Baseline, rep: dict | None, arrays: dict, tail: str | None) -> t
     ref = base.reference(STEPS, calls)
     off = compare.figures(ref, arrays["cache/out"], rtol=0, atol=0)
     fields["caching_off"] = compared(off)
+    if off.max_abs != 0 and "cache/contiguous" in arrays:
+        # the plain model with its block outputs made contiguous, as cache-dit's wrapper makes them: where the
+        # cached model matches that bit for bit, the difference is that copy's float rounding
+        contiguous = np.repeat(arrays["cache/contiguous"], calls, axis=0)[: STEPS * calls]
+        if compare.figures(contiguous, arrays["cache/out"], rtol=0, atol=0).max_abs == 0:
+            fields["caching_off_reference"] = "contiguous"
+            ref = contiguous
+            off = compare.figures(ref, arrays["cache/out"], rtol=0, atol=0)
     if off.max_abs != 0:
         problems.append(f"with caching off the output differs from the plain model (max-abs {off.max_abs:.3g})")
     fields["caching_on"], more = _caching_on(base, ref, v.get("stats", {}), arrays.get("cache/cached"), calls)
