@@ -139,7 +139,7 @@ def _patch_functor(b: _Build) -> None:
         extra = [("cache_dit.caching.patch_functors.functor_base", "PatchFunctor")]
         if patch.splits:
             extra.append(("torch", "nn"))
-        if patch.per_block:
+        if patch.per_block or patch.after_block:
             extra.append(("functools", None))
         b.piece("patch_functor", "patch_functor", b.functor["cls"], "patch_functor.py.j2", patch=patch,
                 functor=b.functor, imports=import_block(list(patch.imports) + extra),

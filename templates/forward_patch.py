@@ -68,6 +68,18 @@ class PerBlock:
 
 
 @dataclass(frozen=True)
+class AfterBlock:
+    """Pitfall B, statements after the block call that update its output by index (a face adapter every fifth
+    block): a forward hook on each block runs them on that block's output. Removed from the patched loop."""
+
+    attr: str
+    func: str
+    env_attr: str
+    names: tuple[str, ...]
+    code: Code  # the whole hook function, the model's statements inside it
+
+
+@dataclass(frozen=True)
 class BlockPatch:
     """Pitfall C: a block forward that writes into an input, rewritten to work out of place."""
 
@@ -86,6 +98,7 @@ class ForwardPatch:
     forward_changed: bool = False  # the transformer's forward needs replacing (else only blocks are patched)
     blocks: tuple[BlockPatch, ...] = ()
     per_block: tuple[PerBlock, ...] = ()
+    after_block: tuple[AfterBlock, ...] = ()
 
 
 class _SelfToTransformer(cst.CSTTransformer):
@@ -124,7 +137,8 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
             splits.append(Split(attr, new_attr, rendered, guards, f"part_{len(splits)}"))
     changes = [Change("walk-slice", s.attr, f"`{s.slice_code}` is walked as `{s.new_attr}`") for s in splits]
     per_block: list[PerBlock] = []
-    rewritten = fwd.visit(_Rewrite(src, replace, block_lists, aliases, changes, per_block, fwd))
+    rewriter = _Rewrite(src, replace, block_lists, aliases, changes, per_block, fwd)
+    rewritten = fwd.visit(rewriter)
     rewritten = rewritten.visit(_DropUnusedAliases(aliases, rewritten))
     rewritten = rewritten.visit(_MarkUnusedUnpacked(rewritten))
     rewritten = rewritten.with_changes(params=rewritten.params.visit(_ModernAnnotations()),
@@ -134,6 +148,8 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
     forward_changed = bool(changes)
     code = Code(cst.Module(body=[]).code_for_node(rewritten) if forward_changed else "")
     imports = _imports(ws, src, rewritten) if forward_changed else []
+    for item in rewriter.after_block:
+        imports += _imports(ws, src, cst.parse_module(str(item.code)).body[0])
     for item in per_block:  # the hook runs the model's statement: the names it calls come from the model's module
         holder = cst.FunctionDef(cst.Name("hook"), cst.Parameters(), cst.IndentedBlock([cst.parse_statement(item.code)]))
         imports += _imports(ws, src, holder)
@@ -153,7 +169,8 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
         changes.append(Change("pitfall-c", bl.attr, f"`{bl.block_class}.forward` adds residuals out of place "
                                                     "instead of writing into its inputs (pitfall C)"))
     return ForwardPatch(code=code, splits=tuple(splits), changes=tuple(changes), imports=_sorted_imports(imports),
-                        forward_changed=forward_changed, blocks=tuple(blocks), per_block=tuple(per_block))
+                        forward_changed=forward_changed, blocks=tuple(blocks), per_block=tuple(per_block),
+                        after_block=tuple(rewriter.after_block))
 
 
 class _OutOfPlace(cst.CSTTransformer):
@@ -231,6 +248,8 @@ class _Rewrite(cst.CSTTransformer):
         self.fwd = fwd
         self.ops = {bl.attr: bl.call_site.loop_extra_ops for bl in block_lists if bl.is_blocks and bl.call_site}
         self.indexed: set[str] = set()  # lists whose blocks forward reads by a constant index
+        self.patterns = {bl.attr: bl.forward_pattern for bl in block_lists if bl.is_blocks}
+        self.after_block: list[AfterBlock] = []
         # what cache-dit's wrapper takes apart from the call's keywords: both streams for Pattern_0-2, only
         # `hidden_states` for Pattern_3-5 (their wrapper passes every other argument on as the call gave it)
         self.streams = {bl.attr: {v for r, v in bl.roles.items()
@@ -289,15 +308,22 @@ class _Rewrite(cst.CSTTransformer):
             if hoisted:
                 updated = updated.with_changes(body=updated.body.with_changes(body=body))
         folds = self._per_block(attr, original)
+        after, moved = self._after_block(attr, original)
         ops = [op for op in self.ops.get(attr, ()) if op.active_by_default]
-        answered = len(hoisted) + len(folds)
+        answered = len(hoisted) + len(folds) + moved
         if answered and answered == len(ops):  # every statement of the finding is answered, or it stays manual
             said = [f"{len(hoisted)} loop-invariant statement(s) hoisted out of the `{attr}` loop"] if hoisted else []
             said += [f"`{f.target}` computed again for each block of `{attr}` from its own index "
                      f"(passed as `{f.keyword}`)" for f in folds]
+            if after is not None:
+                said.append(f"{moved} statement(s) after the `{attr}` block call run on each block's output, with "
+                            "its own index")
+                body = list(updated.body.body)[:len(updated.body.body) - moved]
+                updated = updated.with_changes(body=updated.body.with_changes(body=body))
+                self.after_block.append(after)
             self.changes.append(Change("pitfall-b", attr, "; ".join(said) + " (pitfall B)"))
             self.per_block += folds
-            record = [_record(f) for f in folds]
+            record = [_record(f) for f in folds] + ([_record(after)] if after is not None else [])
             return cst.FlattenSentinel([*hoisted, *record, updated])
         if hoisted and not [op for op in ops if op.kind != "hoistable"]:
             self.changes.append(Change("pitfall-b", attr, f"{len(hoisted)} loop-invariant statement(s) hoisted "
@@ -329,20 +355,84 @@ class _Rewrite(cst.CSTTransformer):
             small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
             if not (isinstance(small, cst.Assign) and len(small.targets) == 1
                     and isinstance(small.targets[0].target, cst.Name)):
-                return []
+                continue
             target = small.targets[0].target.value
             keyword = self._only_keyword(loop, target, block_var)
             reads = names_read(small.value) - {"self", index_var}
             if keyword is None or keyword in self.streams.get(attr, set()) or reads & assigned_in_loop:
-                return []
+                continue
             names = tuple(sorted(reads & locals_))
             bare = stmt.with_changes(leading_lines=[])  # the statement, not the comments above it
             code = Code(cst.Module(body=[]).code_for_node(bare.visit(_SelfToTransformer())).strip())
             if "\n" in code:
-                return []  # the hook holds the statement on one line of its own
+                continue  # the hook holds the statement on one line of its own
             out.append(PerBlock(attr, f"_per_block_{attr}_{target}", f"_integrate_{attr}_{target}_env", index_var,
                                 names, keyword, target, code))
-        return out if len(out) == len(wanted) else []
+        return out
+
+    def _after_block(self, attr: str, loop: cst.For) -> tuple[AfterBlock | None, int]:
+        """The statements after the block call, when each is index-dependent and together they only update the
+        stream the call returns (`if i % 5 == 0: h = self.adapter[i // 5](h, m) + h`): they become a forward hook
+        on each block, run with its index on its output (a Pattern_2 or Pattern_3 block returns the stream alone).
+        (the record, how many statements) or (None, 0)."""
+        if self.fwd is None or not (isinstance(loop.iter, cst.Call) and dotted(loop.iter.func) == "enumerate"
+                                    and isinstance(loop.target, cst.Tuple)
+                                    and isinstance(loop.target.elements[0].value, cst.Name)):
+            return None, 0
+        if self.patterns.get(attr) not in ("Pattern_2", "Pattern_3"):  # the block returns the stream alone
+            return None, 0
+        index_var = loop.target.elements[0].value.value
+        wanted = {op.line for op in self.ops.get(attr, ()) if op.kind == "index_dependent" and op.active_by_default}
+        body = list(loop.body.body)
+        calls = [i for i, stmt in enumerate(body) if any(
+            isinstance(c.func, cst.Name) and isinstance(loop.target.elements[1].value, cst.Name)
+            and c.func.value == loop.target.elements[1].value.value for c in find_all(stmt, cst.Call))]
+        if len(calls) != 1:
+            return None, 0
+        after = body[calls[0] + 1:]
+        stream = self._call_target(body[calls[0]], loop.target.elements[1].value.value)
+        if not after or stream is None or any(self.src.line(stmt) not in wanted for stmt in after):
+            return None, 0
+        written = {n.value for st in after for a in find_all(st, cst.Assign) for t in a.targets
+                   for n in find_all(t.target, cst.Name)}
+        if not written & {stream} or find_all(cst.Module(body=after), cst.AugAssign):
+            return None, 0
+        reads = set().union(*(names_read(st) for st in after)) - {"self", index_var, stream} - written
+        assigned_in_loop = {n.value for a in find_all(cst.Module(body=body[:calls[0] + 1]), cst.Assign)
+                            for t in a.targets for n in find_all(t.target, cst.Name)}
+        locals_ = {n.value for a in find_all(self.fwd.body, cst.Assign) for t in a.targets
+                   for n in find_all(t.target, cst.Name)} | {p.name.value for p in params_of(self.fwd)}
+        if reads & assigned_in_loop:
+            return None, 0
+        names = tuple(sorted(reads & locals_))
+        env_attr = f"_integrate_{attr}_after_env"
+        func = f"_after_block_{attr}"
+        # every name below is an identifier libcst read from the model's own code
+        head = [cst.parse_statement(f'env = getattr(transformer, "{env_attr}", None)'),
+                cst.parse_statement("if env is None:\n    return None\n"),
+                cst.parse_statement(f"{index_var} = index"),
+                *[cst.parse_statement(f'{n} = env["{n}"]') for n in names],
+                cst.parse_statement(f"{stream} = output")]
+        moved = [st.visit(_SelfToTransformer()) for st in after]
+        doc = cst.parse_statement(f'"""The statements forward runs after block `index` of `{attr}`, on that block\'s '
+                                  'output\n    (cache-dit\'s wrapper runs the loop body once, after all the blocks)."""')
+        fn = cst.FunctionDef(cst.Name(func), cst.parse_module(
+            "def f(transformer, index, module, args, kwargs, output):\n    pass\n").body[0].params,
+            cst.IndentedBlock([doc, *head, *moved, cst.parse_statement(f"return {stream}")]))
+        return AfterBlock(attr, func, env_attr, names, Code(cst.Module(body=[]).code_for_node(fn))), len(after)
+
+    @staticmethod
+    def _call_target(stmt: cst.BaseStatement, block_var: str) -> str | None:
+        """The one name every direct call of the block in `stmt` is assigned to (`h = block(...)`)."""
+        targets = set()
+        for assign in find_all(stmt, cst.Assign):
+            if isinstance(assign.value, cst.Call) and (
+                    (isinstance(assign.value.func, cst.Name) and assign.value.func.value == block_var)
+                    or (dotted(assign.value.func) or "").endswith("_gradient_checkpointing_func")):
+                if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+                    return None
+                targets.add(assign.targets[0].target.value)
+        return targets.pop() if len(targets) == 1 else None
 
     @staticmethod
     def _only_keyword(loop: cst.For, target: str, block_var: str | None) -> str | None:
@@ -363,7 +453,7 @@ class _Rewrite(cst.CSTTransformer):
         return keyword
 
 
-def _record(f: PerBlock) -> cst.SimpleStatementLine:
+def _record(f: PerBlock | AfterBlock) -> cst.SimpleStatementLine:
     """`self.<env_attr> = {"name": name, ...}`: the loop-invariant values the per-block hook reads, recorded
     by the patched forward just before the loop."""
     value = cst.Dict([cst.DictElement(cst.SimpleString(repr(n)), cst.Name(n)) for n in f.names])

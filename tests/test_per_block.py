@@ -48,3 +48,18 @@ def test_a_per_block_text_passed_as_the_encoder_keyword_of_a_pattern_3_list_is_a
     assert not any("pitfall B" in m for m in generated.manual), generated.manual
     functor = next(out.glob("*/patch_functor.py")).read_text()
     assert 'kwargs["encoder_hidden_states"] = text' in functor and 'bundle_index = env["bundle_index"]' in functor
+
+
+def test_statements_after_the_block_call_become_a_hook_on_each_blocks_output(tmp_path):
+    """WanAnimate's loop runs its face adapter after every `inject_face_latents_blocks`-th block
+    (`if block_idx % N == 0: hidden_states = self.face_adapter[block_idx // N](hidden_states, motion_vec) +
+    hidden_states`); cache-dit's wrapper would run that once, after all the blocks. The statements leave the
+    patched loop and become a forward hook on each block (a Pattern_2 block returns the stream alone), reading
+    `motion_vec` recorded before the loop: nothing is left manual. (Its cache proof, which passes, derives its
+    fixture from the pipeline in minutes: it is run by `bench/bench_unsupported.py`, not here.)"""
+    _, out, generated = _generated(tmp_path, "WanAnimatePipeline", "WanAnimateTransformer3DModel")
+    assert not any("pitfall B" in m for m in generated.manual), generated.manual
+    functor = next(out.glob("*/patch_functor.py")).read_text()
+    assert "register_forward_hook" in functor and 'motion_vec = env["motion_vec"]' in functor
+    loop = functor.split("for block_idx, block in enumerate(self.blocks):")[1].split("# 6.")[0]
+    assert "face_adapter" not in loop  # gone from the patched loop: the hook runs it
