@@ -156,16 +156,20 @@ def _function_return(ws: Workspace, src: SourceFile, call: cst.Call, index: int 
     found = ws.resolve(src, call.func.value)
     if not (isinstance(found, Resolved) and isinstance(found.node, cst.FunctionDef)):
         return None
-    fn = found.node
-    taken = _returns_taken(fn, call)
-    if not taken:
+    return _rank_returned(ws, found.src, found.node, None, _returns_taken(found.node, call), index, depth)
+
+
+def _rank_returned(ws: Workspace, src: SourceFile, fn: cst.FunctionDef, cls: cst.ClassDef | None,
+                   returns: list[cst.Return], index: int | None, depth: int) -> int | None:
+    """The rank of the last of `returns` (of its element `index`, for a tuple return), read in `fn`."""
+    if not returns:
         return None
-    value = taken[-1].value
+    value = returns[-1].value
     if index is not None:
         if not isinstance(value, cst.Tuple) or index >= len(value.elements):
             return None
         value = value.elements[index].value
-    return ndim_of(ws, found.src, fn, value, None, depth + 1, found.src.line(taken[-1]) + 1)
+    return ndim_of(ws, src, fn, value, cls, depth + 1, src.line(returns[-1]) + 1)
 
 
 def _returns_taken(fn: cst.FunctionDef, call: cst.Call) -> list[cst.Return]:
@@ -203,15 +207,8 @@ def _method_return(ws: Workspace, src: SourceFile, cls: cst.ClassDef, method: st
     if found is None:
         return None
     m_src, m_cls, fn = found
-    returns = [r for r in find_all(fn, cst.Return) if r.value is not None]
-    if not returns:
-        return None
-    value = returns[-1].value
-    if index is not None:
-        if not isinstance(value, cst.Tuple) or index >= len(value.elements):
-            return None
-        value = value.elements[index].value
-    return ndim_of(ws, m_src, fn, value, m_cls, depth + 1, m_src.line(returns[-1]) + 1)
+    return _rank_returned(ws, m_src, fn, m_cls, [r for r in find_all(fn, cst.Return) if r.value is not None], index,
+                          depth)
 
 
 def _find_method(ws: Workspace, src: SourceFile, cls: cst.ClassDef, name: str, depth: int = 0):

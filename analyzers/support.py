@@ -135,19 +135,15 @@ def ring_refuses_masks(ws: Workspace) -> Evidence | None:
     from the installed source. None when the module or the check is not there (another cache-dit)."""
     from integrate.records import Evidence
 
-    root = ws.package_root("cache_dit")
-    path = ws.module_file(root, "cache_dit.attention.backends.native") if root is not None else None
-    if path is None:
-        return None
-    src = ws.load(path)
-    for fn in src.functions.values():
+    src = _cache_dit_module(ws, "cache_dit.attention.backends.native")
+    for fn in src.functions.values() if src is not None else ():
         for outer in find_all(fn, cst.If):
             if dotted(outer.test) != "return_lse":
                 continue
-            for inner in find_all(outer.body, cst.If):
-                if "attn_mask" in {n.value for n in find_all(inner.test, cst.Name)} and find_all(inner.body, cst.Raise):
-                    return Evidence(str(src.path), src.line(inner), "cache-dit's attention with log-sum-exp, which "
-                                    "ring attention runs, raises on any attention mask")
+            inner = _raising_if(outer.body, "attn_mask")
+            if inner is not None:
+                return Evidence(str(src.path), src.line(inner), "cache-dit's attention with log-sum-exp, which "
+                                "ring attention runs, raises on any attention mask")
     return None
 
 
@@ -157,14 +153,25 @@ def cp_refuses_gqa(ws: Workspace) -> Evidence | None:
     module or the check is not there (a cache-dit that runs GQA under CP as it is)."""
     from integrate.records import Evidence
 
+    src = _cache_dit_module(ws, "cache_dit.attention.backends.register")
+    for fn in src.functions.values() if src is not None else ():
+        branch = _raising_if(fn, "enable_gqa")
+        if branch is not None:
+            return Evidence(str(src.path), src.line(branch), "cache-dit's context-parallel attention raises on "
+                            "`enable_gqa` unless the call names a GQA strategy (`cp_gqa_strategy`)")
+    return None
+
+
+def _cache_dit_module(ws: Workspace, module: str):
+    """The installed cache-dit's source of `module`, or None."""
     root = ws.package_root("cache_dit")
-    path = ws.module_file(root, "cache_dit.attention.backends.register") if root is not None else None
-    if path is None:
-        return None
-    src = ws.load(path)
-    for fn in src.functions.values():
-        for branch in find_all(fn, cst.If):
-            if "enable_gqa" in {n.value for n in find_all(branch.test, cst.Name)} and find_all(branch.body, cst.Raise):
-                return Evidence(str(src.path), src.line(branch), "cache-dit's context-parallel attention raises on "
-                                "`enable_gqa` unless the call names a GQA strategy (`cp_gqa_strategy`)")
+    path = ws.module_file(root, module) if root is not None else None
+    return ws.load(path) if path is not None else None
+
+
+def _raising_if(node: cst.CSTNode, name: str) -> cst.If | None:
+    """The first `if` under `node` whose test reads `name` and whose body raises."""
+    for branch in find_all(node, cst.If):
+        if name in {n.value for n in find_all(branch.test, cst.Name)} and find_all(branch.body, cst.Raise):
+            return branch
     return None
