@@ -304,20 +304,21 @@ def test_an_adapter_is_found_by_the_transformer_alone_where_the_pipeline_prefix_
 
 
 def test_a_change_no_rewrite_answers_becomes_a_stub_with_its_contract_and_a_filled_one_is_kept(tmp_path):
-    """WanAnimate applies its face adapter between blocks, keyed by the block's index (pitfall B): no rewrite
-    answers it, so generate writes `manual_patch.py`, the one file meant for hand edits, with the finding's
-    line and statement and the forward's signature; the adapter calls it. A filled-in version (no NEEDS_CODE)
-    survives the next generate; the stub itself is written again."""
-    model = make_model_dir(tmp_path / "m", "WanAnimatePipeline", "WanAnimateTransformer3DModel")
+    """BriaFibo picks each block's text-encoder layer by the block's index and joins it into the text before the
+    call, a chain of index-dependent statements (pitfall B) no rewrite answers: generate writes
+    `manual_patch.py`, the one file meant for hand edits, with the finding's line and statement and the
+    forward's signature; the adapter calls it. A filled-in version (no NEEDS_CODE) survives the next generate;
+    the stub itself is written again."""
+    model = make_model_dir(tmp_path / "m", "BriaFiboPipeline", "BriaFiboTransformer2DModel")
     plan_dir, _, gen = _plan_approve_generate(model, tmp_path)
     report = json.loads(gen.stdout)
     assert gen.returncode == 1 and any("pitfall B" in m for m in report["manual"])  # still listed as manual
-    plugin = tmp_path / "out" / "integrate_wan_animate"
+    plugin = tmp_path / "out" / "integrate_bria_fibo"
     stub = (plugin / "manual_patch.py").read_text()
     assert "NEEDS_CODE = True" in stub and "def apply_manual(transformer):" in stub
-    assert "`if block_idx % self.config.inject_face_latents_blocks == 0:`" in stub  # the statement to move
-    assert "WanAnimateTransformer3DModel.forward(self, hidden_states: torch.Tensor," in stub
-    assert "from integrate_wan_animate.manual_patch import apply_manual" in (plugin / "adapter.py").read_text()
+    assert "`current_text_encoder_layer = text_encoder_layers[block_id]`" in stub  # a statement to move
+    assert "BriaFiboTransformer2DModel.forward(self, hidden_states: torch.Tensor," in stub
+    assert "from integrate_bria_fibo.manual_patch import apply_manual" in (plugin / "adapter.py").read_text()
     assert _ruff(plugin).returncode == 0
     from integrate.templates import is_stub
 
