@@ -354,9 +354,11 @@ def audit(only: tuple[str, ...] = (), *, proofs: tuple[str, ...] | None = None, 
 
 
 def survey(paths: list[str] | tuple[str, ...] = (), *, jobs: int | None = None, use_cache: bool = True,
-           verify_only: tuple[str, ...] | None = None, progress: Progress = _quiet):
+           verify_only: tuple[str, ...] | None = None, classes: tuple[str, ...] | None = None,
+           progress: Progress = _quiet):
     """One row per transformer class in the installed diffusers (and `paths`); `verify_only` (a tuple of class
-    names, empty for all) adds each row's CPU proof."""
+    names, empty for all) adds each row's CPU proof; `classes` surveys only the files defining those classes."""
     from integrate.survey import run_survey
 
-    return run_survey(list(paths), jobs=jobs, use_cache=use_cache, verify_only=verify_only, progress=progress)
+    return run_survey(list(paths), jobs=jobs, use_cache=use_cache, verify_only=verify_only, progress=progress,
+                      classes=classes)

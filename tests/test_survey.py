@@ -141,6 +141,18 @@ def test_table_output(survey):
     assert any(line.startswith("* cache-dit") for line in lines)
 
 
+def test_verify_runs_the_proof_for_the_rows_asked(survey):
+    """`survey --verify --only` proves the rows asked (the survey itself read from the warm cache)."""
+    proc = run_cli("survey", "--verify", "--only", "WanTransformer3DModel", "--json", "--path", str(FIXTURES),
+                   env={"INTEGRATE_CACHE_DIR": survey["cache"]})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [r for r in json.loads(proc.stdout)["rows"] if "verify" in r]
+    assert [r["transformer_class"] for r in rows] == ["WanTransformer3DModel"]
+    v = rows[0]["verify"]
+    assert v["fixture"] == "derived" and v["cache"] == "pass" and v["cp"] == "pass"
+    assert v["tp"] == "skipped"  # cache-dit's Wan TP norm refuses CPU tensors: said, not faked
+
+
 @pytest.mark.parametrize("args", [["--path", "/no/such/dir"], ["--path", str(ROOT / "README.md")],
                                   ["--jobs", "0"], ["--only", "FluxTransformer2DModel"]])
 def test_bad_input_exits_2(args):

@@ -104,10 +104,13 @@ def _pipelines_digest(pipelines: list[str]) -> str:
 
 
 def run_survey(paths: list[str], jobs: int | None = None, use_cache: bool = True,
-               verify_only: tuple[str, ...] | None = None, progress=None) -> SurveyReport:
+               verify_only: tuple[str, ...] | None = None, progress=None,
+               classes: tuple[str, ...] | None = None) -> SurveyReport:
     """Survey the installed diffusers plus `paths`. `verify_only` (class names; empty: every row) adds each
-    row's CPU proof."""
+    row's CPU proof. `classes` (class names) surveys only the files that define one of them at top level."""
     tasks, pipelines = collect(paths)
+    if classes:
+        tasks = _defining(tasks, set(classes))
     jobs = max(1, jobs or os.cpu_count() or 1)
     digest = _pipelines_digest(pipelines)
     results: dict[int, dict] = {}
@@ -173,6 +176,20 @@ def run_survey(paths: list[str], jobs: int | None = None, use_cache: bool = True
             raise InputError(f"--only names no surveyed transformer class: {', '.join(missing)}")
         out = verify_rows(out, verify_only, progress or (lambda line: None))
     return out
+
+
+def _defining(tasks: list[Task], classes: set[str]) -> list[Task]:
+    """The tasks whose file defines one of `classes` at top level (a parse, none of the analysis)."""
+    ws = Workspace()
+    keep = []
+    for task in tasks:
+        try:
+            names = ws.load(Path(task.path)).classes
+        except (InputError, RecursionError, MemoryError):
+            continue
+        if classes & set(names):
+            keep.append(task)
+    return keep
 
 
 def _where(task: Task) -> str:

@@ -137,7 +137,8 @@ def run_audit(only: tuple[str, ...] = (), proofs: tuple[str, ...] = DEFAULT_PROO
     if bad:
         raise InputError(f"--proof {bad[0]}: not a proof (choose from {', '.join(CHOICES)})")
     progress = progress or (lambda line: None)
-    survey = api.survey(progress=lambda line: None)  # quiet: a bad --only is one line, nothing before it
+    # quiet: a bad --only is one line, nothing before it; with --only, only the files defining those classes
+    survey = api.survey(classes=tuple(only) or None, progress=lambda line: None)
     rows = [r for r in survey.rows if r.status == "ok" and r.transformer_class and r.already_supported
             and r.already_supported.registered]
     if only:
