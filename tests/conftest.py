@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "motif-video"
@@ -26,6 +27,29 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> sub
         [sys.executable, "-m", "integrate.cli", *args],
         capture_output=True, text=True, cwd=cwd or ROOT, env=full_env, timeout=300,
     )
+
+
+def computed_once(factory, name: str, make):
+    """`make(folder)`, a JSON-able result, computed once per test session even across xdist workers: the
+    first worker to ask runs it under a file lock in the session's shared temp folder, the others read what
+    it wrote (an expensive module fixture is otherwise built again by every worker that runs one of its
+    tests)."""
+    base = factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    done = shared / f"{name}.json"
+    with FileLock(str(shared / f"{name}.lock")):
+        if done.is_file():
+            return json.loads(done.read_text())
+        folder = shared / name
+        folder.mkdir(exist_ok=True)
+        result = make(folder)
+        done.write_text(json.dumps(result))
+        return result
+
+
+def completed(proc: subprocess.CompletedProcess) -> dict:
+    """A finished CLI run as JSON, for `computed_once`."""
+    return {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
 
 
 @pytest.fixture

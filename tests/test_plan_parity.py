@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import make_model_dir
+from conftest import computed_once, make_model_dir
 from planner_oracle import cache_dit_plans_many
 
 CP_AGREE = [
@@ -64,12 +64,12 @@ ALL = sorted({t for _, t in CP_AGREE + TP_MODELS} | {"SkyReelsV2Transformer3DMod
 
 
 @pytest.fixture(scope="session")
-def oracle():
+def oracle(tmp_path_factory):
     try:
         import einops  # noqa: F401  (cache-dit's planner modules import it)
     except ImportError:
         pytest.skip("einops is not installed: cache-dit's planners cannot load")
-    return cache_dit_plans_many(ALL)
+    return computed_once(tmp_path_factory, "parity-oracle", lambda folder: cache_dit_plans_many(ALL))
 
 
 @pytest.fixture(scope="session")

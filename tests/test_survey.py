@@ -7,10 +7,11 @@ import importlib.util
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import libcst as cst
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, completed, computed_once, run_cli
 
 FIXTURES = ROOT / "tests" / "fixtures"
 DIFFUSERS = Path(importlib.util.find_spec("diffusers").submodule_search_locations[0]).resolve()
@@ -50,18 +51,23 @@ def expected_classes() -> set[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def survey(tmp_path_factory):
     """One cold survey (diffusers + tests/fixtures) and one warm rerun on the cache it filled."""
-    cache = str(tmp_path_factory.mktemp("survey-cache"))
-    env = {"INTEGRATE_CACHE_DIR": cache}
-    t = time.perf_counter()
-    cold = run_cli("survey", "--json", "--path", str(FIXTURES), env=env)
-    cold_s = time.perf_counter() - t
-    assert cold.returncode == 0, cold.stderr
-    t = time.perf_counter()
-    warm = run_cli("survey", "--json", "--path", str(FIXTURES), env=env)
-    warm_s = time.perf_counter() - t
-    assert warm.returncode == 0, warm.stderr
-    return {"cold": cold, "warm": warm, "cold_s": cold_s, "warm_s": warm_s, "data": json.loads(cold.stdout),
-            "cache": cache}
+    def make(folder: Path) -> dict:
+        cache = str(folder / "cache")
+        env = {"INTEGRATE_CACHE_DIR": cache}
+        t = time.perf_counter()
+        cold = run_cli("survey", "--json", "--path", str(FIXTURES), env=env)
+        cold_s = time.perf_counter() - t
+        assert cold.returncode == 0, cold.stderr
+        t = time.perf_counter()
+        warm = run_cli("survey", "--json", "--path", str(FIXTURES), env=env)
+        warm_s = time.perf_counter() - t
+        assert warm.returncode == 0, warm.stderr
+        return {"cold": completed(cold), "warm": completed(warm), "cold_s": cold_s, "warm_s": warm_s,
+                "cache": cache}
+
+    got = computed_once(tmp_path_factory, "survey", make)
+    return {**got, "cold": SimpleNamespace(**got["cold"]), "warm": SimpleNamespace(**got["warm"]),
+            "data": json.loads(got["cold"]["stdout"])}
 
 
 def rows_by_class(data: dict) -> dict[str, dict]:

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE, make_model_dir, run_cli
+from conftest import EXAMPLE, computed_once, make_model_dir, run_cli
 
 PLUGIN = "integrate_motif_video"
 
@@ -36,10 +36,13 @@ def _verify(plan_dir: Path, out: Path, *proofs: str) -> tuple[int, dict]:
 
 @pytest.fixture(scope="module")
 def motif(tmp_path_factory):
-    base = tmp_path_factory.mktemp("verify-motif")
-    plan_dir, out = _plan_generate(EXAMPLE, base)
-    rc, report = _verify(plan_dir, out)
-    return plan_dir, out, rc, report
+    def make(base: Path) -> list:
+        plan_dir, out = _plan_generate(EXAMPLE, base)
+        rc, report = _verify(plan_dir, out)
+        return [str(plan_dir), str(out), rc, report]
+
+    plan_dir, out, rc, report = computed_once(tmp_path_factory, "verify-motif", make)
+    return Path(plan_dir), Path(out), rc, report
 
 
 def _planted(motif, tmp_path, edit: tuple[str, str, str]) -> Path:
