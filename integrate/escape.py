@@ -15,7 +15,7 @@ there or refuses it (`UnsafeValue`, an input error: exit 2, nothing written).
 - `joined` and `wrapped`: several `text` values on one line, or one wrapped over several;
 - `Code`: text integrate itself made as code from checked parts (an import block, libcst's rewrite of the
   model's own forward); `macro` marks what one of our template macros rendered, each of its insertions
-  escaped in turn.
+  escaped in turn; `indented` shifts such `Code` right to nest it in a body, and refuses anything else.
 
 Numbers and booleans print as they are. `check_python` compiles a generated module before it is written.
 """
@@ -156,5 +156,12 @@ def check_python(code: str, name: str) -> None:
                           "write it") from None
 
 
+def indented(code: Any, width: int) -> Code:
+    """`Code` (and only `Code`) shifted right by `width` spaces, for a body the template nests in a function."""
+    if not isinstance(code, Code):
+        raise UnsafeValue(f"only code integrate wrote can be indented into a generated body, not {_quoted(code)}")
+    return Code(textwrap.indent(code, " " * width))
+
+
 FILTERS = {"py": py, "ident": ident, "dotted": dotted, "text": text, "sh": sh, "joined": joined, "wrapped": wrapped,
-           "macro": macro}
+           "macro": macro, "indented": indented}

@@ -72,11 +72,13 @@ class AfterBlock:
     """Pitfall B, statements after the block call that update its output by index (a face adapter every fifth
     block): a forward hook on each block runs them on that block's output. Removed from the patched loop."""
 
-    attr: str
-    func: str
-    env_attr: str
-    names: tuple[str, ...]
-    code: Code  # the whole hook function, the model's statements inside it
+    attr: str  # the block list
+    func: str  # the generated hook function
+    env_attr: str  # the transformer attribute the patched forward records the values in
+    index_var: str  # the loop's index variable, bound to the block's index in the hook
+    names: tuple[str, ...]  # the forward locals the statements read (recorded before the loop)
+    stream: str  # the name the block call's output is assigned to, bound to the block's output in the hook
+    code: Code  # the model's own statements, `self` spelled `transformer`, at column 0
 
 
 @dataclass(frozen=True)
@@ -148,10 +150,9 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
     forward_changed = bool(changes)
     code = Code(cst.Module(body=[]).code_for_node(rewritten) if forward_changed else "")
     imports = _imports(ws, src, rewritten) if forward_changed else []
-    for item in rewriter.after_block:
-        imports += _imports(ws, src, cst.parse_module(str(item.code)).body[0])
-    for item in per_block:  # the hook runs the model's statement: the names it calls come from the model's module
-        holder = cst.FunctionDef(cst.Name("hook"), cst.Parameters(), cst.IndentedBlock([cst.parse_statement(item.code)]))
+    for item in [*per_block, *rewriter.after_block]:  # a hook runs the model's statements: the names they call
+        holder = cst.FunctionDef(cst.Name("hook"), cst.Parameters(),  # come from the model's module
+                                 cst.IndentedBlock(list(cst.parse_module(item.code).body)))
         imports += _imports(ws, src, holder)
     blocks: list[BlockPatch] = []
     for bl in block_lists:
@@ -246,6 +247,10 @@ class _Rewrite(cst.CSTTransformer):
         self.src, self.replace, self.aliases, self.changes = src, replace, aliases, changes
         self.per_block = per_block if per_block is not None else []
         self.fwd = fwd
+        # the names forward binds (its parameters and assignments): what a hook may read from the recorded values
+        self.locals = ({n.value for a in find_all(fwd.body, cst.Assign) for t in a.targets
+                        for n in find_all(t.target, cst.Name)} | {p.name.value for p in params_of(fwd)}
+                       if fwd is not None else set())
         self.ops = {bl.attr: bl.call_site.loop_extra_ops for bl in block_lists if bl.is_blocks and bl.call_site}
         self.indexed: set[str] = set()  # lists whose blocks forward reads by a constant index
         self.patterns = {bl.attr: bl.forward_pattern for bl in block_lists if bl.is_blocks}
@@ -331,23 +336,28 @@ class _Rewrite(cst.CSTTransformer):
             return cst.FlattenSentinel([*hoisted, updated])
         return updated
 
+    def _index_dependent(self, attr: str, loop: cst.For) -> tuple[str, str | None, set[int]] | None:
+        """(index variable, block variable, lines of the list's active index-dependent statements) of a loop
+        `for i, block in enumerate(...)` that has such statements; None for any other loop."""
+        if self.fwd is None or not (isinstance(loop.iter, cst.Call) and dotted(loop.iter.func) == "enumerate"
+                                    and isinstance(loop.target, cst.Tuple) and len(loop.target.elements) == 2
+                                    and isinstance(loop.target.elements[0].value, cst.Name)):
+            return None
+        wanted = {op.line for op in self.ops.get(attr, ()) if op.kind == "index_dependent" and op.active_by_default}
+        if not wanted:
+            return None
+        block = loop.target.elements[1].value
+        return loop.target.elements[0].value.value, block.value if isinstance(block, cst.Name) else None, wanted
+
     def _per_block(self, attr: str, loop: cst.For) -> list[PerBlock]:
         """The loop's index-dependent statements that are per-block arguments: `t = <expr>` at the top of the
         body, reading the index, `self` and values set before the loop, whose target only ever reaches the
         block as one keyword (`kw=t`) that is not a stream. [] unless every index-dependent statement is one."""
-        index_var = None
-        if isinstance(loop.iter, cst.Call) and dotted(loop.iter.func) == "enumerate" and isinstance(
-                loop.target, cst.Tuple) and isinstance(loop.target.elements[0].value, cst.Name):
-            index_var = loop.target.elements[0].value.value
-        wanted = {op.line for op in self.ops.get(attr, ()) if op.kind == "index_dependent" and op.active_by_default}
-        if not wanted or index_var is None or self.fwd is None:
+        found = self._index_dependent(attr, loop)
+        if found is None:
             return []
-        block_var = loop.target.elements[1].value.value if isinstance(loop.target.elements[1].value, cst.Name) \
-            else None
-        assigned_in_loop = {n.value for a in find_all(loop.body, cst.Assign) for t in a.targets
-                            for n in find_all(t.target, cst.Name)}
-        locals_ = {n.value for a in find_all(self.fwd.body, cst.Assign) for t in a.targets
-                   for n in find_all(t.target, cst.Name)} | {p.name.value for p in params_of(self.fwd)}
+        index_var, block_var, wanted = found
+        assigned_in_loop = _assigned(loop.body)
         out = []
         for stmt in loop.body.body:
             if self.src.line(stmt) not in wanted:
@@ -361,7 +371,7 @@ class _Rewrite(cst.CSTTransformer):
             reads = names_read(small.value) - {"self", index_var}
             if keyword is None or keyword in self.streams.get(attr, set()) or reads & assigned_in_loop:
                 continue
-            names = tuple(sorted(reads & locals_))
+            names = tuple(sorted(reads & self.locals))
             bare = stmt.with_changes(leading_lines=[])  # the statement, not the comments above it
             code = Code(cst.Module(body=[]).code_for_node(bare.visit(_SelfToTransformer())).strip())
             if "\n" in code:
@@ -375,51 +385,30 @@ class _Rewrite(cst.CSTTransformer):
         stream the call returns (`if i % 5 == 0: h = self.adapter[i // 5](h, m) + h`): they become a forward hook
         on each block, run with its index on its output (a Pattern_2 or Pattern_3 block returns the stream alone).
         (the record, how many statements) or (None, 0)."""
-        if self.fwd is None or not (isinstance(loop.iter, cst.Call) and dotted(loop.iter.func) == "enumerate"
-                                    and isinstance(loop.target, cst.Tuple)
-                                    and isinstance(loop.target.elements[0].value, cst.Name)):
+        found = self._index_dependent(attr, loop)
+        if found is None or found[1] is None or self.patterns.get(attr) not in ("Pattern_2", "Pattern_3"):
             return None, 0
-        if self.patterns.get(attr) not in ("Pattern_2", "Pattern_3"):  # the block returns the stream alone
-            return None, 0
-        index_var = loop.target.elements[0].value.value
-        wanted = {op.line for op in self.ops.get(attr, ()) if op.kind == "index_dependent" and op.active_by_default}
+        index_var, block_var, wanted = found
         body = list(loop.body.body)
         calls = [i for i, stmt in enumerate(body) if any(
-            isinstance(c.func, cst.Name) and isinstance(loop.target.elements[1].value, cst.Name)
-            and c.func.value == loop.target.elements[1].value.value for c in find_all(stmt, cst.Call))]
+            isinstance(c.func, cst.Name) and c.func.value == block_var for c in find_all(stmt, cst.Call))]
         if len(calls) != 1:
             return None, 0
         after = body[calls[0] + 1:]
-        stream = self._call_target(body[calls[0]], loop.target.elements[1].value.value)
+        stream = self._call_target(body[calls[0]], block_var)
         if not after or stream is None or any(self.src.line(stmt) not in wanted for stmt in after):
             return None, 0
-        written = {n.value for st in after for a in find_all(st, cst.Assign) for t in a.targets
-                   for n in find_all(t.target, cst.Name)}
-        if not written & {stream} or find_all(cst.Module(body=after), cst.AugAssign):
+        written = set().union(*(_assigned(st) for st in after))
+        if stream not in written or find_all(cst.Module(body=after), cst.AugAssign):
             return None, 0
         reads = set().union(*(names_read(st) for st in after)) - {"self", index_var, stream} - written
-        assigned_in_loop = {n.value for a in find_all(cst.Module(body=body[:calls[0] + 1]), cst.Assign)
-                            for t in a.targets for n in find_all(t.target, cst.Name)}
-        locals_ = {n.value for a in find_all(self.fwd.body, cst.Assign) for t in a.targets
-                   for n in find_all(t.target, cst.Name)} | {p.name.value for p in params_of(self.fwd)}
-        if reads & assigned_in_loop:
+        if reads & _assigned(cst.Module(body=body[:calls[0] + 1])):
             return None, 0
-        names = tuple(sorted(reads & locals_))
-        env_attr = f"_integrate_{attr}_after_env"
-        func = f"_after_block_{attr}"
-        # every name below is an identifier libcst read from the model's own code
-        head = [cst.parse_statement(f'env = getattr(transformer, "{env_attr}", None)'),
-                cst.parse_statement("if env is None:\n    return None\n"),
-                cst.parse_statement(f"{index_var} = index"),
-                *[cst.parse_statement(f'{n} = env["{n}"]') for n in names],
-                cst.parse_statement(f"{stream} = output")]
-        moved = [st.visit(_SelfToTransformer()) for st in after]
-        doc = cst.parse_statement(f'"""The statements forward runs after block `index` of `{attr}`, on that block\'s '
-                                  'output\n    (cache-dit\'s wrapper runs the loop body once, after all the blocks)."""')
-        fn = cst.FunctionDef(cst.Name(func), cst.parse_module(
-            "def f(transformer, index, module, args, kwargs, output):\n    pass\n").body[0].params,
-            cst.IndentedBlock([doc, *head, *moved, cst.parse_statement(f"return {stream}")]))
-        return AfterBlock(attr, func, env_attr, names, Code(cst.Module(body=[]).code_for_node(fn))), len(after)
+        moved = cst.Module(body=[st.visit(_SelfToTransformer()) for st in after]).with_changes(header=[])
+        first = moved.body[0].with_changes(leading_lines=[])  # the statements, not the comments above them
+        moved = moved.with_changes(body=[first, *moved.body[1:]])
+        return AfterBlock(attr, f"_after_block_{attr}", f"_integrate_{attr}_after_env", index_var,
+                          tuple(sorted(reads & self.locals)), stream, Code(moved.code.rstrip())), len(after)
 
     @staticmethod
     def _call_target(stmt: cst.BaseStatement, block_var: str) -> str | None:
@@ -451,6 +440,11 @@ class _Rewrite(cst.CSTTransformer):
                 elif not (dotted(call.func) or "").endswith("_gradient_checkpointing_func"):
                     return None
         return keyword
+
+
+def _assigned(node: cst.CSTNode) -> set[str]:
+    """The names `node`'s assignments bind."""
+    return {n.value for a in find_all(node, cst.Assign) for t in a.targets for n in find_all(t.target, cst.Name)}
 
 
 def _record(f: PerBlock | AfterBlock) -> cst.SimpleStatementLine:
