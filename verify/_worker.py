@@ -708,6 +708,10 @@ def _setup_cache(model, rec: dict, fx, recorder, arrays, key) -> int:
     rec["state_dict_patched"] = _signature(model)
     rec["has_separate_cfg"] = bool(adapter.has_separate_cfg)
     seen, handles = _pattern_hooks(adapter)
+    views = []  # does a cached list's last block return a tensor that is not contiguous (a transposed view)?
+    handles += [blocks[-1].register_forward_hook(
+        lambda module, args, out: views.append(any(not o.is_contiguous() for o in _tensors(out))))
+        for blocks in _lists(adapter) if len(blocks)]
     outs = []
     with torch.no_grad():
         for step in range(fx.STEPS):
@@ -715,12 +719,18 @@ def _setup_cache(model, rec: dict, fx, recorder, arrays, key) -> int:
     for h in handles:
         h.remove()
     arrays[f"{key}/patched"] = np.stack(outs)
-    arrays[f"{key}/contiguous"] = _contiguous_run(model, adapter, fx)
+    if any(views):  # else making them contiguous changes nothing: the run would repeat the one above
+        arrays[f"{key}/contiguous"] = _contiguous_run(model, adapter, fx)
     rec["patterns"] = seen
-    rec["block_counts"] = [len(b) for b in (adapter.blocks if isinstance(adapter.blocks, list) else [adapter.blocks])]
+    rec["block_counts"] = [len(b) for b in _lists(adapter)]
     calls = 2 if adapter.has_separate_cfg else 1
     cache_dit.enable_cache(model, cache_config=_cache_config(0.0, fx.STEPS, fx.STEPS))
     return calls
+
+
+def _lists(adapter) -> list:
+    """The block lists a BlockAdapter caches."""
+    return adapter.blocks if isinstance(adapter.blocks, list) else [adapter.blocks]
 
 
 def _contiguous_run(model, adapter, fx):
@@ -737,8 +747,7 @@ def _contiguous_run(model, adapter, fx):
             return tuple(o.contiguous() if torch.is_tensor(o) else o for o in out)
         return out
 
-    lists = adapter.blocks if isinstance(adapter.blocks, list) else [adapter.blocks]
-    handles = [blocks[-1].register_forward_hook(contiguous) for blocks in lists if len(blocks)]
+    handles = [blocks[-1].register_forward_hook(contiguous) for blocks in _lists(adapter) if len(blocks)]
     outs = []
     try:
         with torch.no_grad():
