@@ -7,7 +7,11 @@ reads until the end can fill and stall a gloo pair.
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
+import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -19,7 +23,10 @@ import numpy as np
 from integrate.workers import worker_command
 
 WORKER = "integrate.verify._worker"
+ZYGOTE = "integrate.verify._zygote"
 PROCESS_TIMEOUT = 300
+# what differs between the processes of one proof pair; the server starts without them
+_PER_RANK = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def free_port() -> int:
@@ -28,9 +35,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn(job: dict, env: dict, search_path: str | None = None) -> subprocess.Popen:
-    """A worker (`python -I`, see integrate.workers) running `job`; `search_path` is where a source
-    checkout's model imports from."""
+def spawn(job: dict, env: dict, search_path: str | None = None):
+    """A worker running `job`: forked from the fork server (see verify/_zygote.py), which has torch, diffusers
+    and cache-dit imported already, or started afresh (`python -I`, see integrate.workers) where there is no
+    fork (or `INTEGRATE_FORK_SERVER=0`). `search_path` is where a source checkout's model imports from. Either
+    way the handle has Popen's poll / wait / kill / returncode and the `out_file` / `err_file` it wrote."""
+    server = _server(env, search_path)
+    if server is not None:
+        forked = server.spawn(job, env)
+        if forked is not None:
+            return forked
     out = tempfile.TemporaryFile(mode="w+")
     err = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(worker_command(WORKER, search_path), stdin=subprocess.PIPE, stdout=out, stderr=err,
@@ -86,3 +100,91 @@ def activations(arrays: dict[str, np.ndarray], variant: str) -> dict[str, list[n
     for key in sorted((k for k in arrays if k.startswith(prefix)), key=lambda k: int(k.rsplit("#", 1)[1])):
         out.setdefault(key[len(prefix):].rsplit("#", 1)[0], []).append(arrays[key])
     return out
+
+
+# -- the fork server ------------------------------------------------------------------------------------
+
+
+class Forked:
+    """A worker forked by the fork server: not this process's child, so its exit status comes from the file
+    the server writes when it reaps it."""
+
+    def __init__(self, pid: int, rc: Path, out_file, err_file) -> None:
+        self.pid, self._rc, self.out_file, self.err_file = pid, rc, out_file, err_file
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._rc.is_file():
+            self.returncode = int(self._rc.read_text())
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        start = time.monotonic()
+        while self.poll() is None:
+            if timeout is not None and time.monotonic() - start > timeout:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+class _Server:
+    def __init__(self, env: dict, search_path: str | None) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="integrate-fork-"))
+        self.count = 0
+        self.proc = subprocess.Popen(worker_command(ZYGOTE, search_path), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+
+    def spawn(self, job: dict, env: dict) -> Forked | None:
+        """The forked worker, or None when the server is gone (the caller then starts one afresh)."""
+        self.count += 1
+        paths = {k: self.dir / f"{self.count}.{k}" for k in ("stdin", "stdout", "stderr", "rc")}
+        for k in ("stdout", "stderr"):
+            paths[k].touch(mode=0o600)
+        paths["stdin"].write_text(json.dumps(job))
+        request = {"module": WORKER, "env": env, **{k: str(p) for k, p in paths.items()}}
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+            reply = self.proc.stdout.readline()
+            pid = json.loads(reply)["pid"]
+        except (OSError, ValueError, KeyError):
+            return None
+        return Forked(pid, paths["rc"], open(paths["stdout"]), open(paths["stderr"]))
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=PROCESS_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_SERVERS: dict[tuple, _Server] = {}
+
+
+def _server(env: dict, search_path: str | None) -> _Server | None:
+    if not hasattr(os, "fork") or env.get("INTEGRATE_FORK_SERVER", os.environ.get("INTEGRATE_FORK_SERVER")) == "0":
+        return None
+    base = {k: v for k, v in env.items() if k not in _PER_RANK}
+    key = (search_path, tuple(sorted(base.items())))
+    server = _SERVERS.get(key)
+    if server is None or server.proc.poll() is not None:
+        server = _SERVERS[key] = _Server(base, search_path)
+    return server
+
+
+def close_servers() -> None:
+    """End the fork servers this process started (each once its children have ended)."""
+    while _SERVERS:
+        _SERVERS.popitem()[1].close()
+
+
+atexit.register(close_servers)

@@ -1,0 +1,48 @@
+"""The proofs' worker processes: forked from the fork server (torch, diffusers and cache-dit imported once) or
+started afresh, a worker reports the same way: its exit status, its stdout and stderr, a kill seen as one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from integrate.verify import processes
+from integrate.workers import worker_env
+
+
+@pytest.fixture(params=["fork-server", "fresh"])
+def env(request, monkeypatch):
+    monkeypatch.setenv("INTEGRATE_FORK_SERVER", "1" if request.param == "fork-server" else "0")
+    yield worker_env()
+    processes.close_servers()
+
+
+def _finish(proc) -> tuple[int, str, str]:
+    proc.wait(timeout=120)
+    return proc.returncode, processes.read(proc.out_file), processes.read(proc.err_file)
+
+
+def test_a_worker_that_fails_reports_its_status_and_traceback(env, tmp_path):
+    proc = processes.spawn({"mode": "check", "fixture": str(tmp_path / "missing.py")}, env)
+    code, out, err = _finish(proc)
+    assert code == 1 and out == ""
+    assert "Traceback" in err and "missing.py" in err
+
+
+def test_a_worker_that_succeeds_writes_its_json_on_stdout(env, tmp_path):
+    fixture = tmp_path / "verify_fixture.py"
+    fixture.write_text("TRANSFORMER_MODULE = 'torch.nn'\nTRANSFORMER_CLASS = 'Identity'\nCONFIG = {}\nSTEPS = 1\nSEED = 0\n\n\n"
+                       "def inputs(step):\n    import torch\n    return {'input': torch.ones(2)}\n")
+    code, out, err = _finish(processes.spawn({"mode": "check", "fixture": str(fixture)}, env))
+    assert code == 0, err
+    assert "error" in json.loads(out)  # the worker's own report, whatever it says of this stand-in model
+
+
+def test_a_killed_worker_is_seen_as_killed(env, tmp_path):
+    job = {"mode": "derive", "transformer_module": "diffusers", "transformer_class": "FluxTransformer2DModel",
+           "config": None, "search_path": None}
+    proc = processes.spawn(job, env)
+    proc.kill()
+    code, _, _ = _finish(proc)
+    assert code == -9
