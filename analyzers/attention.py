@@ -49,6 +49,7 @@ class _Reading:
     prepared_line: int | None = None  # `<attn>.prepare_attention_mask(...)` in the processor
     causal_line: int | None = None  # a kernel call whose `is_causal` is not False
     gqa: tuple[int, str] | None = None  # (line, code) of a kernel call's `enable_gqa` other than False
+    backend: tuple[int, str] | None = None  # (line, code) of a dispatcher call's `backend=` other than None
     mask_after: tuple[str, int] | None = None  # (mask parameter, line) read after the kernel, outside its call
     joins: tuple[int, bool, str] | None = None  # (line, text first, code): the processor joins its own and text keys
     # per dispatch_attention_fn call: does it run with CP when the module is given encoder_hidden_states
@@ -157,7 +158,10 @@ def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFi
                           + ("text first" if reading.joins[1] else "text second"))
         if reading.joins else None,
         text_first=reading.joins[1] if reading.joins else None,
-        kernel_name=reading.kernel[0] if reading.kernel else None)
+        kernel_name=reading.kernel[0] if reading.kernel else None,
+        backend_at=Evidence(where, reading.backend[0], f"the attention kernel is called with "
+                            f"`backend={reading.backend[1][:60]}`") if reading.backend else None,
+        backend=_backend_member(reading.backend[1]) if reading.backend else None)
 
 
 def _cross_local(reading: _Reading, where: str) -> Evidence | None:
@@ -263,6 +267,10 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
             if gqa is not None and not (isinstance(gqa, cst.Name) and gqa.value in ("False", "None")) \
                     and reading.gqa is None:
                 reading.gqa = (src.line(call), src.code(gqa))
+            backend = next((a.value for a in call.args if a.keyword and a.keyword.value == "backend"), None)
+            if backend is not None and not (isinstance(backend, cst.Name) and backend.value == "None") \
+                    and reading.backend is None:
+                reading.backend = (src.line(call), src.code(backend))
             if kernel_line is None:
                 kernel_line = src.line(call)
                 reading.kernel = (name, kernel_line)
@@ -505,3 +513,9 @@ def _projection(expr: cst.BaseExpression | None, owner: str, modules: dict[str, 
 
 def int_value(value: Any) -> int | None:
     return value if is_known(value) and isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _backend_member(code: str) -> str | None:
+    """`AttentionBackendName.FLEX` -> "FLEX"; None for any other spelling (a variable, a string: not read)."""
+    head, _, member = code.rpartition(".")
+    return member if head.endswith("AttentionBackendName") and member.isidentifier() else None

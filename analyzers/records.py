@@ -14,7 +14,7 @@ from integrate.gate.records import GateReport
 
 from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
-ANALYSIS_SCHEMA_VERSION = "1.6"
+ANALYSIS_SCHEMA_VERSION = "1.7"
 
 
 @dataclass(frozen=True)
@@ -211,6 +211,10 @@ class AttentionFact:
     text_first: bool | None = None
     kernel_name: str | None = None  # 1.5: the kernel call's callee as written (`F.scaled_dot_product_attention`)
     gqa_at: Evidence | None = None  # 1.6: the kernel is called with `enable_gqa` other than False
+    # 1.7: the dispatcher is called with a fixed `backend=` (its line), and the backend's member name where it is
+    # written `AttentionBackendName.<member>` (None: not read)
+    backend_at: Evidence | None = None
+    backend: str | None = None
 
 
 @dataclass(frozen=True)
@@ -390,6 +394,9 @@ class ParallelFacts:
     ring_refuses_masks: Evidence | None = None
     # 1.6: where the installed cache-dit's context-parallel attention refuses `enable_gqa` without a GQA strategy
     cp_refuses_gqa: Evidence | None = None
+    # 1.7: diffusers' attention backends registered without context-parallel support, read from the installed
+    # diffusers' dispatcher: {AttentionBackendName member: its registration}
+    cp_local_backends: dict[str, Evidence] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from .records import (
     TransformerFacts,
 )
 from .sequence import mask_kind, sequence_facts
-from .support import cp_refuses_gqa, ring_refuses_masks
+from .support import cp_local_backends, cp_refuses_gqa, ring_refuses_masks
 from .values import evaluate, jsonable
 
 _KERNEL_MODULES = ("flash_attn", "triton", "apex", "xformers", "liger_kernel", "flashinfer", "sageattention")
@@ -97,6 +97,7 @@ def parallel_facts(gate: GateReport, ws: Workspace, transformer: TransformerFact
         vae=vae_facts(ws, mp, index),
         ring_refuses_masks=ring_refuses_masks(ws),
         cp_refuses_gqa=cp_refuses_gqa(ws),
+        cp_local_backends=cp_local_backends(ws),
     )
 
 

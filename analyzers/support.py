@@ -162,6 +162,34 @@ def cp_refuses_gqa(ws: Workspace) -> Evidence | None:
     return None
 
 
+def cp_local_backends(ws: Workspace) -> dict[str, Evidence]:
+    """diffusers' attention backends that its dispatcher registers without context-parallel support: each
+    `@_AttentionBackendRegistry.register(AttentionBackendName.<member>, ...)` not given
+    `supports_context_parallel=True`, read from the installed diffusers' `attention_dispatch.py`. A processor
+    that fixes one of them (`backend=AttentionBackendName.FLEX`) is not run as context-parallel attention by
+    diffusers' dispatcher. {} when the module or its registrations are not found."""
+    from integrate.records import Evidence
+
+    root = ws.package_root("diffusers")
+    path = ws.module_file(root, "diffusers.models.attention_dispatch") if root is not None else None
+    src = ws.load(path) if path is not None else None
+    out: dict[str, Evidence] = {}
+    for fn in src.functions.values() if src is not None else ():
+        for dec in fn.decorators:
+            call = dec.decorator
+            if not (isinstance(call, cst.Call) and (dotted(call.func) or "").endswith("Registry.register")
+                    and call.args and call.args[0].keyword is None):
+                continue
+            head, _, member = (dotted(call.args[0].value) or "").rpartition(".")
+            cp = next((a.value for a in call.args if a.keyword and a.keyword.value == "supports_context_parallel"),
+                      None)
+            if head.endswith("AttentionBackendName") and member and not (isinstance(cp, cst.Name)
+                                                                           and cp.value == "True"):
+                out[member] = Evidence(str(src.path), src.line(dec), f"diffusers registers its `{member}` attention "
+                                       "backend without context-parallel support")
+    return out
+
+
 def _cache_dit_module(ws: Workspace, module: str):
     """The installed cache-dit's source of `module`, or None."""
     root = ws.package_root("cache_dit")

@@ -123,8 +123,11 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
         c.risks += [f"{r.why} ({r.file.rsplit('/', 1)[-1]}:{r.line})" for r in seq.root_risks]
     evidence = list(dict.fromkeys(c.evidence))  # first occurrence of each (file, line, why)
     legacy, causal, after = _legacy_masks(facts, seq, lists), _causal(facts, lists), _masks_after(facts, lists)
-    direct, gqa = _direct_kernels(facts, lists), _gqa(facts, lists)
-    blocked = legacy + causal + after + direct + gqa
+    direct, gqa, fixed = _direct_kernels(facts, lists), _gqa(facts, lists), _local_backends(facts, lists)
+    blocked = legacy + causal + after + direct + gqa + fixed
+    if fixed:
+        c.unknowns.append("a processor fixes an attention backend that diffusers' dispatcher does not run as "
+                          "context-parallel attention: see blocked_by")
     if gqa:
         c.unknowns.append("a processor runs grouped-query attention, which cache-dit's context-parallel attention "
                           "refuses through diffusers' dispatcher: see blocked_by")
@@ -257,6 +260,23 @@ def _direct_kernels(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Ev
                             f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}) calls `{name}` directly: "
                             "cache-dit's context-parallel attention is reached only through a dispatcher given the "
                             "parallel config; patch the processor to call cache-dit's `_dispatch_attention_fn`"))
+    return tuple(dict.fromkeys(out))
+
+
+def _local_backends(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
+    """Attentions in a walked list whose dispatcher call fixes a backend (`backend=AttentionBackendName.FLEX`)
+    that the installed diffusers registers without context-parallel support: given the parallel config, the
+    dispatcher still runs that backend on the rank's own shard (Kandinsky 6 SR's NABLA block mask, which flex
+    alone takes, built from the local queries and keys). Refused with the processor's line, then the
+    registration's; the way on is a processor patch onto a backend that runs under CP, which no hook does."""
+    walked = {lf.attr for lf in lists}
+    out = []
+    for a in facts_attention(facts):
+        registered = facts.cp_local_backends.get(a.backend or "")
+        if a.block_list not in walked or a.backend_at is None or registered is None:
+            continue
+        out += [Evidence(a.backend_at.file, a.backend_at.line,
+                         f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): {a.backend_at.why}"), registered]
     return tuple(dict.fromkeys(out))
 
 

@@ -210,6 +210,26 @@ def test_grouped_query_attention_through_diffusers_dispatcher_refuses_cp_with_bo
                    .parallelism.cp.blocked_by)
 
 
+def test_a_processor_that_fixes_a_backend_diffusers_runs_without_cp_refuses_cp_with_both_lines(tmp_path):
+    """Kandinsky 6 SR's processor calls `dispatch_attention_fn(..., backend=AttentionBackendName.FLEX)` (its
+    NABLA block mask, built from the rank's own queries and keys, only flex takes); the installed diffusers
+    registers FLEX without context-parallel support, so given the parallel config the dispatcher still attends
+    within each rank's shard. CP is refused with the processor's line and the registration's. Kandinsky 6, whose
+    processor leaves the backend to the dispatcher, is not."""
+    from integrate.analyzers.support import cp_local_backends
+    from integrate.resolve import Workspace
+
+    local = cp_local_backends(Workspace())  # read from the installed diffusers' registrations
+    assert "FLEX" in local and "FLASH" not in local and "NATIVE" not in local
+    assert local["FLEX"].file.endswith("attention_dispatch.py")
+    cp = _plan(tmp_path, "Kandinsky6SRPipeline", "Kandinsky6SRTransformer3DModel").parallelism.cp
+    fixed = [e for e in cp.blocked_by if "backend=AttentionBackendName.FLEX" in e.why]
+    assert fixed and fixed[0].file.endswith("transformer_kandinsky6_sr.py")
+    assert local["FLEX"] in cp.blocked_by
+    assert not any("backend=" in e.why for e in _plan(tmp_path, "Kandinsky6TI2VAPipeline", "Kandinsky6Transformer3DModel")
+                   .parallelism.cp.blocked_by)
+
+
 def test_an_inline_tuple_of_tables_a_helper_builds_is_split_on_dim_0(tmp_path):
     """AceStep builds `position_embeddings = (cos, sin)` from a module-level helper that returns
     `get_1d_rotary_pos_embed(..., use_real=True, repeat_interleave_real=False)`'s pair: the branch those flags
