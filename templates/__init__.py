@@ -390,8 +390,13 @@ def _example(b: _Build) -> None:
             ("Example", "ExampleInitConfig", "ExampleInputData", "ExampleRegister", "ExampleType")]
         if inputs:
             imports.insert(0, ("ast", None))
+        # a plugin runs where the plan was made; a checkout is for cache-dit's tree, where a local path means nothing
+        default = hub_id(m.model_path) if not b.stubs else m.model_path
+        if not b.stubs and default is None:
+            b.notes.append(f"no hub id is known for {m.model_path or 'the model'}: the example has no default model and "
+                           f"reads ${m.env_var}; _env_path_mapping is left unchanged")
         b.piece("example", "example", f"{b.name}_example", "example.py.j2", imports=import_block(imports),
-                task_type=m.example_type_guess, pipeline_cls=pipeline_cls, example_func=f"{b.name}_example",
+                default_path=default, task_type=m.example_type_guess, pipeline_cls=pipeline_cls, example_func=f"{b.name}_example",
                 prompt=ex is None or ex.prompt, inputs=inputs,
                 input_table={i.name: (i.flag, i.kind) for i in inputs})
         b.registered["example"] = b.name
@@ -603,9 +608,20 @@ def checkout_layout(gen: Generated, plan: Plan):
         if kind:
             registrations.append(Registration(kind, module, piece.symbol))
     m = plan.model
-    if m.model_path:  # no model folder (--config alone): the example's variable has no default to record
-        registrations.append(Registration("env_path", "", m.env_var, m.model_path))
+    default = hub_id(m.model_path)  # a local folder is no default in cache-dit's tree (see _example)
+    if default is not None:
+        registrations.append(Registration("env_path", "", m.env_var, default))
     return artifacts, registrations
+
+
+def hub_id(model_path: str | None) -> str | None:
+    """The Hugging Face Hub id a model folder is a snapshot of, read from the hub cache's layout
+    (`.../models--Org--Name/snapshots/<revision>`): "Org/Name"; None for any other folder (not guessed)."""
+    for part in reversed(Path(model_path).parts if model_path else ()):
+        org, sep, name = part.removeprefix("models--").partition("--")
+        if part.startswith("models--") and sep and org and name and "--" not in name:
+            return f"{org}/{name}"
+    return None
 
 
 def _package_imports(modules: list[str]) -> escape.Code:

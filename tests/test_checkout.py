@@ -626,3 +626,17 @@ def test_a_run_killed_at_any_write_or_rename_is_rolled_back_by_the_next(pkg, fau
 def test_a_run_that_was_not_killed_leaves_no_journal(pkg):
     apply_checkout(pkg, ARTIFACTS, REGISTRATIONS)
     assert not (pkg / checkout.JOURNAL).exists() and not list(pkg.rglob(".*.integrate-*.tmp"))
+
+
+@pytest.mark.parametrize("path, expected", [
+    ("/home/me/.cache/huggingface/hub/models--black-forest-labs--FLUX.1-dev/snapshots/0a1b", "black-forest-labs/FLUX.1-dev"),
+    ("/data/models--Org--Name", "Org/Name"),
+    ("/data/motif-video", None),  # a plain folder: no id is guessed
+    ("/data/models--OnlyOne", None),
+    ("/data/models--a--b--c/snapshots/x", None),  # ambiguous: `--` inside a part of the id
+    (None, None),
+])
+def test_a_hub_id_is_read_from_the_hub_caches_layout_only(path, expected):
+    from integrate.templates import hub_id
+
+    assert hub_id(path) == expected

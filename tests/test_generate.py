@@ -163,8 +163,22 @@ def test_checkout_mode_writes_into_a_cache_dit_tree_idempotently(motif, tmp_path
 
     tree = tmp_path / "src" / "cache_dit"
     shutil.copytree(Path(cache_dit.__file__).parent, tree, ignore=shutil.ignore_patterns("__pycache__"))
+    # a plain folder: no hub id is known, so the checkout records no local path as the example's default
+    plain_dir = tmp_path / "plain-plan"
+    assert run_cli("plan", str(EXAMPLE), "--out", str(plain_dir), "--no-probe").returncode == 0
+    assert run_cli("approve", str(plain_dir), "--reviewer", "x").returncode == 0
+    plain = run_cli("generate", str(plain_dir), "--mode", "checkout", "--cache-dit-src", str(tmp_path), "--dry-run",
+                    "--json")
+    assert plain.returncode == 0, plain.stderr
+    diff = json.loads(plain.stdout)["checkout"]["diff"]
+    assert str(EXAMPLE.resolve()) not in diff and "_env_path_mapping" not in diff
+    assert 'os.environ["MOTIF_VIDEO_DIR"]' in diff
+    assert any("no hub id is known" in n for n in json.loads(plain.stdout)["notes"])
+    # the same model as a hub download: its id is the default, in the example and in cache-dit's mapping
+    snapshot = tmp_path / "hub" / "models--Motif-Technologies--Motif-Video-2B" / "snapshots" / "0123abc"
+    shutil.copytree(EXAMPLE, snapshot)
     plan_dir = tmp_path / "plan"
-    assert run_cli("plan", str(EXAMPLE), "--out", str(plan_dir), "--no-probe").returncode == 0
+    assert run_cli("plan", str(snapshot), "--out", str(plan_dir), "--no-probe").returncode == 0
     assert run_cli("approve", str(plan_dir), "--reviewer", "x").returncode == 0
     before = {p: p.read_bytes() for p in tree.rglob("*.py")}
     dry = run_cli("generate", str(plan_dir), "--mode", "checkout", "--cache-dit-src", str(tmp_path), "--dry-run")
@@ -173,6 +187,9 @@ def test_checkout_mode_writes_into_a_cache_dit_tree_idempotently(motif, tmp_path
     first = run_cli("generate", str(plan_dir), "--mode", "checkout", "--cache-dit-src", str(tmp_path), "--json")
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout)["checkout"]["changed"]
+    assert '"MOTIF_VIDEO_DIR": "Motif-Technologies/Motif-Video-2B"' in (tree / "_utils" / "examples.py").read_text()
+    example = (tree / "_utils" / "example_motif_video.py").read_text()
+    assert 'DEFAULT_PATH = "Motif-Technologies/Motif-Video-2B"' in example and str(tmp_path) not in example
     second = run_cli("generate", str(plan_dir), "--mode", "checkout", "--cache-dit-src", str(tmp_path), "--json")
     report = json.loads(second.stdout)["checkout"]
     assert report["changed"] == [] and report["diff"] == ""

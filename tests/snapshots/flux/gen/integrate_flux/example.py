@@ -1,6 +1,6 @@
 """The `flux` example for `cache_dit.generate`: where the model is and what to run it with.
 
-The model path comes from $FLUX_DIR (default: the path the plan was made for). Task type
+The model path comes from $FLUX_DIR (default: DEFAULT_PATH below). Task type
 T2I is a guess from the class name: check the inputs below before trusting a test.
 The call leaves sizes and steps at FluxPipeline's own defaults, which its checks accept; pass
 --height / --width / --num-inference-steps to change them.
