@@ -51,32 +51,33 @@ class Change:
 
 
 @dataclass(frozen=True)
-class PerBlock:
-    """Pitfall B, a per-block argument: `mask_i = mask if self.kinds[i] == "sliding" else None`, passed to the
-    block as `attention_mask=mask_i`. cache-dit's wrapper runs the loop body once, with index 0, and calls
-    every block with those arguments; a forward pre-hook on each block computes the keyword again from the
-    block's own index and the loop-invariant values the patched forward records before the loop."""
-
-    attr: str  # the block list
-    func: str  # the generated hook function
-    env_attr: str  # the transformer attribute the patched forward records the values in
-    index_var: str  # the loop's index variable, bound to the block's index in the hook
-    names: tuple[str, ...]  # the forward locals the statement reads (recorded before the loop)
-    keyword: str  # the block keyword the statement's value is passed as
-    target: str  # the statement's target
-    code: Code  # the model's own statement, `self` spelled `transformer`
-
-
-@dataclass(frozen=True)
-class AfterBlock:
-    """Pitfall B, statements after the block call that update its output by index (a face adapter every fifth
-    block): a forward hook on each block runs them on that block's output. Removed from the patched loop."""
+class _Hook:
+    """What a hook on each block of a list needs: the values the patched forward records before the loop."""
 
     attr: str  # the block list
     func: str  # the generated hook function
     env_attr: str  # the transformer attribute the patched forward records the values in
     index_var: str  # the loop's index variable, bound to the block's index in the hook
     names: tuple[str, ...]  # the forward locals the statements read (recorded before the loop)
+
+
+@dataclass(frozen=True)
+class PerBlock(_Hook):
+    """Pitfall B, a per-block argument: `mask_i = mask if self.kinds[i] == "sliding" else None`, passed to the
+    block as `attention_mask=mask_i`. cache-dit's wrapper runs the loop body once, with index 0, and calls
+    every block with those arguments; a forward pre-hook on each block computes the keyword again from the
+    block's own index and the loop-invariant values the patched forward records before the loop."""
+
+    keyword: str  # the block keyword the statement's value is passed as
+    target: str  # the statement's target
+    code: Code  # the model's own statement, `self` spelled `transformer`
+
+
+@dataclass(frozen=True)
+class AfterBlock(_Hook):
+    """Pitfall B, statements after the block call that update its output by index (a face adapter every fifth
+    block): a forward hook on each block runs them on that block's output. Removed from the patched loop."""
+
     stream: str  # the name the block call's output is assigned to, bound to the block's output in the hook
     code: Code  # the model's own statements, `self` spelled `transformer`, at column 0
 
@@ -447,7 +448,7 @@ def _assigned(node: cst.CSTNode) -> set[str]:
     return {n.value for a in find_all(node, cst.Assign) for t in a.targets for n in find_all(t.target, cst.Name)}
 
 
-def _record(f: PerBlock | AfterBlock) -> cst.SimpleStatementLine:
+def _record(f: _Hook) -> cst.SimpleStatementLine:
     """`self.<env_attr> = {"name": name, ...}`: the loop-invariant values the per-block hook reads, recorded
     by the patched forward just before the loop."""
     value = cst.Dict([cst.DictElement(cst.SimpleString(repr(n)), cst.Name(n)) for n in f.names])
