@@ -25,6 +25,7 @@ from . import rules
 from .binding import CallArgs, bind
 from .blocks import ListDef, find_module_lists
 from .call import call_inputs
+from .holder import held_as
 from .cfg import analyze_pipeline
 from .forward import in_place_input_mutations, signature, summarize_forward
 from .loops import ListUse, find_list_uses
@@ -102,7 +103,9 @@ def _pipeline(ws: Workspace, gate: GateReport) -> PipelineFacts:
                              (t_src, t_cls) if t_cls is not None else None)
     found = rules.run("pipeline", rules.PipelineContext(ws, p_src, gate.pipeline_entry, facts))
     entry = find_method(cls, gate.pipeline_entry) if cls is not None else p_src.functions.get(gate.pipeline_entry)
-    return dataclasses.replace(facts, findings=tuple(found), call_inputs=call_inputs(p_src, entry))
+    held = held_as(p_src, p_cls if cls is not None else None, gate.value("transformer_class"))
+    return dataclasses.replace(facts, findings=tuple(found), call_inputs=call_inputs(p_src, entry),
+                               transformer_attr=held[0] if held else None, transformer_attr_at=held[1] if held else None)
 
 
 def analyze_transformer(ws: Workspace, src: SourceFile, cls: cst.ClassDef,

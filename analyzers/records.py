@@ -161,6 +161,10 @@ class PipelineFacts:
     # 1.2: other models the denoising loop calls beside the transformer (Ideogram4's unconditional_transformer)
     other_models: tuple[Evidence, ...] = ()
     call_inputs: tuple[CallInput, ...] = ()  # 1.3: the entry's parameters, as its signature declares them
+    # 1.7: the attribute the pipeline holds the transformer as (`transformer`, a sampler's `model`), read from its
+    # `__init__`; None: not read (the adapter then keeps diffusers' `pipe.transformer`, said in its notes)
+    transformer_attr: str | None = None
+    transformer_attr_at: Evidence | None = None
 
 
 @dataclass(frozen=True)

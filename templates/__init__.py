@@ -245,7 +245,17 @@ def _adapter(b: _Build) -> dict:
     is_class = bool(b.m.pipeline_file) and "." not in (b.m.pipeline_class or "") and \
         p_cls in b.ws.load(Path(b.m.pipeline_file)).classes
     also = b.m.transformer_class if is_class and not b.m.transformer_class.startswith(prefix) else None
+    # where the pipeline holds the transformer, as its __init__ says; a transformer looked up alone comes in
+    # cache-dit's stand-in pipeline, which holds it as `transformer`
+    pipe_facts = b.analysis.pipeline
+    holder = pipe_facts.transformer_attr if pipe_facts is not None else None
+    if holder is None and is_class:  # a sampler function holds nothing: the transformer is looked up alone
+        b.notes.append(f"where {b.m.pipeline_class} holds the transformer is not read from its __init__: the adapter "
+                       "reads `pipe.transformer`, diffusers' convention")
     adapter = {
+        "holder": holder if holder != "transformer" else None,
+        "holder_at": f"{Path(pipe_facts.transformer_attr_at.file).name}:{pipe_facts.transformer_attr_at.line}"
+                     if holder not in (None, "transformer") else "",
         "prefix": prefix, "also": also, "func": f"{b.name}_adapter", "blocks": blocks,
         "has_separate_cfg": bool(separate), "cfg_why": cfg_why,
         "check_forward_pattern": all(x.check_forward_pattern for x in cache.block_lists),

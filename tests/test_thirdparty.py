@@ -251,3 +251,47 @@ def test_namespace_linears_einops_fused_qkv_and_a_plain_attention_function(tmp_p
     assert not blocks["shard_div_attr"], blocks["shard_div_attr"]
     blocked = plan["parallelism"]["cp"]["blocked_by"]
     assert blocked and "optimized_attention" in blocked[0]["why"] and blocked[0]["line"] == 24
+
+
+def test_a_sampler_that_holds_its_model_as_self_model_gets_an_adapter_that_reads_it_there(tmp_path):
+    """A reference repository's sampler class keeps the model as `self.model` (no `transformer` attribute):
+    the analysis reads that from its `__init__` (`self.model = model`, the parameter annotated `TinyDiT`) and
+    the adapter takes the transformer from there; looked up alone (cache-dit's stand-in pipeline holds it as
+    `transformer`) it still finds it. A diffusers pipeline's `register_modules(transformer=...)` reads as
+    `transformer`."""
+    import subprocess
+    import sys
+
+    src = ROOT / "tests" / "fixtures" / "heldas" / "sampler.py"
+    plan = tmp_path / "plan"
+    (tmp_path / "m").mkdir()
+    assert run_cli("plan", str(src), "--model-path", str(tmp_path / "m"), "--transformer-class", "TinyDiT",
+                   "--pipeline-class", "Sampler", "--pipeline-file", str(src), "--out", str(plan),
+                   "--no-probe").returncode == 0
+    analysis = json.loads(run_cli("analyze", str(src), "--model-path", str(tmp_path / "m"), "--transformer-class",
+                                  "TinyDiT", "--pipeline-class", "Sampler", "--pipeline-file", str(src),
+                                  "--json").stdout)
+    assert analysis["pipeline"]["transformer_attr"] == "model"
+    assert analysis["pipeline"]["transformer_attr_at"]["line"] == 36  # `self.model = model`
+    assert run_cli("approve", str(plan), "--reviewer", "x").returncode == 0
+    assert run_cli("generate", str(plan), "--out", str(tmp_path / "out")).returncode == 0
+    assert 'pipe.model if hasattr(pipe, "model") else pipe.transformer' in \
+        (tmp_path / "out" / "integrate_sampler" / "adapter.py").read_text()
+    code = ("import sampler\n"
+            "from cache_dit.caching.block_adapters.block_registers import BlockAdapterRegister\n"
+            "from integrate_sampler.adapter import sampler_adapter\n"
+            "s = sampler.Sampler(sampler.TinyDiT())\n"
+            "print(sampler_adapter(s).transformer is s.model)\n"
+            "alone = sampler.TinyDiT()\n"
+            "print(BlockAdapterRegister.get_adapter(alone).transformer is alone)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": f"{tmp_path / 'out'}:{src.parent}", "PATH": "/usr/bin:/bin"})
+    said = [line for line in proc.stdout.splitlines() if line in ("True", "False")]  # cache-dit logs there too
+    assert said == ["True", "True"], proc.stderr[-2000:]
+    flux = tmp_path / "flux"
+    flux.mkdir()
+    (flux / "model_index.json").write_text(json.dumps({"_class_name": "FluxPipeline", "_diffusers_version": "0.42.1",
+                                                       "transformer": ["diffusers", "FluxTransformer2DModel"]}))
+    pipe = json.loads(run_cli("analyze", str(flux), "--json").stdout)["pipeline"]
+    assert pipe["transformer_attr"] == "transformer"
+    assert "registers the transformer as `transformer`" in pipe["transformer_attr_at"]["why"]

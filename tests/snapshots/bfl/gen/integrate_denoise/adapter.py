@@ -11,8 +11,9 @@ from integrate_denoise.patch_functor import DenoisePatchFunctor
 
 
 def denoise_adapter(pipe, **kwargs) -> BlockAdapter:
+    transformer = pipe.transformer
     # The PatchFunctor runs first: the block lists below include the ones it creates.
-    transformer = DenoisePatchFunctor().apply(pipe.transformer)
+    transformer = DenoisePatchFunctor().apply(transformer)
     lists = [
         (transformer.double_blocks, ForwardPattern.Pattern_0),
         (transformer.single_blocks, ForwardPattern.Pattern_3),

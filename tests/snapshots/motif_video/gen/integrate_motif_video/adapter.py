@@ -11,8 +11,9 @@ from integrate_motif_video.patch_functor import MotifVideoPatchFunctor
 
 
 def motif_video_adapter(pipe, **kwargs) -> BlockAdapter:
+    transformer = pipe.transformer
     # The PatchFunctor runs first: the block lists below include the ones it creates.
-    transformer = MotifVideoPatchFunctor().apply(pipe.transformer)
+    transformer = MotifVideoPatchFunctor().apply(transformer)
     lists = [
         (transformer.transformer_blocks, ForwardPattern.Pattern_0),
         (transformer.single_transformer_blocks, ForwardPattern.Pattern_0),
