@@ -103,7 +103,7 @@ def _pipeline(ws: Workspace, gate: GateReport) -> PipelineFacts:
                              (t_src, t_cls) if t_cls is not None else None)
     found = rules.run("pipeline", rules.PipelineContext(ws, p_src, gate.pipeline_entry, facts))
     entry = find_method(cls, gate.pipeline_entry) if cls is not None else p_src.functions.get(gate.pipeline_entry)
-    held = held_as(p_src, p_cls if cls is not None else None, gate.value("transformer_class"))
+    held = held_as(ws, p_src, p_cls if cls is not None else None, gate.value("transformer_class"))
     return dataclasses.replace(facts, findings=tuple(found), call_inputs=call_inputs(p_src, entry),
                                transformer_attr=held[0] if held else None, transformer_attr_at=held[1] if held else None)
 

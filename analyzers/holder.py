@@ -7,8 +7,9 @@ Read from the pipeline class's own `__init__`, statically:
 * `self.model = model` (a reference repository's sampler class): an attribute assigned the parameter annotated
   with the transformer class, or an instance of it built in place (`TinyDiT(...)`, `TinyDiT.from_pretrained(...)`).
 
-Nothing found (an inherited `__init__`, an unannotated parameter under another name): None, and the caller keeps
-diffusers' convention, said as unknown, never as read.
+A class without an `__init__` of its own is read through its base. Nothing found (an unannotated parameter under
+another name, a base that is not source): None, and the caller keeps diffusers' convention, said as unknown,
+never as read.
 """
 
 from __future__ import annotations
@@ -16,15 +17,22 @@ from __future__ import annotations
 import libcst as cst
 
 from integrate.records import Evidence
-from integrate.source import SourceFile, dotted, find_method
+from integrate.resolve import Resolved, Workspace
+from integrate.source import SourceFile, base_names, dotted, find_method
 from integrate.syntax import find_all, params_of, self_attr
 
 
-def held_as(src: SourceFile, cls_name: str | None, transformer_class: str) -> tuple[str, Evidence] | None:
-    """(attribute, where) of the transformer on an instance of the pipeline class `cls_name`, or None."""
+def held_as(ws: Workspace, src: SourceFile, cls_name: str | None, transformer_class: str,
+            depth: int = 0) -> tuple[str, Evidence] | None:
+    """(attribute, where) of the transformer on an instance of the pipeline class `cls_name`, or None. A class
+    without an `__init__` of its own is read through the first base that resolves to source."""
     cls = src.classes.get(cls_name) if cls_name else None
     init = find_method(cls, "__init__") if cls is not None else None
     if init is None:
+        for base in base_names(cls) if cls is not None and depth < 6 else ():
+            found = ws.resolve(src, base)
+            if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef):
+                return held_as(ws, found.src, found.node.name.value, transformer_class, depth + 1)
         return None
     typed = {p.name.value for p in params_of(init)
              if p.annotation is not None and _names_class(p.annotation.annotation, transformer_class)}

@@ -257,8 +257,8 @@ def test_a_sampler_that_holds_its_model_as_self_model_gets_an_adapter_that_reads
     """A reference repository's sampler class keeps the model as `self.model` (no `transformer` attribute):
     the analysis reads that from its `__init__` (`self.model = model`, the parameter annotated `TinyDiT`) and
     the adapter takes the transformer from there; looked up alone (cache-dit's stand-in pipeline holds it as
-    `transformer`) it still finds it. A diffusers pipeline's `register_modules(transformer=...)` reads as
-    `transformer`."""
+    `transformer`) it still finds it. A subclass that inherits `__init__` is read through its base. A diffusers
+    pipeline's `register_modules(transformer=...)` reads as `transformer`."""
     import subprocess
     import sys
 
@@ -273,6 +273,10 @@ def test_a_sampler_that_holds_its_model_as_self_model_gets_an_adapter_that_reads
                                   "--json").stdout)
     assert analysis["pipeline"]["transformer_attr"] == "model"
     assert analysis["pipeline"]["transformer_attr_at"]["line"] == 36  # `self.model = model`
+    inherited = json.loads(run_cli("analyze", str(src), "--model-path", str(tmp_path / "m"), "--transformer-class",
+                                   "TinyDiT", "--pipeline-class", "FastSampler", "--pipeline-file", str(src),
+                                   "--json").stdout)["pipeline"]  # its __init__ is Sampler's
+    assert inherited["transformer_attr"] == "model" and inherited["transformer_attr_at"]["line"] == 36
     assert run_cli("approve", str(plan), "--reviewer", "x").returncode == 0
     assert run_cli("generate", str(plan), "--out", str(tmp_path / "out")).returncode == 0
     assert 'pipe.model if hasattr(pipe, "model") else pipe.transformer' in \
