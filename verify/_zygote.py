@@ -49,7 +49,7 @@ def _child(request: dict) -> None:
         runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1  # as Python's own exit
     except BaseException:  # noqa: BLE001 - reported on the child's stderr, like a spawned worker's traceback
         traceback.print_exc()
     finally:
