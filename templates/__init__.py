@@ -252,10 +252,11 @@ def _adapter(b: _Build) -> dict:
     if holder is None and is_class:  # a sampler function holds nothing: the transformer is looked up alone
         b.notes.append(f"where {b.m.pipeline_class} holds the transformer is not read from its __init__: the adapter "
                        "reads `pipe.transformer`, diffusers' convention")
+    elsewhere = holder not in (None, "transformer")  # the adapter reads another attribute than diffusers' own
+    at = pipe_facts.transformer_attr_at if elsewhere else None
     adapter = {
-        "holder": holder if holder != "transformer" else None,
-        "holder_at": f"{Path(pipe_facts.transformer_attr_at.file).name}:{pipe_facts.transformer_attr_at.line}"
-                     if holder not in (None, "transformer") else "",
+        "holder": holder if elsewhere else None,
+        "holder_at": f"{Path(at.file).name}:{at.line}" if at is not None else "",
         "prefix": prefix, "also": also, "func": f"{b.name}_adapter", "blocks": blocks,
         "has_separate_cfg": bool(separate), "cfg_why": cfg_why,
         "check_forward_pattern": all(x.check_forward_pattern for x in cache.block_lists),
@@ -403,10 +404,11 @@ def _example(b: _Build) -> None:
         # a plugin runs where the plan was made; a checkout is for cache-dit's tree, where a local path means nothing
         default = hub_id(m.model_path) if not b.stubs else m.model_path
         if not b.stubs and default is None:
-            b.notes.append(f"no hub id is known for {m.model_path or 'the model'}: the example has no default model and "
-                           f"reads ${m.env_var}; _env_path_mapping is left unchanged")
+            b.notes.append(f"no hub id is known for {m.model_path or 'the model'}: the example has no default "
+                           f"model and reads ${m.env_var}; _env_path_mapping is left unchanged")
         b.piece("example", "example", f"{b.name}_example", "example.py.j2", imports=import_block(imports),
-                default_path=default, task_type=m.example_type_guess, pipeline_cls=pipeline_cls, example_func=f"{b.name}_example",
+                default_path=default, task_type=m.example_type_guess, pipeline_cls=pipeline_cls,
+                example_func=f"{b.name}_example",
                 prompt=ex is None or ex.prompt, inputs=inputs,
                 input_table={i.name: (i.flag, i.kind) for i in inputs})
         b.registered["example"] = b.name

@@ -37,7 +37,8 @@ def test_a_worker_that_fails_reports_its_status_and_traceback(env, tmp_path):
 
 def test_a_worker_that_succeeds_writes_its_json_on_stdout(env, tmp_path):
     fixture = tmp_path / "verify_fixture.py"
-    fixture.write_text("TRANSFORMER_MODULE = 'torch.nn'\nTRANSFORMER_CLASS = 'Identity'\nCONFIG = {}\nSTEPS = 1\nSEED = 0\n\n\n"
+    fixture.write_text("TRANSFORMER_MODULE = 'torch.nn'\nTRANSFORMER_CLASS = 'Identity'\nCONFIG = {}\nSTEPS = 1\n"
+                       "SEED = 0\n\n\n"
                        "def inputs(step):\n    import torch\n    return {'input': torch.ones(2)}\n")
     proc = processes.spawn({"mode": "check", "fixture": str(fixture)}, env)
     assert not isinstance(proc, processes.Forked)

@@ -6,8 +6,8 @@ path, the memory cap), and forks one child per request; a child is a worker that
 Nothing of the model's own code is imported here: each child imports it, as a spawned worker would.
 
 Requests arrive on stdin, one JSON line each: {"module", "env", "stdin", "stdout", "stderr", "rc"}: the
-child runs `module` as __main__ with those files as its standard streams, as a spawned worker would. The reply, on stdout,
-is the child's pid. When a child ends, its exit status (negative: the signal) is written to the `rc` file.
+child runs `module` as __main__ with those files as its standard streams, as a spawned worker would. The reply,
+on stdout, is the child's pid. When a child ends, its exit status (negative: the signal) is written to the `rc` file.
 No threads: the loop waits on stdin and reaps children between requests, so a child is never forked while
 another thread holds a lock. stdin closing ends the server once its children have ended.
 """

@@ -36,10 +36,11 @@ def free_port() -> int:
 
 
 def spawn(job: dict, env: dict, search_path: str | None = None):
-    """A worker running `job`: a proof run is forked from the fork server (see verify/_zygote.py), which has
-    torch, diffusers and cache-dit imported already; anything else is started afresh (`python -I`, see integrate.workers) where there is no
-    fork (or `INTEGRATE_FORK_SERVER=0`). `search_path` is where a source checkout's model imports from. Either
-    way the handle has Popen's poll / wait / kill / returncode and the `out_file` / `err_file` it wrote."""
+    """A worker running `job`. A proof run is forked from the fork server (see verify/_zygote.py), which has
+    torch, diffusers and cache-dit imported already; anything else, and everything where there is no fork (or
+    with `INTEGRATE_FORK_SERVER=0`), is started afresh (`python -I`, see integrate.workers). `search_path` is
+    where a source checkout's model imports from. Either way the handle has Popen's poll / wait / kill /
+    returncode and the `out_file` / `err_file` it wrote."""
     # only the proof runs: a fixture's derivation or check imports less than the server preloads (no cache-dit)
     server = _server(env, search_path) if job.get("mode") == "run" else None
     if server is not None:
