@@ -296,7 +296,7 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
                                                           f"python -m {import_name} {name}"),
                               files=tuple(written), registered=gen.registered, notes=tuple(notes), manual=gen.manual)
     gen = build(plan_rec, approval_rec, analysis, ws, src, cls, f"cache_dit.caching.patch_functors.functor_{name}",
-                "cache_dit.generate", stubs=False)
+                "cache_dit.generate", checkout=True)
     artifacts, registrations = checkout_layout(gen, plan_rec)
     result = apply_checkout(cache_dit_src, artifacts, registrations, dry_run=dry_run)
     written = []

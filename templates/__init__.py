@@ -27,7 +27,7 @@ from integrate.decisions.records import Approval, Plan
 from integrate import __version__, escape
 from integrate.records import to_json
 from integrate.resolve import Workspace
-from integrate.source import SourceFile, dotted, find_method
+from integrate.source import SourceFile, find_method
 from integrate.syntax import body_of, params_of, walk_statements
 
 from .forward_patch import ForwardPatch, import_block, patch_forward
@@ -78,6 +78,7 @@ class _Build:
     import_name: str
     replace_builtin: bool = False
     stubs: bool = True
+    native: bool = False  # written into cache-dit's own tree: registered the way its own code is
     pieces: list[Piece] = field(default_factory=list)
     extra: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -99,17 +100,19 @@ class _Build:
         # --replace-builtin: written as for a model cache-dit does not support, and registered over its own
         self.common = {"m": self.data["model"], "plan_sha": escape.Code(sha[:12]),
                        "supported": bool(support and support.registered) and not self.replace_builtin,
-                       "replace": self.replace_builtin}
+                       "replace": self.replace_builtin, "native": self.native}
 
     def piece(self, role: str, module: str, symbol: str, template: str, **ctx: Any) -> None:
         self.pieces.append(Piece(role, module, symbol, _render(template, **ctx, **self.common)))
 
 
 def build(plan: Plan, approval: Approval, analysis: Analysis, ws: Workspace, src: SourceFile, cls: cst.ClassDef,
-          functor_module: str, import_name: str, replace_builtin: bool = False, stubs: bool = True) -> Generated:
-    """`stubs`: write the hand-written parts as stubs with their contracts (plugin mode); a checkout lists them
-    as manual only."""
-    b = _Build(plan, approval, analysis, ws, src, cls, functor_module, import_name, replace_builtin, stubs=stubs)
+          functor_module: str, import_name: str, replace_builtin: bool = False, checkout: bool = False) -> Generated:
+    """`checkout`: the modules go into a cache-dit tree (templates/checkout.py): registered with `register`
+    decorators as cache-dit's own are, and the hand-written parts listed as manual only (a plugin gets them as
+    stubs with their contracts)."""
+    b = _Build(plan, approval, analysis, ws, src, cls, functor_module, import_name, replace_builtin,
+               stubs=not checkout, native=checkout)
     _patch_functor(b)
     adapter = _adapter(b)
     cp_cls = _cp_planner(b)
@@ -261,6 +264,9 @@ def _adapter(b: _Build) -> dict:
         "has_separate_cfg": bool(separate), "cfg_why": cfg_why,
         "check_forward_pattern": all(x.check_forward_pattern for x in cache.block_lists),
         "check_why": "cache-dit's name/annotation check cannot read these blocks (see the plan's cache section)",
+        # cache-dit's own adapters check the class they were written for (`_relaxed_assert`); only where the
+        # transformer's module has an import name
+        "assert_module": b.src.dotted_name,
     }
     imports = [("cache_dit.caching.block_adapters.block_adapters", "BlockAdapter"),
                ("cache_dit.caching.forward_pattern", "ForwardPattern")]

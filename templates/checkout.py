@@ -43,6 +43,19 @@ next `_safe_import(".examples", ...)` would execute it again, its decorators wou
 already registered" (a ValueError that `_safe_import` does not catch) and `cache-dit-generate` would not start at all.
 With `_safe_import` the new example degrades to cache-dit's `import_error_example`, like a built-in one.
 
+Where a registration goes. cache-dit looks a class up by the first registered name that prefixes the class's name
+(adapters, CP/TP and text-encoder planners; examples and VAE planners by exact name), so a registry line goes just
+ahead of the first line whose module registers a shorter prefix of one of our names in the same registry (read
+statically from that module's `X.register("name")` calls): `SanaVideo` ahead of the module that registers
+`Sana`. Its module is then imported first and its decorators run first. Where that module is imported by another
+activation function of the same file too (flux.py registers a CP and a TP planner), our line goes ahead of it
+there as well. A line no built-in prefix covers goes last, after the built-ins.
+
+How an artifact is written. Its `from cache_dit.x import y` imports become relative to where it goes, as cache-dit
+imports itself; each relative import must name a module of the tree (or of this checkout) that binds the name;
+and where the tree's repository root has a yapf style (`.style.yapf`, a [yapf] section of setup.cfg, or
+[tool.yapf] in pyproject.toml; cache-dit's: 2-space indents, 100 columns) the text is formatted with it.
+
 Every read and rewrite of code goes through libcst; inserted statements copy the layout of the neighbouring
 registration they follow (2-space indentation, continuation indent, the `# noqa: F841` comment), and are split one
 argument per line, as cache-dit does, when the copy would pass cache-dit's 100-column limit.
@@ -62,12 +75,13 @@ import keyword
 import os
 import stat
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
 import libcst as cst
+import libcst.helpers
 
 from integrate.errors import InputError
 from integrate.syntax import assigned_names
@@ -128,6 +142,9 @@ _REGISTRIES: dict[str, _Registry] = {
                              "_activate_auto_encoder_dp_planners", None),
     "example": _Registry("_utils/__init__.py", "_utils", None, None),
 }
+# The registries cache-dit searches for the first registered name that prefixes a class name (1.5.3's
+# `get_adapter` / `get_planner`); examples and VAE planners are looked up by their exact name.
+PREFIX_LOOKUP = ("adapter", "cp_planner", "tp_planner", "te_planner")
 ENV_PATH_FILE = "_utils/examples.py"
 ENV_PATH_DICT = "_env_path_mapping"
 KINDS = (*_REGISTRIES, "env_path")
@@ -163,14 +180,18 @@ def plan_checkout(src: Path | str, artifacts: Sequence[Artifact], registrations:
 class _Planner:
     def __init__(self, package: Path):
         self.package = package
+        self.style = yapf_style(package)
         self.old: dict[str, str | None] = {}  # relpath -> text on disk (None: absent)
         self.new: dict[str, str] = {}  # relpath -> planned text
+        self.artifacts: list[str] = []
 
     def plan(self, artifacts: Sequence[Artifact], registrations: Sequence[Registration]) -> list[FileChange]:
         if isinstance(artifacts, (Artifact, str)) or isinstance(registrations, (Registration, str)):
             raise InputError("artifacts and registrations must be sequences of Artifact and Registration")
         for artifact in artifacts:
             self._artifact(artifact)
+        for rel in self.artifacts:  # once all are planned: one may import another
+            self._check_imports(rel)
         for registration in registrations:
             self._registration(registration)
         for rel, text in self.new.items():
@@ -218,13 +239,38 @@ class _Planner:
         if not parent.is_dir():
             raise InputError(f"artifact {rel}: directory {parent.relative_to(self.package)} does not exist in "
                              f"{self.package}")
-        module = _parse(rel, artifact.text, "artifact")
-        marked = artifact.text if _is_generated(module) else _with_marker(module)
+        module = _parse(rel, artifact.text, "artifact").visit(_Relative(rel))  # as cache-dit imports itself
+        marked = _formatted(module.code if _is_generated(module) else _with_marker(module), self.style, rel)
         existing = self._disk(rel)
         if existing is not None and existing not in (artifact.text, marked) and not _is_generated_text(existing):
             raise InputError(f"{self.package / rel} already exists with other content that integrate did not "
                              f"generate (no '{GENERATED_MARKER}' first line); move it away to check out")
         self._set(rel, existing if existing in (artifact.text, marked) else marked)
+        self.artifacts.append(rel)
+
+    def _check_imports(self, rel: str) -> None:
+        """Every name an artifact imports from the cache_dit package is defined where it looks for it (a name
+        bound at that module's top level, or a submodule), read statically: cache-dit's `_safe_import` would
+        otherwise turn a missing one into its ImportError stand-in, silently."""
+        for node in _relative_imports(_parse(rel, self.new[rel], "artifact")):
+            dots = len(node.relative)
+            base = PurePosixPath(rel).parent
+            for _ in range(dots - 1):
+                base = base.parent
+            parts = cst.helpers.get_full_name_for_node(node.module).split(".") if node.module else []
+            stem = base.joinpath(*parts)
+            where = f"{rel} imports from {'.' * dots}{'.'.join(parts)}"
+            if base == PurePosixPath("..") or ".." in stem.parts:
+                raise InputError(f"{where}, outside the cache_dit package")
+            found = next(((r, x) for r in (f"{stem}.py", f"{stem}/__init__.py") if (x := self._current(r))), None)
+            if found is None:
+                raise InputError(f"{where}: no such module in {self.package}")
+            names = _top_level_names(_parse(found[0], found[1], "module"))
+            for alias in node.names if isinstance(node.names, Sequence) else ():
+                name = cst.helpers.get_full_name_for_node(alias.name)
+                if name not in names and self._current(f"{stem}/{name}.py") is None \
+                        and self._current(f"{stem}/{name}/__init__.py") is None:
+                    raise InputError(f"{where}: {found[0]} defines no {name}")
 
     # registrations
 
@@ -254,34 +300,74 @@ class _Planner:
         module = _parse(rel, text, "registry")
         args = [_string(reg.module), _string(reg.symbol)] + ([cst.Name(spec.fallback)] if spec.fallback else [])
         _check_safe_import_def(module, rel, len(args))
+        ahead = self._shadowing(reg, spec) if reg.kind in PREFIX_LOOKUP else None
         if spec.function is None:
-            module = _register_module_level(module, rel, reg.symbol, args)
+            module = _register_module_level(module, rel, reg.symbol, args, ahead)
         else:
-            module = _register_in_function(module, rel, spec.function, reg.symbol, args)
+            module = _register_in_function(module, rel, spec.function, reg.symbol, args, ahead)
+            # A module imported by another activation function of the file (cache-dit's flux.py registers its CP
+            # and its TP planner) registers its names whichever function runs first: where one of those would
+            # shadow ours, our module is imported ahead of it there too.
+            for other in _REGISTRIES.values():
+                if ahead is not None and other.file == rel and other.function not in (None, spec.function) \
+                        and _function_shadowed(module, other.function, ahead):
+                    module = _register_in_function(module, rel, other.function, reg.symbol, args, ahead,
+                                                   only_ahead=True)
         self._set(rel, module.code)
 
-    def _check_target(self, reg: Registration, spec: _Registry, what: str) -> None:
-        """The registered module exists (as an artifact or in the tree) and defines the symbol at top level."""
-        if not isinstance(reg.module, str) or not reg.module.startswith("."):
-            raise InputError(f"{what}: module {reg.module!r} must be relative to {spec.package}/ (start with '.')")
-        dots = len(reg.module) - len(reg.module.lstrip("."))
-        parts = reg.module[dots:].split(".")
+    def _module_file(self, module: str, spec: _Registry, what: str) -> tuple[str, str] | None:
+        """(relpath, text) of the module a registration names, relative to its registry's package (as an
+        artifact of this checkout or in the tree); None where neither has it."""
+        if not isinstance(module, str) or not module.startswith("."):
+            raise InputError(f"{what}: module {module!r} must be relative to {spec.package}/ (start with '.')")
+        dots = len(module) - len(module.lstrip("."))
+        parts = module[dots:].split(".")
         if not all(p.isidentifier() and p.isascii() for p in parts):
-            raise InputError(f"{what}: module {reg.module!r} is not a dotted module name")
+            raise InputError(f"{what}: module {module!r} is not a dotted module name")
         base = PurePosixPath(spec.package)
         for _ in range(dots - 1):
             if base == PurePosixPath("."):
-                raise InputError(f"{what}: module {reg.module!r} climbs out of the cache_dit package")
+                raise InputError(f"{what}: module {module!r} climbs out of the cache_dit package")
             base = base.parent
         stem = base.joinpath(*parts)
-        candidates = [stem.with_name(stem.name + ".py").as_posix(), (stem / "__init__.py").as_posix()]
-        for rel in candidates:
+        for rel in (stem.with_name(stem.name + ".py").as_posix(), (stem / "__init__.py").as_posix()):
             text = self._current(rel)
             if text is not None:
-                break
-        else:
-            raise InputError(f"{what}: module {reg.module} not found: {candidates[0]} is neither an artifact nor "
+                return rel, text
+        return None
+
+    def _shadowing(self, reg: Registration, spec: _Registry) -> Callable[[cst.CSTNode], bool]:
+        """Which registration lines the new one must go ahead of: cache-dit looks a class up by the first
+        registered name that prefixes its own, so a module registering `Sana` before ours registers `SanaVideo`
+        would answer for our model. Names are read, with the registry they go into, from `X.register("name")`
+        calls (decorators included) in each registered module, statically."""
+        found = self._module_file(reg.module, spec, reg.symbol)
+        ours = _registered_names(_parse(found[0], found[1], "module")) if found else set()
+        cache: dict[str, set[tuple[str, str]]] = {}
+
+        def shadows(stmt: cst.CSTNode) -> bool:
+            call = _safe_import_call(stmt)
+            module = _call_args(call)[0] if call is not None and call.args else None
+            if not ours or not isinstance(module, str) or module == reg.module:
+                return False
+            if module not in cache:
+                try:
+                    other = self._module_file(module, spec, reg.symbol)
+                    cache[module] = _registered_names(_parse(other[0], other[1], "module")) if other else set()
+                except InputError:  # a line cache-dit's own code cannot import either registers nothing
+                    cache[module] = set()
+            return any(r == s and o != n and o.startswith(n) for r, o in ours for s, n in cache[module])
+
+        return shadows
+
+    def _check_target(self, reg: Registration, spec: _Registry, what: str) -> None:
+        """The registered module exists (as an artifact or in the tree) and defines the symbol at top level."""
+        found = self._module_file(reg.module, spec, what)
+        if found is None:
+            stem = PurePosixPath(spec.package).joinpath(*reg.module.lstrip(".").split("."))
+            raise InputError(f"{what}: module {reg.module} not found: {stem}.py is neither an artifact nor "
                              f"in {self.package}")
+        rel, text = found
         if reg.symbol not in _top_level_names(_parse(rel, text, "module")):
             raise InputError(f"{what}: {rel} defines no top-level {reg.symbol}")
 
@@ -319,6 +405,97 @@ class _Planner:
         elements.append(new)
         stmt = _replace_assign_value(stmt, mapping.with_changes(elements=elements))
         self._set(rel, module.with_changes(body=[*module.body[:index], stmt, *module.body[index + 1:]]).code)
+
+
+# --- cache-dit's own code style ------------------------------------------------------------------------------
+
+
+YAPF_FILES = (".style.yapf", "setup.cfg", "pyproject.toml")  # yapf's own order of precedence in one folder
+
+
+def yapf_style(package: Path) -> Path | None:
+    """The yapf style file of the tree the package is in (the repository root is the folder above `src/`, or
+    the package's parent): `.style.yapf`, a `setup.cfg` with a [yapf] section, or a `pyproject.toml` with
+    [tool.yapf]. None where the tree has none (an installed package): the artifacts keep integrate's layout.
+    Folders above the repository are never read, so a user's own yapf settings do not leak in."""
+    import configparser
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: yapf depends on tomli there
+        import tomli as tomllib
+
+    folders = [package, package.parent] + ([package.parent.parent] if package.parent.name == "src" else [])
+    for folder in folders:
+        for name in YAPF_FILES:
+            path = folder / name
+            if not path.is_file():
+                continue
+            try:
+                if name == ".style.yapf":
+                    return path
+                if name == "setup.cfg":
+                    parser = configparser.ConfigParser()
+                    parser.read(path, encoding="utf-8")
+                    if parser.has_section("yapf"):
+                        return path
+                elif "yapf" in tomllib.loads(path.read_text("utf-8")).get("tool", {}):
+                    return path
+            except (OSError, UnicodeDecodeError, configparser.Error, tomllib.TOMLDecodeError) as exc:
+                raise InputError(f"cannot read {path}: {exc}") from None
+    return None
+
+
+def _formatted(text: str, style: Path | None, rel: str) -> str:
+    """`text` formatted by yapf with the tree's own style (cache-dit: 2-space indents, 100 columns)."""
+    if style is None:
+        return text
+    from yapf.yapflib import yapf_api
+    from yapf.yapflib.errors import YapfError
+
+    try:
+        formatted, _ = yapf_api.FormatCode(text, style_config=str(style))
+    except YapfError as exc:  # a style file yapf cannot read (StyleConfigError)
+        raise InputError(f"yapf cannot format {rel} with {style}: {exc}") from None
+    return formatted
+
+
+class _Relative(cst.CSTTransformer):
+    """`from cache_dit.x.y import z` as cache-dit's own modules write it, relative to where the artifact goes
+    (`from ..x.y import z`); imports of other packages are left as they are."""
+
+    def __init__(self, rel: str) -> None:
+        self.package = ["cache_dit", *PurePosixPath(rel).parent.parts]
+
+    def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> cst.ImportFrom:
+        if updated.relative or updated.module is None:
+            return updated
+        target = cst.helpers.get_full_name_for_node(updated.module).split(".")
+        if target[0] != "cache_dit":
+            return updated
+        common = 0
+        while common < min(len(target), len(self.package)) and target[common] == self.package[common]:
+            common += 1
+        rest = target[common:]
+        dots = [cst.Dot() for _ in range(len(self.package) - common + 1)]
+        module = cst.parse_expression(".".join(rest)) if rest else None
+        return updated.with_changes(relative=dots, module=module)
+
+
+class _ImportsFrom(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.found: list[cst.ImportFrom] = []
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative:
+            self.found.append(node)
+
+
+def _relative_imports(module: cst.Module) -> list[cst.ImportFrom]:
+    """Every relative `from . import` of a module, in functions too."""
+    visitor = _ImportsFrom()
+    module.visit(visitor)
+    return visitor.found
 
 
 # --- libcst helpers -----------------------------------------------------------------------------------------------
@@ -436,6 +613,36 @@ def _top_level_names(module: cst.Module) -> set[str]:
     return _bound_names(module.body)
 
 
+class _Registers(cst.CSTVisitor):
+    """What a module registers: (registry `X`, name) for each `X.register("name", ...)` call, a decorator or a
+    plain call."""
+
+    def __init__(self) -> None:
+        self.names: set[tuple[str, str]] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "register" and node.args \
+                and not node.args[0].keyword and not node.args[0].star:
+            name = _string_value(node.args[0].value)
+            registry = cst.helpers.get_full_name_for_node(func.value)
+            if name and registry:
+                self.names.add((registry, name))
+
+
+def _function_shadowed(module: cst.Module, function: str, ahead: Callable[[cst.CSTNode], bool]) -> bool:
+    """Some registration line of `function()` imports a module that `ahead` says must come after ours."""
+    func = next((s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == function), None)
+    return func is not None and isinstance(func.body, cst.IndentedBlock) and \
+        any(_safe_import_call(s) is not None and ahead(s) for s in func.body.body)
+
+
+def _registered_names(module: cst.Module) -> set[tuple[str, str]]:
+    visitor = _Registers()
+    module.visit(visitor)
+    return visitor.names
+
+
 class _Assignments(cst.CSTVisitor):
     """Every `name = ...` statement line of one scope, nested blocks included, nested scopes not."""
 
@@ -543,9 +750,10 @@ def _has_noqa(node: cst.CSTNode) -> bool:
     return _noqa_text(node) is not None
 
 
-def _register_module_level(module: cst.Module, rel: str, symbol: str, args: list[cst.BaseExpression]
-                           ) -> cst.Module:
-    """`symbol = _safe_import(...)` after the last module-level `_safe_import` assignment."""
+def _register_module_level(module: cst.Module, rel: str, symbol: str, args: list[cst.BaseExpression],
+                           ahead: Callable[[cst.CSTNode], bool] | None = None) -> cst.Module:
+    """`symbol = _safe_import(...)` after the last module-level `_safe_import` assignment, or just before the
+    first one that `ahead` says must come after it."""
     if symbol == "_safe_import":
         raise InputError(f"{symbol} cannot be registered in {rel}: it would shadow _safe_import")
     if _already_registered(module.body, rel, "the module level", symbol, args):
@@ -554,14 +762,22 @@ def _register_module_level(module: cst.Module, rel: str, symbol: str, args: list
     if not indices:
         raise InputError(f"{rel} has no module-level `name = _safe_import(...)` registration to add {symbol} after: "
                          "unsupported cache-dit version")
+    first = next((i for i in indices if ahead is not None and ahead(module.body[i])), None)
+    if first is not None:  # in the place of the line it goes ahead of, which keeps its comments
+        stmt = _build(module.body[first], symbol, args, noqa=False, module=module, prefix="")
+        stmt = stmt.with_changes(leading_lines=module.body[first].leading_lines)
+        rest = module.body[first].with_changes(leading_lines=[])
+        return module.with_changes(body=[*module.body[:first], stmt, rest, *module.body[first + 1:]])
     index = indices[-1]
     stmt = _build(module.body[index], symbol, args, noqa=False, module=module, prefix="")
     return module.with_changes(body=[*module.body[:index + 1], stmt, *module.body[index + 1:]])
 
 
 def _register_in_function(module: cst.Module, rel: str, function: str, symbol: str,
-                          args: list[cst.BaseExpression]) -> cst.Module:
-    """`symbol = _safe_import(...)  # noqa: F841` as the last statement of the activation function."""
+                          args: list[cst.BaseExpression], ahead: Callable[[cst.CSTNode], bool] | None = None,
+                          only_ahead: bool = False) -> cst.Module:
+    """`symbol = _safe_import(...)  # noqa: F841` as the last statement of the activation function, or just
+    before the first registration line that `ahead` says must come after it (`only_ahead`: only there)."""
     for index, func in enumerate(module.body):
         if isinstance(func, cst.FunctionDef) and func.name.value == function:
             break
@@ -580,10 +796,21 @@ def _register_in_function(module: cst.Module, rel: str, function: str, symbol: s
     if not templates:
         raise InputError(f"{function}() in {rel} has no `name = _safe_import(...)` registration to copy for "
                          f"{symbol}: unsupported cache-dit version")
-    stmt = _build(templates[-1], symbol, args, noqa=True, module=module, prefix=_indent_of(func.body, module))
-    if not isinstance(body[-1], cst.SimpleStatementLine):  # after an `if`/`try` block: a blank line first
-        stmt = stmt.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
-    func = func.with_changes(body=func.body.with_changes(body=[*body, stmt]))
+    prefix = _indent_of(func.body, module)
+    first = next((i for i, s in enumerate(body) if ahead is not None and _safe_import_call(s) is not None
+                  and ahead(s)), None)
+    if first is not None:  # in the place of the line it goes ahead of, which keeps its comments
+        stmt = _build(body[first], symbol, args, noqa=True, module=module, prefix=prefix)
+        stmt = stmt.with_changes(leading_lines=body[first].leading_lines)
+        body = [*body[:first], stmt, body[first].with_changes(leading_lines=[]), *body[first + 1:]]
+    elif only_ahead:
+        return module
+    else:
+        stmt = _build(templates[-1], symbol, args, noqa=True, module=module, prefix=prefix)
+        if not isinstance(body[-1], cst.SimpleStatementLine):  # after an `if`/`try` block: a blank line first
+            stmt = stmt.with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+        body = [*body, stmt]
+    func = func.with_changes(body=func.body.with_changes(body=body))
     return module.with_changes(body=[*module.body[:index], func, *module.body[index + 1:]])
 
 

@@ -267,6 +267,42 @@ def broken_test_example(args, **kwargs):
 '''
 
 
+# A model whose names a built-in registration's prefix covers: cache-dit's `Flux` adapter and `FluxTransformer`
+# TP planner would answer for it unless its registration lines go ahead of theirs.
+SHADOWED_ADAPTER = ADAPTER.replace("TinyTest", "FluxTiny").replace("tiny_test", "flux_tiny")
+SHADOWED_PLANNER = '''\
+from .register import TensorParallelismPlanner, TensorParallelismPlannerRegister
+
+
+@TensorParallelismPlannerRegister.register("FluxTransformerTiny")
+class FluxTinyTensorParallelismPlanner(TensorParallelismPlanner):
+
+  def _apply(self, transformer, parallelism_config, **kwargs):
+    return transformer, []
+'''
+SHADOWED = ([Artifact("caching/block_adapters/adapter_flux_tiny.py", SHADOWED_ADAPTER),
+             Artifact("distributed/transformers/flux_tiny_tp.py", SHADOWED_PLANNER)],
+            [Registration("adapter", ".adapter_flux_tiny", "flux_tiny_adapter"),
+             Registration("tp_planner", ".flux_tiny_tp", "FluxTinyTensorParallelismPlanner")])
+
+
+def test_a_registration_a_built_in_prefix_would_shadow_goes_ahead_of_it(pkg):
+    """The line goes just before the first registration whose module registers a prefix of its name (read from
+    that module's `register` calls); one no built-in prefix covers goes last, as before."""
+    changes = {c.relpath: c.new_text for c in plan_checkout(pkg, [*ARTIFACTS, *SHADOWED[0]],
+                                                            [*REGISTRATIONS, *SHADOWED[1]])}
+    lines = changes["caching/block_adapters/__init__.py"].splitlines()
+    ours = lines.index('flux_tiny_adapter = _safe_import(".adapter_flux_tiny", "flux_tiny_adapter")')
+    assert lines[ours + 1] == 'flux_adapter = _safe_import(".adapters", "flux_adapter")'
+    assert lines[-1] == 'tiny_test_adapter = _safe_import(".adapter_tiny_test", "tiny_test_adapter")'
+    planners = changes["distributed/transformers/planners.py"]
+    for function in ("_activate_tp_planners", "_activate_cp_planners"):  # flux.py registers CP and TP planners
+        body = function_body(planners, function)
+        ours = next(i for i, s in enumerate(body) if '".flux_tiny_tp"' in s)
+        assert '".flux"' in body[ours + 1], function  # the module that registers `FluxTransformer`
+    assert '".tiny_test"' in function_body(planners, "_activate_tp_planners")[-1]
+
+
 def test_checked_out_package_registers_everything(pkg):
     """Import the copy (not the installed cache-dit) and find each new registration; then run the generate CLI.
 
@@ -295,6 +331,8 @@ from cache_dit._utils.registers import ExampleRegister
 result = {{
     "adapter_names": BlockAdapterRegister.supported_pipelines()[1],
     "adapter": adapters.tiny_test_adapter.__module__,
+    "shadowed": next(n for n in BlockAdapterRegister._adapters if "FluxTinyPipeline".startswith(n)),
+    "shadowed_tp": TensorParallelismPlannerRegister.get_planner("FluxTransformerTiny2DModel").__name__,
     "cp": ContextParallelismPlannerRegister.get_planner("TinyTestTransformer2DModel").__name__,
     "tp": TensorParallelismPlannerRegister.get_planner("TinyTestTransformer2DModel").__name__,
     "te": TextEncoderTensorParallelismPlannerRegister.get_planner("TinyTestEncoderModel").__name__,
@@ -310,8 +348,8 @@ sys.argv = ["cache-dit-generate", "list"]
 from cache_dit.generate import main
 main()
 '''
-    apply_checkout(pkg, [*ARTIFACTS, Artifact("_utils/example_broken_test.py", BROKEN_EXAMPLE)],
-                   [*REGISTRATIONS, Registration("example", ".example_broken_test", "broken_test_example")])
+    apply_checkout(pkg, [*ARTIFACTS, *SHADOWED[0], Artifact("_utils/example_broken_test.py", BROKEN_EXAMPLE)],
+                   [*REGISTRATIONS, *SHADOWED[1], Registration("example", ".example_broken_test", "broken_test_example")])
     env = {**os.environ, "PYTHONPATH": str(pkg.parent), "TINY_TEST_DIR": "/models/tiny-test",
            "PYTHONDONTWRITEBYTECODE": "1"}
     out = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, cwd=pkg.parent, env=env,
@@ -321,6 +359,7 @@ main()
     result = json.loads(line[len("RESULT "):])
     assert "TinyTest" in result["adapter_names"]
     assert result["adapter"] == "cache_dit.caching.block_adapters.adapter_tiny_test"
+    assert result["shadowed"] == "FluxTiny" and result["shadowed_tp"] == "FluxTinyTensorParallelismPlanner"
     assert result["cp"] == "TinyTestContextParallelismPlanner"
     assert result["tp"] == "TinyTestTensorParallelismPlanner"
     assert result["te"] == "TinyTestEncoderTensorParallelismPlanner"

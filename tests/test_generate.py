@@ -163,6 +163,8 @@ def test_checkout_mode_writes_into_a_cache_dit_tree_idempotently(motif, tmp_path
 
     tree = tmp_path / "src" / "cache_dit"
     shutil.copytree(Path(cache_dit.__file__).parent, tree, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in (".style.yapf", "setup.cfg"):  # cache-dit's own format and lint settings, at the repository root
+        shutil.copy(ROOT / "tests" / "fixtures" / "cache_dit_style" / name, tmp_path / name)
     # a plain folder: no hub id is known, so the checkout records no local path as the example's default
     plain_dir = tmp_path / "plain-plan"
     assert run_cli("plan", str(EXAMPLE), "--out", str(plain_dir), "--no-probe").returncode == 0
@@ -190,6 +192,24 @@ def test_checkout_mode_writes_into_a_cache_dit_tree_idempotently(motif, tmp_path
     assert '"MOTIF_VIDEO_DIR": "Motif-Technologies/Motif-Video-2B"' in (tree / "_utils" / "examples.py").read_text()
     example = (tree / "_utils" / "example_motif_video.py").read_text()
     assert 'DEFAULT_PATH = "Motif-Technologies/Motif-Video-2B"' in example and str(tmp_path) not in example
+    # written as cache-dit's own code is: its yapf style and flake8 settings hold, registered by decorators,
+    # imports relative within the package, the transformer's class checked as its own adapters check it
+    new = [tree / rel for rel in json.loads(first.stdout)["checkout"]["changed"] if "adapter_" in rel or
+           "motif_video" in rel]
+    assert len(new) >= 5, new
+    lint = subprocess.run([sys.executable, "-m", "flake8", f"--config={tmp_path / 'setup.cfg'}", *map(str, new)],
+                          capture_output=True, text=True, check=False)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    fmt = subprocess.run([sys.executable, "-m", "yapf", f"--style={tmp_path / '.style.yapf'}", "--diff",
+                          *map(str, new)], capture_output=True, text=True, check=False)
+    assert fmt.returncode == 0 and not fmt.stdout, fmt.stdout[-2000:]
+    adapter = (tree / "caching" / "block_adapters" / "adapter_motif_video.py").read_text()
+    assert '\n@BlockAdapterRegister.register("MotifVideo")\ndef motif_video_adapter(pipe' in adapter
+    assert "\n  _relaxed_assert(transformer, MotifVideoTransformer3DModel)\n" in adapter
+    assert "from .block_adapters import BlockAdapter\n" in adapter and "import cache_dit" not in adapter
+    planner = (tree / "distributed" / "transformers" / "motif_video.py").read_text()
+    assert '@ContextParallelismPlannerRegister.register("MotifVideoTransformer3DModel")\nclass' in planner
+    assert "_registry" not in adapter + planner and "@ExampleRegister.register(" in example
     second = run_cli("generate", str(plan_dir), "--mode", "checkout", "--cache-dit-src", str(tmp_path), "--json")
     report = json.loads(second.stdout)["checkout"]
     assert report["changed"] == [] and report["diff"] == ""
@@ -199,11 +219,18 @@ def test_checkout_mode_writes_into_a_cache_dit_tree_idempotently(motif, tmp_path
          "from cache_dit.distributed.transformers.planners import _activate_cp_planners as a; a();"
          "from cache_dit.distributed.transformers.register import ContextParallelismPlannerRegister as C;"
          "print('MotifVideo' in R.supported_pipelines()[1],"
-         " C.get_planner('MotifVideoTransformer3DModel').__name__)"],
+         " C.get_planner('MotifVideoTransformer3DModel').__name__);"
+         # a torch RMSNorm over all heads is distributed by cache-dit's own DistributedRMSNorm
+         "import types, torch; import cache_dit.distributed.transformers.motif_video_tp as tp;"
+         "group = types.SimpleNamespace(size=lambda: 2, rank=lambda: 1);"
+         "mesh = types.SimpleNamespace(get_group=lambda: group, size=lambda: 2, get_local_rank=lambda: 1);"
+         "holder = torch.nn.Module(); holder.norm = torch.nn.RMSNorm(8); tp._distribute_norm(holder, 'norm', mesh);"
+         "print(type(holder.norm).__module__, type(holder.norm).__name__, holder.norm.weight.numel())"],
         capture_output=True, text=True, env={**__import__("os").environ, "PYTHONPATH": str(tmp_path / "src")},
         check=False, timeout=300)
     assert probe.returncode == 0, probe.stderr[-2000:]
-    assert probe.stdout.split()[-2:] == ["True", "MotifVideoContextParallelismPlanner"]
+    assert probe.stdout.split()[-5:] == ["True", "MotifVideoContextParallelismPlanner",
+                                         "cache_dit.distributed.transformers.wan", "DistributedRMSNorm", "4"]
 
 
 def test_patch_functor_rewrites_pitfalls_a_and_c_and_keeps_the_numbers(tmp_path, monkeypatch):
