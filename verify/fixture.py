@@ -228,8 +228,9 @@ class Maker:
     it, and rewrites its masks when the plain model wants another dtype."""
 
     def __init__(self, plan, ws, path: Path, module: str, search_path: str | None, env: dict, *, steps: int,
-                 progress, fixture_from: Path | None = None) -> None:
+                 progress, fixture_from: Path | None = None, fork: bool = False) -> None:
         self.fixture_from = fixture_from
+        self.fork = fork  # proofs follow: their fork server is started now and the fixture's workers forked too
         self.plan, self.ws, self.path, self.module, self.search_path, self.env = plan, ws, path, module, search_path, env
         self.steps, self.progress = steps, progress
         self._derived: tuple[dict, str] | None = None
@@ -315,7 +316,7 @@ class Maker:
             return again
         self.progress("deriving the tiny fixture")
         saved.unlink(missing_ok=True)  # a capture from an earlier run is not this fixture's
-        proc = spawn(job, self.env, self.search_path)
+        proc = spawn(job, self.env, self.search_path, fork=self.fork)
         proc.wait()
         out, err = read(proc.out_file), read(proc.err_file)
         if proc.returncode != 0 or not out.strip():
@@ -360,7 +361,7 @@ class Maker:
         from .processes import read, spawn
 
         proc = spawn({"mode": "check", "fixture": str(self.path), "search_path": self.search_path}, self.env,
-                     self.search_path)
+                     self.search_path, fork=self.fork)
         proc.wait()
         out, err = read(proc.out_file), read(proc.err_file)
         if proc.returncode != 0 or not out.strip():

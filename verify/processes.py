@@ -35,14 +35,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn(job: dict, env: dict, search_path: str | None = None):
-    """A worker running `job`. A proof run is forked from the fork server (see verify/_zygote.py), which has
-    torch, diffusers and cache-dit imported already; anything else, and everything where there is no fork (or
-    with `INTEGRATE_FORK_SERVER=0`), is started afresh (`python -I`, see integrate.workers). `search_path` is
-    where a source checkout's model imports from. Either way the handle has Popen's poll / wait / kill /
-    returncode and the `out_file` / `err_file` it wrote."""
-    # only the proof runs: a fixture's derivation or check imports less than the server preloads (no cache-dit)
-    server = _server(env, search_path) if job.get("mode") == "run" else None
+def spawn(job: dict, env: dict, search_path: str | None = None, *, fork: bool = False):
+    """A worker running `job`. A proof run, and any job asked to `fork` (a fixture's derivation when proofs
+    follow), is forked from the fork server (see verify/_zygote.py), which has torch, diffusers and cache-dit
+    imported already; anything else, and everything where there is no fork (or with `INTEGRATE_FORK_SERVER=0`),
+    is started afresh (`python -I`, see integrate.workers). `search_path` is where a source checkout's model
+    imports from. Either way the handle has Popen's poll / wait / kill / returncode and the `out_file` /
+    `err_file` it wrote."""
+    # a fixture alone (--fixture-only) is started afresh: it imports less than the server preloads (no cache-dit)
+    server = _server(env, search_path) if fork or job.get("mode") == "run" else None
     if server is not None:
         forked = server.spawn(job, env)
         if forked is not None:

@@ -74,7 +74,7 @@ class Verifier:
         self.stub = None if cache_dit_own else _open_stub(generated / self.import_name)
         self.fixture = fixture.Maker(self.plan, self.ws, generated / fixture.FILENAME, self.module, self.search_path,
                                      self.env, steps=cache_proof.STEPS, progress=self.progress,
-                                     fixture_from=fixture_from)
+                                     fixture_from=fixture_from, fork=bool(self.proofs))
 
     # ---- running ----------------------------------------------------------------------------------------
 
@@ -207,7 +207,7 @@ class Verifier:
         job = {**full_size.job(self.plan), "transformer_module": self.module,
                "transformer_class": self.plan.model.transformer_class, "search_path": self.search_path,
                "config": load_config(self.plan.model.config_file)}
-        return processes.spawn(job, self.env, self.search_path)
+        return processes.spawn(job, self.env, self.search_path, fork=bool(set(self.proofs) - {full_size.NAME}))
 
     def _full_size(self, proc):
         import json
