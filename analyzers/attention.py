@@ -253,12 +253,14 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
         c.func.attr.value for c in calls if isinstance(c.func, cst.Attribute) and dotted(c.func.value) == owner}
     kernel_line = None
     kernel_lines: list[int] = []  # every kernel call: a projection is an input to the next one after it
+    inside_kernel: set[int] = set()  # calls in a kernel call's arguments (`sdpa(heads(self.q), ...)`): its inputs
     for call in calls:
         name = dotted(call.func) or ""
         last = name.rsplit(".", 1)[-1].lower()
         # a kernel takes at least query, key and value: `_get_current_attention_backend(self)` is not one
         if any(w in last for w in _KERNEL_WORDS) and not name.startswith(owner + ".") and len(call.args) >= 3:
             kernel_lines.append(src.line(call))
+            inside_kernel.update(id(c) for a in call.args for c in find_all(a.value, cst.Call))
             causal = next((a.value for a in call.args if a.keyword and a.keyword.value == "is_causal"), None)
             if causal is not None and not (isinstance(causal, cst.Name) and causal.value in ("False", "None")) \
                     and reading.causal_line is None:
@@ -276,17 +278,20 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
                 reading.kernel = (name, kernel_line)
         if last == "dispatch_attention_fn":
             reading.cross_cp.append((_cross_cp(call), src.line(call)))
+    nested = _callers_of_params(fn)
     for call in calls:
         line = src.line(call)
         if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "prepare_attention_mask"
                 and dotted(call.func.value) == owner and reading.prepared_line is None):
             reading.prepared_line = line
         proj = _projection(call, owner, modules)
-        if proj is not None and call.func is not None and _is_direct(call, owner):
+        projs = [proj] if proj is not None and call.func is not None and _is_direct(call, owner) else []
+        projs += _passed_projections(call, owner, modules, nested)
+        for proj in projs:
             if modules.get(proj) is not None and modules[proj].kind == "linear":
                 # before a kernel call (the arms of an if / else each call one): it feeds the attention
                 side = reading.in_projs if kernel_line is None or any(k > line for k in kernel_lines) \
-                    else reading.out_projs
+                    or id(call) in inside_kernel else reading.out_projs
                 full = f"{reading.path}.{proj}"
                 if full not in side:
                     side.append(full)
@@ -476,6 +481,32 @@ def _attn_attrs(expr: cst.BaseExpression | None, owner: str) -> set[str]:
     for a in find_all(expr, cst.Attribute):
         if isinstance(a.value, cst.Name) and a.value.value == owner:
             out.add(a.attr.value)
+    return out
+
+
+def _callers_of_params(fn: cst.FunctionDef) -> dict[str, set[int]]:
+    """{name: positions} of the functions nested in `fn` that call a parameter of theirs: `def heads(proj):
+    return proj(x)...` gives {"heads": {0}}, so `heads(self.q)` is a call of `self.q`."""
+    out: dict[str, set[int]] = {}
+    for inner in find_all(fn.body, cst.FunctionDef):
+        names = [p.name.value for p in params_of(inner)]
+        called = {c.func.value for c in find_all(inner.body, cst.Call) if isinstance(c.func, cst.Name)}
+        positions = {i for i, n in enumerate(names) if n in called}
+        if positions:
+            out[inner.name.value] = positions
+    return out
+
+
+def _passed_projections(call: cst.Call, owner: str, modules: dict[str, Node], nested: dict[str, set[int]]
+                        ) -> list[str]:
+    """The attention's own modules a call hands to a nested function that calls them (`heads(self.q)`)."""
+    if not isinstance(call.func, cst.Name) or call.func.value not in nested:
+        return []
+    out = []
+    for i, arg in enumerate(a for a in call.args if a.keyword is None and not a.star):
+        name = dotted(arg.value) or ""
+        if i in nested[call.func.value] and name.startswith(owner + ".") and name[len(owner) + 1:] in modules:
+            out.append(name[len(owner) + 1:])
     return out
 
 

@@ -248,13 +248,15 @@ def _analysed_lists(plan: Plan) -> list[tuple]:
 
 
 def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", cache_dit_src: Path | None = None,
-             dry_run: bool = False, replace_builtin: bool = False, progress: Progress = _quiet):
+             dry_run: bool = False, replace_builtin: bool = False, verify_report: Path | None = None,
+             progress: Progress = _quiet):
     """Write the code the approved plan calls for; returns the `GenerateReport` (its `manual` lists what the
     templates could not write)."""
     from integrate.decisions.approval import require_approved
     from integrate.files import write_tree
-    from integrate.templates import MANUAL_MODULE, build, checkout_layout, is_stub
-    from integrate.templates.checkout import apply_checkout
+    from integrate.render.markdown import pr_markdown
+    from integrate.templates import MANUAL_MODULE, build, checkout_layout, checkout_test, is_stub
+    from integrate.templates.checkout import apply_checkout, formatted, yapf_style
     from integrate.templates.records import GenerateReport, PluginInfo
 
     plan_rec, approval_rec = require_approved(plan_dir)
@@ -264,6 +266,8 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
         raise InputError("--cache-dit-src PATH is required in checkout mode")
     if dry_run and mode != "checkout":
         raise InputError("--dry-run applies to --mode checkout")
+    if verify_report is not None and mode != "checkout":
+        raise InputError("--verify-report applies to --mode checkout (its results go into PR.md)")
     if replace_builtin and mode != "plugin":
         raise InputError("--replace-builtin applies to plugin mode (a checkout's own registrations are its code)")
     name = plan_rec.model.example_name
@@ -297,13 +301,42 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
                               files=tuple(written), registered=gen.registered, notes=tuple(notes), manual=gen.manual)
     gen = build(plan_rec, approval_rec, analysis, ws, src, cls, f"cache_dit.caching.patch_functors.functor_{name}",
                 "cache_dit.generate", checkout=True)
+    proofs = _proofs_for_pr(verify_report, plan_rec) if verify_report is not None else None
     artifacts, registrations = checkout_layout(gen, plan_rec)
     result = apply_checkout(cache_dit_src, artifacts, registrations, dry_run=dry_run)
-    written = []
+    written, notes = [], list(gen.notes)
+    test_rel, test_text = checkout_test(gen, plan_rec, approval_rec, artifacts)
+    test_text = formatted(test_text, yapf_style(Path(result["package"])), test_rel)
     if out is not None and not dry_run:
-        written = write_tree(out, {"test_matrix.sh": gen.extra["test_matrix.sh"]})
+        pr = pr_markdown(plan=to_json(plan_rec), approval=to_json(approval_rec), registered=gen.registered,
+                         files=[*result["changed"], *result["unchanged"]],
+                         lists=[to_json(b) for b in analysis.transformer.block_lists
+                                if b.attr in {x.attr for x in plan_rec.cache.block_lists}],
+                         proofs=proofs, matrix=gen.extra["test_matrix.sh"], test_path=test_rel,
+                         manual=list(gen.manual))
+        written = write_tree(out, {"test_matrix.sh": gen.extra["test_matrix.sh"], "PR.md": pr, test_rel: test_text})
+    elif not dry_run:
+        notes.append("PR.md, the cache-dit test and test_matrix.sh are written with --out DIR")
     return GenerateReport("checkout", checkout=result, files=tuple(written), registered=gen.registered,
-                          notes=gen.notes, manual=gen.manual)
+                          notes=tuple(notes), manual=gen.manual)
+
+
+def _proofs_for_pr(path: Path, plan) -> dict:
+    """What PR.md shows of a saved `integrate verify --json` report, which must be of the plan's model."""
+    from integrate.jsonfile import read
+    from integrate.render.markdown import proof_rows
+    from integrate.verify.records import VERIFY_SCHEMA, VERIFY_SCHEMA_VERSION
+
+    report = read(path, "verify report")
+    if report.get("schema") != VERIFY_SCHEMA or str(report.get("schema_version", "")).split(".")[0] != \
+            VERIFY_SCHEMA_VERSION.split(".")[0]:
+        raise InputError(f"{path}: not the JSON of `integrate verify --json` (schema {VERIFY_SCHEMA} "
+                         f"{VERIFY_SCHEMA_VERSION})")
+    model = report.get("model") if isinstance(report.get("model"), dict) else {}
+    if model.get("transformer_class") != plan.model.transformer_class:
+        raise InputError(f"{path}: a verify report of {str(model.get('transformer_class'))[:80]!r}, not of "
+                         f"{plan.model.transformer_class}")
+    return proof_rows(report)
 
 
 def verify(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] | None = None, trust_code: bool = False,

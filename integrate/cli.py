@@ -194,7 +194,8 @@ def revise(plan_dir: Path, assignments: tuple[str, ...], unsets: tuple[str, ...]
 @main.command()
 @click.argument("plan_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=str), callback=_named,
-              help="Folder for the plugin package and the GPU test script (plugin mode: required).")
+              help="Folder for the plugin package and the GPU test script (plugin mode: required); checkout "
+                   "mode: PR.md, the cache-dit test and the GPU test script.")
 @click.option("--mode", type=click.Choice(["plugin", "checkout"]), default="plugin", show_default=True,
               help="plugin: an importable package that registers into cache-dit; checkout: edit a cache-dit tree.")
 @click.option("--cache-dit-src", type=click.Path(file_okay=False, path_type=Path),
@@ -203,13 +204,16 @@ def revise(plan_dir: Path, assignments: tuple[str, ...], unsets: tuple[str, ...]
 @click.option("--replace-builtin", is_flag=True,
               help="plugin mode: register ours ahead of (and over) cache-dit's own integration of a model it "
                    "supports, so verify proves ours.")
+@click.option("--verify-report", type=click.Path(dir_okay=False, path_type=Path),
+              help="checkout mode: a saved `integrate verify --json` of the plugin from the same plan; its "
+                   "results go into PR.md.")
 @click.option("--json", "as_json", is_flag=True, help="Report what was written as JSON.")
 def generate(plan_dir: Path, out_dir: str | None, mode: str, cache_dit_src: Path | None, dry_run: bool,
-             replace_builtin: bool, as_json: bool) -> int:
+             replace_builtin: bool, verify_report: Path | None, as_json: bool) -> int:
     """Write the cache-dit code an approved plan calls for (refuses an unapproved or edited plan)."""
     out_dir = Path(out_dir) if out_dir is not None else None
     report = api.generate(plan_dir, out=out_dir, mode=mode, cache_dit_src=cache_dit_src, dry_run=dry_run,
-                          replace_builtin=replace_builtin, progress=_progress)
+                          replace_builtin=replace_builtin, verify_report=verify_report, progress=_progress)
     data = to_json(report)
     if dry_run and not as_json:
         click.echo(data["checkout"]["diff"], nl=False)

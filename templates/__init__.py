@@ -146,7 +146,8 @@ def _patch_functor(b: _Build) -> None:
             extra.append(("functools", None))
         b.piece("patch_functor", "patch_functor", b.functor["cls"], "patch_functor.py.j2", patch=patch,
                 functor=b.functor, imports=import_block(list(patch.imports) + extra),
-                fwd_line=b.src.line(find_method(b.cls, "forward")))
+                fwd_line=b.src.line(find_method(b.cls, "forward")),
+                from_diffusers=(b.src.dotted_name or "").split(".")[0] == "diffusers")
     if left and b.stubs:
         _manual_patch(b, left)
 
@@ -630,6 +631,51 @@ def checkout_layout(gen: Generated, plan: Plan):
     if default is not None:
         registrations.append(Registration("env_path", "", m.env_var, default))
     return artifacts, registrations
+
+
+# How a test finds each planner kind's registry: (activation module, function, register module, class)
+_ACTIVATION = {
+    "cp_planner": ("cache_dit.distributed.transformers.planners", "_activate_cp_planners",
+                   "cache_dit.distributed.transformers.register", "ContextParallelismPlannerRegister"),
+    "tp_planner": ("cache_dit.distributed.transformers.planners", "_activate_tp_planners",
+                   "cache_dit.distributed.transformers.register", "TensorParallelismPlannerRegister"),
+    "te_planner": ("cache_dit.distributed.text_encoders.planners", "_activate_text_encoder_tp_planners",
+                   "cache_dit.distributed.text_encoders.register", "TextEncoderTensorParallelismPlannerRegister"),
+}
+
+
+def checkout_test(gen: Generated, plan: Plan, approval: Approval, artifacts) -> tuple[str, str]:
+    """(path in cache-dit's repository, text) of a pytest module in cache-dit's tests layout (tests/api/) that
+    checks each registration of the checkout is the one cache-dit looks up for the model."""
+    m = plan.model
+    name = m.example_name
+    path = f"tests/api/test_{name}_registrations.py"
+    modules = {a.relpath: "cache_dit." + a.relpath.removesuffix(".py").replace("/", ".") for a in artifacts}
+    by_role = {}
+    for piece, artifact in zip(gen.pieces, artifacts):
+        by_role.setdefault(piece.role, []).append((piece, modules[artifact.relpath]))
+    adapter = None
+    if "adapter" in gen.registered and "adapter" in by_role:
+        pipeline = (m.pipeline_class or "").split(".")[0]
+        names = [m.transformer_class] if m.no_pipeline or not pipeline else [pipeline]
+        if ", " in gen.registered["adapter"]:  # also under the transformer's own class name
+            names.append(m.transformer_class)
+        adapter = {"names": list(dict.fromkeys(names)), "module": by_role["adapter"][0][1]}
+    planners = []
+    for kind, (act_mod, act, reg_mod, reg) in _ACTIVATION.items():
+        for piece, module in by_role.get(kind, []):
+            component = piece.module.removeprefix("te_")  # a TE-P planner's module is te_<component>
+            looked_up = gen.registered.get(f"te_planner:{component}") if kind == "te_planner" else \
+                gen.registered.get(kind)
+            if looked_up:
+                planners.append({"kind": kind if kind != "te_planner" else f"te_planner_{component}",
+                                 "activate_module": act_mod, "activate": act, "register_module": reg_mod,
+                                 "register": reg, "looked_up": looked_up, "module": module})
+    example = name if "example" in gen.registered else None
+    text = _render("cache_dit_test.py.j2", model=escape.Code(escape.text(m.pipeline_class or m.transformer_class)),
+                   name=name, path=path, adapter=adapter, planners=planners, example=example,
+                   plan_sha=escape.text(approval.plan_sha256[:12]))
+    return path, text
 
 
 def hub_id(model_path: str | None) -> str | None:

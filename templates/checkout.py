@@ -240,7 +240,7 @@ class _Planner:
             raise InputError(f"artifact {rel}: directory {parent.relative_to(self.package)} does not exist in "
                              f"{self.package}")
         module = _parse(rel, artifact.text, "artifact").visit(_Relative(rel))  # as cache-dit imports itself
-        marked = _formatted(module.code if _is_generated(module) else _with_marker(module), self.style, rel)
+        marked = formatted(module.code if _is_generated(module) else _with_marker(module), self.style, rel)
         existing = self._disk(rel)
         if existing is not None and existing not in (artifact.text, marked) and not _is_generated_text(existing):
             raise InputError(f"{self.package / rel} already exists with other content that integrate did not "
@@ -446,7 +446,7 @@ def yapf_style(package: Path) -> Path | None:
     return None
 
 
-def _formatted(text: str, style: Path | None, rel: str) -> str:
+def formatted(text: str, style: Path | None, rel: str) -> str:
     """`text` formatted by yapf with the tree's own style (cache-dit: 2-space indents, 100 columns)."""
     if style is None:
         return text

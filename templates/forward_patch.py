@@ -92,6 +92,17 @@ class BlockPatch:
 
 
 @dataclass(frozen=True)
+class StreamsFirst:
+    """Pitfall A where the block's own forward does not take its two streams first (`forward(x, c, y)`):
+    cache-dit's wrapper calls each block as `block(hidden, encoder, *args, **kwargs)`, so each block gets a
+    forward that takes the streams first and passes every argument on by name."""
+
+    attr: str  # the block list
+    streams: tuple[str, ...]  # the block's parameters for the hidden and the encoder stream, in wrapper order
+    others: tuple[str, ...]  # its other positional parameters, in their order
+
+
+@dataclass(frozen=True)
 class ForwardPatch:
     code: str  # the patched forward, as a module-level function named `patched_forward`
     splits: tuple[Split, ...] = ()
@@ -102,6 +113,7 @@ class ForwardPatch:
     blocks: tuple[BlockPatch, ...] = ()
     per_block: tuple[PerBlock, ...] = ()
     after_block: tuple[AfterBlock, ...] = ()
+    streams_first: tuple[StreamsFirst, ...] = ()
 
 
 class _SelfToTransformer(cst.CSTTransformer):
@@ -170,9 +182,29 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
         imports += _imports(ws, b_src, fixed)
         changes.append(Change("pitfall-c", bl.attr, f"`{bl.block_class}.forward` adds residuals out of place "
                                                     "instead of writing into its inputs (pitfall C)"))
+    reorders, unhandled = [], []
+    for bl in block_lists:
+        if not any(c.rule == "pitfall-a" and c.attr == bl.attr for c in changes) or bl.forward is None:
+            continue
+        params = [p for p in bl.forward.params if p.name != "self"]
+        streams = tuple(bl.roles[r] for r in ("hidden_states", "encoder_hidden_states") if r in bl.roles)
+        positional = [p.name for p in params if p.kind in ("positional_only", "positional_or_keyword")]
+        if tuple(positional[:len(streams)]) == streams:
+            continue  # the wrapper's order is the block's own
+        if any(p.kind in ("positional_only", "var_positional") for p in params):
+            changes = [c for c in changes if not (c.rule == "pitfall-a" and c.attr == bl.attr)]
+            unhandled.append(f"{bl.attr}: `{bl.forward.cls}.forward` takes its streams after other parameters and "
+                             "has positional-only or *args parameters: no call can pass them first by name")
+            continue
+        reorders.append(StreamsFirst(bl.attr, streams, tuple(n for n in positional if n not in streams)))
+        changes.append(Change("pitfall-a", bl.attr, f"`{bl.forward.cls}.forward` takes "
+                              f"{', '.join(f'`{s}`' for s in streams)} among its parameters "
+                              f"({', '.join(positional)}): each block is given a forward that takes them first, as "
+                              "cache-dit's wrapper passes them, and passes every argument on by name"))
     return ForwardPatch(code=code, splits=tuple(splits), changes=tuple(changes), imports=_sorted_imports(imports),
-                        forward_changed=forward_changed, blocks=tuple(blocks), per_block=tuple(per_block),
-                        after_block=tuple(rewriter.after_block))
+                        unhandled=tuple(unhandled), forward_changed=forward_changed, blocks=tuple(blocks),
+                        per_block=tuple(per_block), after_block=tuple(rewriter.after_block),
+                        streams_first=tuple(reorders))
 
 
 class _OutOfPlace(cst.CSTTransformer):

@@ -299,3 +299,62 @@ def test_a_sampler_that_holds_its_model_as_self_model_gets_an_adapter_that_reads
     pipe = json.loads(run_cli("analyze", str(flux), "--json").stdout)["pipeline"]
     assert pipe["transformer_attr"] == "transformer"
     assert "registers the transformer as `transformer`" in pipe["transformer_attr_at"]["why"]
+
+
+def test_a_text_stream_passed_third_is_reordered_and_the_cached_model_agrees(tmp_path):
+    """`block(x, c, y)` returns `(x, y)`: the list is Pattern_0 with `y` as the encoder stream. cache-dit's wrapper
+    passes a block its streams first, so the generated PatchFunctor calls `block(x, y, c=c)` and gives each block a
+    forward that takes them first; run through cache-dit with the cache on, the first (computed) step matches the
+    plain model, which it cannot when `c` is bound as the encoder stream."""
+    import subprocess
+    import sys
+
+    src = ROOT / "tests" / "fixtures" / "thirdstream" / "model.py"
+    flags = ["--model-path", str(tmp_path), "--transformer-class", "JointDiT", "--pipeline-class", "sample",
+             "--pipeline-file", str(src)]
+    blocks = json.loads(run_cli("analyze", str(src), *flags, "--json").stdout)["transformer"]["block_lists"][0]
+    assert blocks["forward_pattern"] == "Pattern_0"
+    assert blocks["roles"] == {"hidden_states": "x", "encoder_hidden_states": "y"}
+    plan = tmp_path / "plan"
+    assert run_cli("plan", str(src), *flags, "--out", str(plan), "--no-probe").returncode == 0
+    assert run_cli("approve", str(plan), "--reviewer", "x").returncode == 0
+    gen = run_cli("generate", str(plan), "--out", str(tmp_path / "out"), "--json")
+    assert gen.returncode == 0, gen.stderr
+    functor = (tmp_path / "out" / "integrate_sample" / "patch_functor.py").read_text()
+    assert "x, y = block(x, y, c=c)" in functor and '_streams_first(block, ["x", "y"], ["c"])' in functor
+    code = ("import torch, cache_dit, model\n"
+            "from cache_dit import DBCacheConfig\n"
+            "from cache_dit.caching.block_adapters import FakeDiffusionPipeline\n"
+            "from integrate_sample.adapter import sample_adapter\n"
+            "torch.manual_seed(0)\n"
+            "dit = model.JointDiT().eval()\n"
+            "x, t, y = torch.randn(1, 6, 8), torch.ones(1), torch.randn(1, 4, 12)\n"
+            "with torch.no_grad():\n"
+            "    plain = dit(x, t, y)\n"
+            "    cache_dit.enable_cache(sample_adapter(FakeDiffusionPipeline(dit)),\n"
+            "                           cache_config=DBCacheConfig(Fn_compute_blocks=1, Bn_compute_blocks=0))\n"
+            "    cached = dit(x, t, y)\n"
+            "print('MAXDIFF', float((plain - cached).abs().max()))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False,
+                          env={"PYTHONPATH": f"{tmp_path / 'out'}:{src.parent}", "PATH": "/usr/bin:/bin"})
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("MAXDIFF ")), None)
+    assert line is not None, proc.stderr[-3000:]
+    assert float(line.split()[1]) < 1e-5, line
+
+
+def test_projections_handed_to_a_nested_function_are_the_attentions_inputs(tmp_path):
+    """`def heads(proj): return proj(x)...` inside the attention's forward, called as the SDPA's arguments
+    (`sdpa(heads(self.q), heads(self.k), heads(self.v))`): q/k/v feed the kernel and are sharded column-wise,
+    `o` after it row-wise, so dividing `num_heads` matches what each rank computes (they were left whole while
+    the head count was divided: a shape error at the reshape)."""
+    src = ROOT / "tests" / "fixtures" / "nestedqkv" / "model.py"
+    plan = tmp_path / "plan"
+    assert run_cli("plan", str(src), "--model-path", str(tmp_path), "--transformer-class", "DiT", "--pipeline-class",
+                   "sample", "--pipeline-file", str(src), "--out", str(plan), "--no-probe").returncode == 0
+    data = json.loads((plan / "plan.json").read_text())
+    attn = next(a for a in data["facts"]["attention"] if a["path"] == "attn")
+    assert attn["in_projs"] == ["attn.q", "attn.k", "attn.v"] and attn["out_projs"] == ["attn.o"]
+    tp = data["parallelism"]["tp"]["block_lists"][0]
+    assert {k: tp["layer_plan"][k] for k in ("attn.q", "attn.k", "attn.v", "attn.o")} == {
+        "attn.q": "colwise", "attn.k": "colwise", "attn.v": "colwise", "attn.o": "rowwise"}
+    assert tp["shard_div_attr"] == {"attn": ["num_heads"]}

@@ -257,6 +257,31 @@ def test_motif_video_end_to_end_from_gate_to_the_gpu_commands(motif):
     assert "python -m integrate_motif_video motif_video --track-memory" in printed.stdout
 
 
+def test_a_checkouts_pr_description_carries_the_saved_cpu_proofs(motif, tmp_path):
+    """`generate --mode checkout --verify-report` puts the proofs of the plugin from the same plan into PR.md;
+    a report of another model, or of something else, is refused with one line."""
+    import cache_dit
+
+    plan_dir, _, _, report = motif
+    shutil.copytree(Path(cache_dit.__file__).parent, tmp_path / "src" / "cache_dit",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    saved = tmp_path / "verify.json"
+    saved.write_text(json.dumps(report))
+    args = ["generate", str(plan_dir), "--mode", "checkout", "--cache-dit-src", str(tmp_path), "--out",
+            str(tmp_path / "pr")]
+    proc = run_cli(*args, "--verify-report", str(saved))
+    assert proc.returncode == 0, proc.stderr
+    pr = (tmp_path / "pr" / "PR.md").read_text()
+    for proof in ("state\\_dict", "cache", "cp", "tp"):
+        assert f"| {proof} | pass |" in pr, pr
+    assert "ulysses2: pass (max abs" in pr.replace("\\", "")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**report, "model": {**report["model"], "transformer_class": "FluxTransformer2DModel"}}))
+    for bad, needle in ((other, "not of MotifVideoTransformer3DModel"), (plan_dir / "plan.json", "not the JSON of")):
+        proc = run_cli(*args, "--verify-report", str(bad))
+        assert proc.returncode == 2 and needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
 def test_cache_proof_uses_the_plugin_where_a_built_in_prefix_would_answer(tmp_path):
     """SanaVideo: cache-dit's `Sana` adapter matches the name by prefix but accepts only SanaTransformer2DModel."""
     model = make_model_dir(tmp_path / "m", "SanaVideoPipeline", "SanaVideoTransformer3DModel")

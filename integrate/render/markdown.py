@@ -95,3 +95,45 @@ def plan_markdown(plan: dict[str, Any]) -> str:
     cp = plan["parallelism"]["cp"]
     return _ENV.get_template("PLAN.md.j2").render(plan=plan, m=plan["model"], cp=cp, tp=plan["parallelism"]["tp"],
                                                   cp_code=cp_code(cp.get("plan", {})))
+
+
+def _proof_detail(name: str, proof: dict[str, Any]) -> str:
+    """One line of what a proof measured, from its verify record."""
+    parts = []
+    if proof.get("why"):
+        parts.append(str(proof["why"]))
+    variants = proof.get("variants") if isinstance(proof.get("variants"), dict) else {}
+    for variant, v in variants.items():
+        if isinstance(v, dict):
+            parts.append(f"{variant}: {v.get('status')} (max abs {v.get('max_abs')})")
+    on = proof.get("caching_on") if isinstance(proof.get("caching_on"), dict) else {}
+    if name == "cache" and on:
+        parts.append(f"cached steps {on.get('cached_steps')}, max rel L2 {on.get('max_rel_l2')}")
+    if proof.get("first_divergence"):
+        parts.append(f"first divergence: {proof['first_divergence']}")
+    return "; ".join(parts) or "-"
+
+
+def proof_rows(report: dict[str, Any]) -> dict[str, Any]:
+    """What PR.md shows of a `verify --json` report."""
+    fixture = report.get("fixture") if isinstance(report.get("fixture"), dict) else {}
+    rows = [{"name": name, "status": report[name].get("status"), "detail": _proof_detail(name, report[name])}
+            for name in ("state_dict", "cache", "cp", "tp", "full_size") if isinstance(report.get(name), dict)]
+    return {"rows": rows, "seconds": report.get("seconds"),
+            "fixture_source": f"fixture {fixture.get('status')}, inputs from {fixture.get('source')}"}
+
+
+def pr_markdown(*, plan: dict[str, Any], approval: dict[str, Any], registered: dict[str, str], files: list[str],
+                lists: list[dict[str, Any]], proofs: dict[str, Any] | None, matrix: str, test_path: str,
+                manual: list[str]) -> str:
+    """PR.md of a checkout: what it adds, the evidence, the CPU proofs (when a verify report is given) and the
+    GPU matrix to run."""
+    run = longest = 0
+    for ch in matrix:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    return _ENV.get_template("PR.md.j2").render(
+        plan=plan, m=plan["model"], cp=plan["parallelism"]["cp"], tp=plan["parallelism"]["tp"],
+        tool_version=plan["tool_version"], approval=approval, registered=registered, files=files, lists=lists,
+        proofs=proofs, matrix=matrix if matrix.endswith("\n") else matrix + "\n", fence="`" * max(3, longest + 1),
+        test_path=test_path, manual=manual)

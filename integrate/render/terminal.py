@@ -150,7 +150,12 @@ def approval(data: dict) -> str:
 
 
 def generate(data: dict) -> str:
-    lines = [f"{data['mode']}: {len(data['files']) or len(data.get('checkout', {}).get('changed', []))} file(s)"]
+    if data["mode"] == "checkout":
+        changed = data.get("checkout", {}).get("changed", [])
+        lines = [f"checkout: {len(changed)} file(s) changed in {data.get('checkout', {}).get('package')}"]
+        lines += [f"  wrote {f}" for f in data["files"]]
+    else:
+        lines = [f"plugin: {len(data['files'])} file(s)"]
     lines += [f"  registered {k}: {v}" for k, v in data["registered"].items()]
     lines += [f"  note: {n}" for n in data["notes"]] + [f"  MANUAL: {x}" for x in data["manual"]]
     return "\n".join(lines)

@@ -14,6 +14,12 @@ from cache_dit.caching.patch_functors.functor_base import PatchFunctor
 
 
 class DenoisePatchFunctor(PatchFunctor):
+    def is_from_diffusers(self, transformer) -> bool:
+        # cache-dit's apply() skips a functor for a class that is not from diffusers (it logs "Found transformer
+        # not from diffusers") and the blocks would be wrapped unpatched; this one is written for
+        # Flux
+        return True
+
     def _apply(self, transformer, **kwargs):
         if getattr(transformer, "_is_patched", False):
             return transformer
