@@ -2,7 +2,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from filelock import FileLock
@@ -92,3 +94,25 @@ def plan_md_for(data: dict, fallback: str) -> str:
         return plan_markdown(data)
     except Exception:  # noqa: BLE001 - a value the template cannot show
         return fallback
+
+
+@pytest.fixture(scope="session")
+def survey(tmp_path_factory):
+    """One cold survey (diffusers + tests/fixtures) and one warm rerun on the cache it filled."""
+    def make(folder: Path) -> dict:
+        cache = str(folder / "cache")
+        env = {"INTEGRATE_CACHE_DIR": cache}
+        t = time.perf_counter()
+        cold = run_cli("survey", "--json", "--path", str(ROOT / "tests" / "fixtures"), env=env)
+        cold_s = time.perf_counter() - t
+        assert cold.returncode == 0, cold.stderr
+        t = time.perf_counter()
+        warm = run_cli("survey", "--json", "--path", str(ROOT / "tests" / "fixtures"), env=env)
+        warm_s = time.perf_counter() - t
+        assert warm.returncode == 0, warm.stderr
+        return {"cold": completed(cold), "warm": completed(warm), "cold_s": cold_s, "warm_s": warm_s,
+                "cache": cache}
+
+    got = computed_once(tmp_path_factory, "survey", make)
+    return {**got, "cold": SimpleNamespace(**got["cold"]), "warm": SimpleNamespace(**got["warm"]),
+            "data": json.loads(got["cold"]["stdout"])}

@@ -77,7 +77,7 @@ def _fake_row(row, diffusers_version, work, proofs):
     return AuditRow(row.transformer_class, row.analysed_pipeline, None, "agree", why=f"pid {os.getpid()}")
 
 
-def test_audit_rows_run_in_a_process_pool_and_come_back_in_order(monkeypatch):
+def test_audit_rows_run_in_a_process_pool_and_come_back_in_order(monkeypatch, survey):
     from integrate import api
     from integrate.survey import audit
 
@@ -86,7 +86,8 @@ def test_audit_rows_run_in_a_process_pool_and_come_back_in_order(monkeypatch):
     lines: list[str] = []
     report = api.audit(only, proofs=("cache",), use_cache=False, jobs=2, progress=lines.append)
     assert sorted(r.transformer_class for r in report.rows) == sorted(only)
-    survey_order = [r.transformer_class for r in api.survey().rows if r.transformer_class in only]
+    # the survey's order (the session's survey, shared with test_survey)
+    survey_order = [r["transformer_class"] for r in survey["data"]["rows"] if r["transformer_class"] in only]
     assert [r.transformer_class for r in report.rows] == survey_order  # whatever finished first
     assert all(r.why.startswith("pid ") and r.why != f"pid {os.getpid()}" for r in report.rows)  # in the pool
     assert "2 at a time" in lines[0] and sum(": agree" in line for line in lines) == 3

@@ -5,13 +5,11 @@ The full survey runs once for the module (it is the slow part); the other tests 
 
 import importlib.util
 import json
-import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import libcst as cst
 import pytest
-from conftest import ROOT, completed, computed_once, run_cli
+from conftest import ROOT, run_cli
 
 FIXTURES = ROOT / "tests" / "fixtures"
 DIFFUSERS = Path(importlib.util.find_spec("diffusers").submodule_search_locations[0]).resolve()
@@ -46,28 +44,6 @@ def expected_classes() -> set[tuple[str, str]]:
                 models.add(name)
                 grew = True
     return {(name, str(path)) for name, path, _ in classes if name in models and path.parent == TRANSFORMERS}
-
-
-@pytest.fixture(scope="module")
-def survey(tmp_path_factory):
-    """One cold survey (diffusers + tests/fixtures) and one warm rerun on the cache it filled."""
-    def make(folder: Path) -> dict:
-        cache = str(folder / "cache")
-        env = {"INTEGRATE_CACHE_DIR": cache}
-        t = time.perf_counter()
-        cold = run_cli("survey", "--json", "--path", str(FIXTURES), env=env)
-        cold_s = time.perf_counter() - t
-        assert cold.returncode == 0, cold.stderr
-        t = time.perf_counter()
-        warm = run_cli("survey", "--json", "--path", str(FIXTURES), env=env)
-        warm_s = time.perf_counter() - t
-        assert warm.returncode == 0, warm.stderr
-        return {"cold": completed(cold), "warm": completed(warm), "cold_s": cold_s, "warm_s": warm_s,
-                "cache": cache}
-
-    got = computed_once(tmp_path_factory, "survey", make)
-    return {**got, "cold": SimpleNamespace(**got["cold"]), "warm": SimpleNamespace(**got["warm"]),
-            "data": json.loads(got["cold"]["stdout"])}
 
 
 def rows_by_class(data: dict) -> dict[str, dict]:
