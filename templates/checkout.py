@@ -252,24 +252,19 @@ class _Planner:
         """Every name an artifact imports from the cache_dit package is defined where it looks for it (a name
         bound at that module's top level, or a submodule), read statically: cache-dit's `_safe_import` would
         otherwise turn a missing one into its ImportError stand-in, silently."""
+        package = PurePosixPath(rel).parent.as_posix()
         for node in _relative_imports(_parse(rel, self.new[rel], "artifact")):
-            dots = len(node.relative)
-            base = PurePosixPath(rel).parent
-            for _ in range(dots - 1):
-                base = base.parent
-            parts = cst.helpers.get_full_name_for_node(node.module).split(".") if node.module else []
-            stem = base.joinpath(*parts)
-            where = f"{rel} imports from {'.' * dots}{'.'.join(parts)}"
-            if base == PurePosixPath("..") or ".." in stem.parts:
-                raise InputError(f"{where}, outside the cache_dit package")
-            found = next(((r, x) for r in (f"{stem}.py", f"{stem}/__init__.py") if (x := self._current(r))), None)
+            dotted_name = cst.helpers.get_full_name_for_node(node.module) if node.module else None
+            module = "." * len(node.relative) + (dotted_name or "")
+            where = f"{rel} imports from {module}"
+            found = self._module_file(module, package, where)
             if found is None:
                 raise InputError(f"{where}: no such module in {self.package}")
             names = _top_level_names(_parse(found[0], found[1], "module"))
             for alias in node.names if isinstance(node.names, Sequence) else ():
                 name = cst.helpers.get_full_name_for_node(alias.name)
-                if name not in names and self._current(f"{stem}/{name}.py") is None \
-                        and self._current(f"{stem}/{name}/__init__.py") is None:
+                submodule = f"{module}.{name}" if module.strip(".") else module + name
+                if name not in names and self._module_file(submodule, package, where) is None:
                     raise InputError(f"{where}: {found[0]} defines no {name}")
 
     # registrations
@@ -315,22 +310,24 @@ class _Planner:
                                                    only_ahead=True)
         self._set(rel, module.code)
 
-    def _module_file(self, module: str, spec: _Registry, what: str) -> tuple[str, str] | None:
-        """(relpath, text) of the module a registration names, relative to its registry's package (as an
-        artifact of this checkout or in the tree); None where neither has it."""
+    def _module_file(self, module: str, package: str, what: str) -> tuple[str, str] | None:
+        """(relpath, text) of a relative module (`.adapter_x`, `..forward_pattern`, `.`) as imported from the
+        folder `package` (relative to the cache_dit directory), as an artifact of this checkout or in the tree;
+        None where neither has it."""
         if not isinstance(module, str) or not module.startswith("."):
-            raise InputError(f"{what}: module {module!r} must be relative to {spec.package}/ (start with '.')")
+            raise InputError(f"{what}: module {module!r} must be relative to {package}/ (start with '.')")
         dots = len(module) - len(module.lstrip("."))
-        parts = module[dots:].split(".")
+        parts = module[dots:].split(".") if module[dots:] else []
         if not all(p.isidentifier() and p.isascii() for p in parts):
             raise InputError(f"{what}: module {module!r} is not a dotted module name")
-        base = PurePosixPath(spec.package)
+        base = PurePosixPath(package)
         for _ in range(dots - 1):
             if base == PurePosixPath("."):
                 raise InputError(f"{what}: module {module!r} climbs out of the cache_dit package")
             base = base.parent
         stem = base.joinpath(*parts)
-        for rel in (stem.with_name(stem.name + ".py").as_posix(), (stem / "__init__.py").as_posix()):
+        candidates = [stem.with_name(stem.name + ".py").as_posix()] if parts else []
+        for rel in (*candidates, (stem / "__init__.py").as_posix()):
             text = self._current(rel)
             if text is not None:
                 return rel, text
@@ -341,7 +338,7 @@ class _Planner:
         registered name that prefixes its own, so a module registering `Sana` before ours registers `SanaVideo`
         would answer for our model. Names are read, with the registry they go into, from `X.register("name")`
         calls (decorators included) in each registered module, statically."""
-        found = self._module_file(reg.module, spec, reg.symbol)
+        found = self._module_file(reg.module, spec.package, reg.symbol)
         ours = _registered_names(_parse(found[0], found[1], "module")) if found else set()
         cache: dict[str, set[tuple[str, str]]] = {}
 
@@ -352,7 +349,7 @@ class _Planner:
                 return False
             if module not in cache:
                 try:
-                    other = self._module_file(module, spec, reg.symbol)
+                    other = self._module_file(module, spec.package, reg.symbol)
                     cache[module] = _registered_names(_parse(other[0], other[1], "module")) if other else set()
                 except InputError:  # a line cache-dit's own code cannot import either registers nothing
                     cache[module] = set()
@@ -362,7 +359,7 @@ class _Planner:
 
     def _check_target(self, reg: Registration, spec: _Registry, what: str) -> None:
         """The registered module exists (as an artifact or in the tree) and defines the symbol at top level."""
-        found = self._module_file(reg.module, spec, what)
+        found = self._module_file(reg.module, spec.package, what)
         if found is None:
             stem = PurePosixPath(spec.package).joinpath(*reg.module.lstrip(".").split("."))
             raise InputError(f"{what}: module {reg.module} not found: {stem}.py is neither an artifact nor "
@@ -454,10 +451,10 @@ def formatted(text: str, style: Path | None, rel: str) -> str:
     from yapf.yapflib.errors import YapfError
 
     try:
-        formatted, _ = yapf_api.FormatCode(text, style_config=str(style))
+        result, _ = yapf_api.FormatCode(text, style_config=str(style))
     except YapfError as exc:  # a style file yapf cannot read (StyleConfigError)
         raise InputError(f"yapf cannot format {rel} with {style}: {exc}") from None
-    return formatted
+    return result
 
 
 class _Relative(cst.CSTTransformer):
@@ -750,6 +747,14 @@ def _has_noqa(node: cst.CSTNode) -> bool:
     return _noqa_text(node) is not None
 
 
+def _ahead_of(body: Sequence[cst.CSTNode], index: int, stmt: cst.SimpleStatementLine) -> list[cst.CSTNode]:
+    """`body` with `stmt` in the place of the statement at `index`, which follows it: the comments and blank
+    lines above that statement stay above the pair."""
+    follower = body[index]
+    stmt = stmt.with_changes(leading_lines=follower.leading_lines)
+    return [*body[:index], stmt, follower.with_changes(leading_lines=[]), *body[index + 1:]]
+
+
 def _register_module_level(module: cst.Module, rel: str, symbol: str, args: list[cst.BaseExpression],
                            ahead: Callable[[cst.CSTNode], bool] | None = None) -> cst.Module:
     """`symbol = _safe_import(...)` after the last module-level `_safe_import` assignment, or just before the
@@ -763,11 +768,9 @@ def _register_module_level(module: cst.Module, rel: str, symbol: str, args: list
         raise InputError(f"{rel} has no module-level `name = _safe_import(...)` registration to add {symbol} after: "
                          "unsupported cache-dit version")
     first = next((i for i in indices if ahead is not None and ahead(module.body[i])), None)
-    if first is not None:  # in the place of the line it goes ahead of, which keeps its comments
+    if first is not None:
         stmt = _build(module.body[first], symbol, args, noqa=False, module=module, prefix="")
-        stmt = stmt.with_changes(leading_lines=module.body[first].leading_lines)
-        rest = module.body[first].with_changes(leading_lines=[])
-        return module.with_changes(body=[*module.body[:first], stmt, rest, *module.body[first + 1:]])
+        return module.with_changes(body=_ahead_of(module.body, first, stmt))
     index = indices[-1]
     stmt = _build(module.body[index], symbol, args, noqa=False, module=module, prefix="")
     return module.with_changes(body=[*module.body[:index + 1], stmt, *module.body[index + 1:]])
@@ -799,10 +802,8 @@ def _register_in_function(module: cst.Module, rel: str, function: str, symbol: s
     prefix = _indent_of(func.body, module)
     first = next((i for i, s in enumerate(body) if ahead is not None and _safe_import_call(s) is not None
                   and ahead(s)), None)
-    if first is not None:  # in the place of the line it goes ahead of, which keeps its comments
-        stmt = _build(body[first], symbol, args, noqa=True, module=module, prefix=prefix)
-        stmt = stmt.with_changes(leading_lines=body[first].leading_lines)
-        body = [*body[:first], stmt, body[first].with_changes(leading_lines=[]), *body[first + 1:]]
+    if first is not None:
+        body = _ahead_of(body, first, _build(body[first], symbol, args, noqa=True, module=module, prefix=prefix))
     elif only_ahead:
         return module
     else:

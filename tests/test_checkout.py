@@ -598,6 +598,12 @@ def test_not_a_cache_dit_tree(tmp_path):
 # --- bad input --------------------------------------------------------------------------------------------------
 
 
+def test_an_artifact_may_import_a_submodule_and_another_artifact(pkg):
+    text = "from .. import forward_pattern\nfrom .adapter_tiny_test import tiny_test_adapter\n"
+    changes = plan_checkout(pkg, [*ARTIFACTS, Artifact("caching/block_adapters/adapter_x.py", text)], [])
+    assert any(c.relpath == "caching/block_adapters/adapter_x.py" for c in changes)
+
+
 @pytest.mark.parametrize("artifacts, registrations, needle", [
     ([], [Registration("cp_planner", ".no_such_module", "X")], "distributed/transformers/no_such_module.py"),
     (ARTIFACTS, [Registration("cp_planner", ".tiny_test", "Missing")], "defines no top-level Missing"),
@@ -613,6 +619,13 @@ def test_not_a_cache_dit_tree(tmp_path):
     ([Artifact("caching/block_adapters/adapters_v2.py", "def flux_adapter(pipe, **kwargs):\n  return None\n")],
      [Registration("adapter", ".adapters_v2", "flux_adapter")], "flux_adapter is already defined"),
     ([Artifact("../evil.py", "X = 1\n")], [], "inside the cache_dit package"),
+    # an artifact's relative imports are checked against the tree (and the checkout's other artifacts)
+    ([Artifact("caching/block_adapters/adapter_x.py", "from .block_adapters import NoSuchThing\n")], [],
+     "block_adapters.py defines no NoSuchThing"),
+    ([Artifact("caching/block_adapters/adapter_x.py", "from ..no_such_module import X\n")], [],
+     "imports from ..no_such_module: no such module"),
+    ([Artifact("caching/block_adapters/adapter_x.py", "def f():\n  from ...... import X\n")], [],
+     "climbs out of the cache_dit package"),
     ([Artifact("/etc/evil.py", "X = 1\n")], [], "inside the cache_dit package"),
     ([Artifact("caching/notes.txt", "hello\n")], [], ".py"),
     ([Artifact("no_such_dir/x.py", "X = 1\n")], [], "does not exist"),
