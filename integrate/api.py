@@ -305,9 +305,9 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
     artifacts, registrations = checkout_layout(gen, plan_rec)
     result = apply_checkout(cache_dit_src, artifacts, registrations, dry_run=dry_run)
     written, notes = [], list(gen.notes)
-    test_rel, test_text = checkout_test(gen, plan_rec, approval_rec, artifacts)
-    test_text = formatted(test_text, yapf_style(Path(result["package"])), test_rel)
     if out is not None and not dry_run:
+        test_rel, test_text = checkout_test(gen, plan_rec, approval_rec, artifacts)
+        test_text = formatted(test_text, yapf_style(Path(result["package"])), test_rel)
         pr = pr_markdown(plan=to_json(plan_rec), approval=to_json(approval_rec), registered=gen.registered,
                          files=[*result["changed"], *result["unchanged"]],
                          lists=[to_json(b) for b in analysis.transformer.block_lists

@@ -44,6 +44,8 @@ class Verifier:
         self.cache_dit_own = cache_dit_own  # prove cache-dit's own integration: the plugin is never imported
         self.plan_dir, self.generated = plan_dir, generated
         self.proofs = () if fixture_only else tuple(proofs or registry.CHOICES)
+        # proofs that run the model follow: their fork server starts with the fixture, which is forked from it too
+        self._proofs_follow = bool(set(self.proofs) - {full_size.NAME})
         self.progress = progress or (lambda message: None)
         self.plan, approval = require_approved(plan_dir)
         m = self.plan.model
@@ -74,7 +76,7 @@ class Verifier:
         self.stub = None if cache_dit_own else _open_stub(generated / self.import_name)
         self.fixture = fixture.Maker(self.plan, self.ws, generated / fixture.FILENAME, self.module, self.search_path,
                                      self.env, steps=cache_proof.STEPS, progress=self.progress,
-                                     fixture_from=fixture_from, fork=bool(self.proofs))
+                                     fixture_from=fixture_from, fork=self._proofs_follow)
 
     # ---- running ----------------------------------------------------------------------------------------
 
@@ -207,7 +209,7 @@ class Verifier:
         job = {**full_size.job(self.plan), "transformer_module": self.module,
                "transformer_class": self.plan.model.transformer_class, "search_path": self.search_path,
                "config": load_config(self.plan.model.config_file)}
-        return processes.spawn(job, self.env, self.search_path, fork=bool(set(self.proofs) - {full_size.NAME}))
+        return processes.spawn(job, self.env, self.search_path, fork=self._proofs_follow)
 
     def _full_size(self, proc):
         import json

@@ -23,13 +23,18 @@ def code_span(value: Any) -> str:
 
     text = value if isinstance(value, str) else json.dumps(value)
     text = " ".join(text.split())  # one line
+    fence = "`" * (_longest_backtick_run(text) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _longest_backtick_run(text: str) -> int:
+    """The most backticks in a row in `text`: a code span or fence one longer than that cannot be closed by it."""
     run = longest = 0
     for ch in text:
         run = run + 1 if ch == "`" else 0
         longest = max(longest, run)
-    fence = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
+    return longest
 
 
 def md_text(value: Any) -> str:
@@ -128,12 +133,8 @@ def pr_markdown(*, plan: dict[str, Any], approval: dict[str, Any], registered: d
                 manual: list[str]) -> str:
     """PR.md of a checkout: what it adds, the evidence, the CPU proofs (when a verify report is given) and the
     GPU matrix to run."""
-    run = longest = 0
-    for ch in matrix:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
     return _ENV.get_template("PR.md.j2").render(
         plan=plan, m=plan["model"], cp=plan["parallelism"]["cp"], tp=plan["parallelism"]["tp"],
         tool_version=plan["tool_version"], approval=approval, registered=registered, files=files, lists=lists,
-        proofs=proofs, matrix=matrix if matrix.endswith("\n") else matrix + "\n", fence="`" * max(3, longest + 1),
+        proofs=proofs, matrix=matrix if matrix.endswith("\n") else matrix + "\n", fence="`" * max(3, _longest_backtick_run(matrix) + 1),
         test_path=test_path, manual=manual)
