@@ -175,7 +175,10 @@ class _Parsed:
 
 
 _PARSED: OrderedDict[str, _Parsed] = OrderedDict()
-_PARSED_KEEP = 48  # the sources of a few models; diffusers' largest parse to some tens of MB each
+# One plan of a diffusers model reads about 50-80 files (the model, its pipeline, the modules its layers come
+# from, the package __init__ chains); fewer kept than that and an LRU misses on every file of the next plan. A
+# tree takes about 3 MB on average (216 MB held after plans of five models, 76 files), so 256 stay under 1 GB.
+_PARSED_KEEP = 256
 
 
 def _parse(path: Path, text: str) -> _Parsed:

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import base64
 import difflib
+import functools
 import json
 import keyword
 import os
@@ -339,8 +340,8 @@ class _Planner:
         would answer for our model. Names are read, with the registry they go into, from `X.register("name")`
         calls (decorators included) in each registered module, statically."""
         found = self._module_file(reg.module, spec.package, reg.symbol)
-        ours = _registered_names(_parse(found[0], found[1], "module")) if found else set()
-        cache: dict[str, set[tuple[str, str]]] = {}
+        ours = _registered_names(*found) if found else frozenset()
+        cache: dict[str, frozenset[tuple[str, str]]] = {}
 
         def shadows(stmt: cst.CSTNode) -> bool:
             call = _safe_import_call(stmt)
@@ -350,9 +351,9 @@ class _Planner:
             if module not in cache:
                 try:
                     other = self._module_file(module, spec.package, reg.symbol)
-                    cache[module] = _registered_names(_parse(other[0], other[1], "module")) if other else set()
+                    cache[module] = _registered_names(*other) if other else frozenset()
                 except InputError:  # a line cache-dit's own code cannot import either registers nothing
-                    cache[module] = set()
+                    cache[module] = frozenset()
             return any(r == s and o != n and o.startswith(n) for r, o in ours for s, n in cache[module])
 
         return shadows
@@ -634,10 +635,13 @@ def _function_shadowed(module: cst.Module, function: str, ahead: Callable[[cst.C
         any(_safe_import_call(s) is not None and ahead(s) for s in func.body.body)
 
 
-def _registered_names(module: cst.Module) -> set[tuple[str, str]]:
+@functools.lru_cache(maxsize=512)
+def _registered_names(rel: str, text: str) -> frozenset[tuple[str, str]]:
+    """(registry, name) of every `X.register("name")` call in one module's text: the same built-in modules are
+    read for every registration of a run (and of every run in one process), so the answer is kept per text."""
     visitor = _Registers()
-    module.visit(visitor)
-    return visitor.names
+    _parse(rel, text, "module").visit(visitor)
+    return frozenset(visitor.names)
 
 
 class _Assignments(cst.CSTVisitor):

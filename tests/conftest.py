@@ -21,14 +21,29 @@ def make_model_dir(base: Path, pipeline: str, transformer: str, library: str = "
     return base
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    full_env = dict(os.environ)
-    full_env.setdefault("INTEGRATE_CACHE_DIR", "")
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "integrate.cli", *args],
-        capture_output=True, text=True, cwd=cwd or ROOT, env=full_env, timeout=300,
-    )
+# commands that run a process pool of their own: forking a pytest worker (it has threads) is not safe
+_POOLED = ("survey", "audit")
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None,
+            process: bool = False) -> subprocess.CompletedProcess:
+    """`integrate ARGS`: exit code, stdout and stderr. In this process through click's test runner (the same
+    command group, its error handling and exit codes; the parse cache of this worker is reused), or as
+    `python -m integrate.cli` where the process is part of what is tested: `process=True`, a working directory
+    (`cwd`), or a command that starts a process pool."""
+    overrides = {"INTEGRATE_CACHE_DIR": os.environ.get("INTEGRATE_CACHE_DIR", ""), **(env or {})}
+    if process or cwd is not None or (args and args[0] in _POOLED):
+        return subprocess.run(
+            [sys.executable, "-m", "integrate.cli", *args],
+            check=False, capture_output=True, text=True, cwd=cwd or ROOT, env={**os.environ, **overrides},
+            timeout=300,
+        )
+    from click.testing import CliRunner
+
+    from integrate.cli import main
+
+    result = CliRunner().invoke(main, list(args), env=overrides, catch_exceptions=False)
+    return subprocess.CompletedProcess(["integrate", *args], result.exit_code, result.stdout, result.stderr)
 
 
 def computed_once(factory, name: str, make):

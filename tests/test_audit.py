@@ -51,7 +51,7 @@ def test_audit_finds_cache_dits_bria_pattern_and_says_how_to_reproduce(tmp_path)
     assert "--cache-dit-own --proof cache" in row["reproduce"]
     again = run_cli("audit", "--only", "BriaTransformer2DModel", "--proof", "cache", "--json", env=env)
     assert json.loads(again.stdout)["rows"][0]["cached"] is True  # the row was cached by its files
-    bad = run_cli("audit", "--only", "NotAClass")
+    bad = run_cli("audit", "--only", "NotAClass", env=env)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
 

@@ -1,9 +1,14 @@
-"""Bad input: one clear line on stderr, exit 2, no traceback, nothing written."""
+"""Bad input: one clear line on stderr, exit 2, no traceback, nothing written. Each case runs the real entry
+point, `python -m integrate.cli`, in a process of its own: what a user's shell sees."""
 
+import functools
 import json
 
 import pytest
-from conftest import EXAMPLE, ROOT, run_cli
+from conftest import EXAMPLE, ROOT
+from conftest import run_cli as _in_process_or_not
+
+run_cli = functools.partial(_in_process_or_not, process=True)
 
 
 def assert_bad(out, *needles):

@@ -643,26 +643,28 @@ def test_bad_input_is_refused_and_nothing_written(pkg, artifacts, registrations,
 
 # --- killed half-way ---------------------------------------------------------------------------------------------
 
-_KILLED = """
-import sys
-from pathlib import Path
-sys.path.insert(0, {tests!r})
-from test_checkout import ARTIFACTS, REGISTRATIONS
-from integrate.templates.checkout import apply_checkout
-apply_checkout(Path({pkg!r}), ARTIFACTS, REGISTRATIONS)
-"""
 # the fault points of one run: a stage per file, the journal's write and rename, a replace per file, the
 # journal's removal
 FAULTS = 2 * len(ALL_FILES) + 3
 
 
+def _killed_run(pkg: Path, fault: int) -> int:
+    """apply_checkout in a forked copy of this process with the fault planted at step `fault`: its exit code."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            os.environ["INTEGRATE_CHECKOUT_FAULT"] = str(fault)
+            apply_checkout(pkg, ARTIFACTS, REGISTRATIONS)
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
 @pytest.mark.parametrize("fault", range(1, FAULTS + 1))
 def test_a_run_killed_at_any_write_or_rename_is_rolled_back_by_the_next(pkg, fault):
     before = contents(snapshot(pkg))
-    code = _KILLED.format(tests=str(Path(__file__).parent), pkg=str(pkg))
-    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "INTEGRATE_CHECKOUT_FAULT": str(fault)},
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 137, proc.stderr[-2000:]  # killed where the fault was planted
+    assert _killed_run(pkg, fault) == 137  # ended where the fault was planted, as a kill -9 would end it
     after_kill = contents(snapshot(pkg))
     checkout.recover(pkg)  # what the next run does first
     recovered = contents(snapshot(pkg))

@@ -180,12 +180,16 @@ def _server(env: dict, search_path: str | None) -> _Server | None:
     key = (search_path, tuple(sorted(base.items())))
     server = _SERVERS.get(key)
     if server is None or server.proc.poll() is not None:
+        close_servers()  # one at a time: each holds torch, diffusers and cache-dit in memory
         server = _SERVERS[key] = _Server(base, search_path)
     return server
 
 
 def close_servers() -> None:
-    """End the fork servers this process started (each once its children have ended)."""
+    """End the fork servers this process started (each once its children have ended). A server outlives the
+    verify that started it, so the next verify in this process (audit's two per row, repair's candidates,
+    `survey --verify`'s rows) forks from it too; it ends with the process, or when one for another environment
+    or import path is needed."""
     while _SERVERS:
         _SERVERS.popitem()[1].close()
 

@@ -135,12 +135,6 @@ class Verifier:
         return runs
 
     def run(self) -> VerifyReport:
-        try:
-            return self._run()
-        finally:
-            processes.close_servers()
-
-    def _run(self) -> VerifyReport:
         started = time.monotonic()
         head = dict(schema=VERIFY_SCHEMA, schema_version=VERIFY_SCHEMA_VERSION,
                     model=VerifyModel(self.plan.model.transformer_class, self.plan.model.pipeline_class),

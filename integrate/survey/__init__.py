@@ -110,7 +110,7 @@ def run_survey(paths: list[str], jobs: int | None = None, use_cache: bool = True
     row's CPU proof. `classes` (class names) surveys only the files that define one of them at top level."""
     tasks, pipelines = collect(paths)
     if classes:
-        tasks = _defining(tasks, set(classes))
+        tasks = _defining(tasks, set(classes), use_cache)
     jobs = max(1, jobs or os.cpu_count() or 1)
     digest = _pipelines_digest(pipelines)
     results: dict[int, dict] = {}
@@ -178,15 +178,23 @@ def run_survey(paths: list[str], jobs: int | None = None, use_cache: bool = True
     return out
 
 
-def _defining(tasks: list[Task], classes: set[str]) -> list[Task]:
-    """The tasks whose file defines one of `classes` at top level (a parse, none of the analysis)."""
+def _defining(tasks: list[Task], classes: set[str], use_cache: bool = True) -> list[Task]:
+    """The tasks whose file defines one of `classes` at top level (a parse, none of the analysis; the names
+    each file defines are kept in the result cache by its content, so a second `--only` parses nothing)."""
     ws = Workspace()
     keep = []
     for task in tasks:
-        try:
-            names = ws.load(Path(task.path)).classes
-        except (InputError, RecursionError, MemoryError):
-            continue
+        key = cache.key_for("top-level classes", {"file": task.path})
+        hit = cache.load(key) if use_cache else None
+        if hit is not None:
+            names = hit["classes"]
+        else:
+            try:
+                names = sorted(ws.load(Path(task.path)).classes)
+            except (InputError, RecursionError, MemoryError):
+                continue
+            if use_cache:
+                cache.store(key, {"classes": names}, [task.path])
         if classes & set(names):
             keep.append(task)
     return keep
