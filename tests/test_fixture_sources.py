@@ -212,6 +212,16 @@ def test_a_pipeline_that_takes_no_prompt_embeddings_gets_a_stand_in_text_encoder
     assert any(n.startswith("`tokenizer`: ") for n in fx["notes"])
 
 
+def test_a_processor_the_pipelines_constructor_uses_stands_in_and_its_own_kv_cache_is_off(tmp_path):
+    """QwenImage21Pipeline reads its system prompt's token count through `processor.apply_chat_template` in
+    `__init__` (the processor had been left out as None, so the pipeline was never built), and it hands the
+    transformer a prefix KV cache object unless `use_kv_cache=False`: the processor is a text-only stand-in,
+    the cache is turned off, both are said, and the fixture comes from the pipeline."""
+    fx = _derived_from_pipeline(tmp_path, "QwenImage21Pipeline", "QwenImage21Transformer2DModel")
+    assert any(n.startswith("`processor`: a text-only stand-in for Qwen3VLProcessor") for n in fx["notes"]), fx
+    assert any(n.startswith("`use_kv_cache`: False") for n in fx["notes"]), fx["notes"]
+
+
 def test_input_widths_the_pipeline_joins_are_scaled_together(tmp_path):
     """BriaFiboPipeline joins two of its text encoder's layers into one embedding: with every input width made
     the same, nothing fits; scaled together (the real ratio of 2 kept), with the encoder half the text width,

@@ -314,6 +314,32 @@ def _needs_text(pipe_cls, init) -> bool:
         "text_encoder" in n for n, _ in init)
 
 
+def _built(pipe_cls, kwargs: dict, classes: dict, notes: list[str]):
+    """The pipeline built from `kwargs`. Left out (None) until its constructor shows it needs one: a safety
+    checker it refuses to be built without, and a multimodal processor its `__init__` uses (each then a stand-in,
+    said in the notes)."""
+    from . import standins
+
+    try:
+        return _on_cpu(pipe_cls)(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - the pipeline's constructor without a component it needs
+        message = _line(exc)
+        if kwargs.get("safety_checker", False) is None and "safety" in message.lower():
+            kwargs["safety_checker"] = standins.safety_checker()
+            notes.append(f"`safety_checker`: a stand-in that lets everything through ({pipe_cls.__name__} is not "
+                         f"built without one: {message[:80]})")
+            return _built(pipe_cls, kwargs, classes, notes)
+        missing = [n for n, v in kwargs.items() if v is None and standins.is_processor(classes.get(n), n)]
+        if isinstance(exc, AttributeError) and "'NoneType'" in message and missing:
+            for name in missing:
+                of = getattr(classes.get(name), "__name__", name)
+                kwargs[name] = standins.TextOnlyProcessor(of)
+                notes.append(f"`{name}`: a text-only stand-in for {of} holding the stand-in tokenizer (its "
+                             f"constructor uses it: {message[:80]})")
+            return _built(pipe_cls, kwargs, classes, notes)
+        raise
+
+
 def _line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [""])[0][:200]
 
@@ -358,17 +384,7 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
         kwargs = {n: model if n == "transformer" else _component(n, p, choice.get(n), configs, notes,
                                                                  widths=widths, needs_text=needs_text)
                   for n, p in init}
-        try:
-            pipe = _on_cpu(pipe_cls)(**kwargs)
-        except Exception as exc:  # noqa: BLE001 - a pipeline that refuses to be built without a safety checker
-            if kwargs.get("safety_checker", False) is not None or "safety" not in str(exc).lower():
-                raise
-            from . import standins
-
-            kwargs["safety_checker"] = standins.safety_checker()
-            pipe = _on_cpu(pipe_cls)(**kwargs)
-            notes.append(f"`safety_checker`: a stand-in that lets everything through ({pipe_cls.__name__} is not "
-                         f"built without one: {_line(exc)[:80]})")
+        pipe = _built(pipe_cls, kwargs, {n: choice.get(n) for n, _ in init}, notes)
     except NotCaptured:
         raise
     except Exception as exc:  # noqa: BLE001 - the pipeline's constructor, without encoders
@@ -412,6 +428,12 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
         call["guidance_scale"] = 1.0
     if "use_resolution_binning" in params:  # binning would move the small size to a trained aspect-ratio bin
         call["use_resolution_binning"] = False
+    for name, p in params.items():
+        # a cache of the pipeline's own (`use_kv_cache=True`: a prefix KV cache object handed to the
+        # transformer) is no input a fixture can store, and block caching is what the integration adds: off
+        if "cache" in name and p.default is True:
+            call[name] = False
+            notes.append(f"`{name}`: False (the pipeline's own cache; a fixture stores tensors and plain values)")
     calls: list[dict] = []
     forward = inspect.signature(type(model).forward)
 

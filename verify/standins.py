@@ -12,6 +12,10 @@ tiny transformer, so each is built from its own class with a small config and ra
   messages' text (every prompt word it does not know is `<unk>`, which is all an encoder with random
   weights needs);
 - an image processor: its class with default settings (no files needed);
+- a multimodal processor, only for a pipeline whose constructor uses one (it is otherwise left out, as the
+  captured call passes embeddings): a text-only object holding the stand-in tokenizer, with the calls pipelines
+  make of a processor at construction (`apply_chat_template`, `.tokenizer`, tokenizing text); handed images, it
+  refuses;
 - a safety checker, for a pipeline that refuses to be built without one: a module that lets every prompt
   and every picture through (the captured run generates nothing to check: it stops at the transformer).
 
@@ -139,6 +143,45 @@ def encoder(cls, width: int):
         raise NoStandIn(f"{cls.__name__} from a narrowed {config_class.__name__} failed: {type(exc).__name__}: "
                         f"{(str(exc).splitlines() or [''])[0][:160]}") from None
     return model.eval()
+
+
+def is_processor(cls: Any, name: str) -> bool:
+    """A multimodal processor (`transformers`' ProcessorMixin: a tokenizer with an image or audio processor)."""
+    if isinstance(cls, type):
+        return any(c.__name__ == "ProcessorMixin" for c in cls.__mro__)
+    return name == "processor" or name.endswith("_processor") and "image" not in name
+
+
+class TextOnlyProcessor:
+    """Stands in for a multimodal processor a pipeline uses while it is built (QwenImage21 reads its system
+    prompt's length through `apply_chat_template` in `__init__`): text goes through the stand-in tokenizer, images
+    are refused, since the captured call passes embeddings and never reaches the processor for them."""
+
+    def __init__(self, of: str) -> None:
+        self.of = of
+        self.tokenizer = tokenizer()
+        self.chat_template = self.tokenizer.chat_template
+
+    def apply_chat_template(self, conversation, tokenize: bool = False, return_dict: bool = False, **kwargs):
+        """As a processor's: the rendered text, or its tokens as a batch of one (a processor tokenizes through
+        its own call, which always batches)."""
+        text = self.tokenizer.apply_chat_template(conversation, tokenize=False)
+        if not tokenize:
+            return text
+        out = self(text=[text], return_tensors=kwargs.get("return_tensors"))
+        return out if return_dict else out["input_ids"]
+
+    def __call__(self, text=None, images=None, videos=None, audio=None, **kwargs):
+        if images is not None or videos is not None or audio is not None:
+            raise NoStandIn(f"the text-only stand-in for {self.of} takes no images, videos or audio")
+        kwargs = {k: v for k, v in kwargs.items() if k in ("padding", "truncation", "max_length", "return_tensors")}
+        return self.tokenizer(text, **kwargs)
+
+    def batch_decode(self, *args, **kwargs):
+        return self.tokenizer.batch_decode(*args, **kwargs)
+
+    def decode(self, *args, **kwargs):
+        return self.tokenizer.decode(*args, **kwargs)
 
 
 def image_processor(cls):
