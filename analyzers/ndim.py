@@ -79,6 +79,8 @@ def ndim_of(ws: Workspace, src: SourceFile, fn: cst.FunctionDef, expr: cst.BaseE
                 return inner + 1 if inner is not None else None
             if op in ("cartesian_prod", "outer"):
                 return 2
+            if op in ("arange", "linspace", "logspace"):
+                return 1
             if op in _CONSTRUCT and plain and not any(a.star for a in plain):
                 sizes = plain[:1] if op == "full" else plain
                 first = sizes[0].value

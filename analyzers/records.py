@@ -14,7 +14,7 @@ from integrate.gate.records import GateReport
 
 from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
-ANALYSIS_SCHEMA_VERSION = "1.7"
+ANALYSIS_SCHEMA_VERSION = "1.8"
 
 
 @dataclass(frozen=True)
@@ -280,6 +280,11 @@ class BlockInputFact:
     producer_ndims: tuple[int | None, ...] = ()
     # 1.6: a mask-named input that is one value per token, never an attention mask (split with the tokens)
     per_token: Evidence | None = None
+    # 1.8: the block (or a module it hands the input to) indexes it by another input (`freqs[positions]`): a
+    # lookup table every rank needs whole, never cut with the tokens
+    table: Evidence | None = None
+    # 1.8: the input's rank read from the code that builds it (`torch.arange(n)`: 1), None when not read
+    ndim: int | None = None
 
 
 @dataclass(frozen=True)

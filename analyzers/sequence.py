@@ -229,7 +229,7 @@ class _Flow:
         annotated = {q.name: q.annotation for q in bl.forward.params} if bl.forward else {}
         # a parameter the call leaves at its default (`<default None>`) is no input: a hook planned on it would
         # look it up among arguments the call never passes (cache-dit's split hook raised IndexError)
-        inputs = [self.block_input(param, arg, streams, loop, annotated.get(param)) for param, arg in bound.items()
+        inputs = [self.block_input(param, arg, streams, loop, annotated.get(param), bl) for param, arg in bound.items()
                   if arg not in ("None", "True", "False") and not arg.startswith("<default ") and param != "self"]
         inputs = [self.unmasked(bl, f, p, streams, loop) if f.role == "mask" else (f, p) for f, p in inputs]
         split_before = {v for w in earlier for v in w.streams.values()}
@@ -242,7 +242,7 @@ class _Flow:
                      frozenset(fresh), after, tuple(rebuilt), tuple(sides), offset, last)
 
     def block_input(self, param: str, arg: str, streams: dict[str, str], loop: Loop,
-                    annotation: str | None = None) -> tuple[BlockInputFact, Producer]:
+                    annotation: str | None = None, bl: BlockList | None = None) -> tuple[BlockInputFact, Producer]:
         """The block parameter `param`, passed `arg`: its role, what produced it, the forward parameters it
         derives from and the sequence lengths read on the way. A module named like a position producer makes
         an otherwise unrecognised input a position."""
@@ -254,13 +254,26 @@ class _Flow:
         if role == "other" and producer.kind == "module" and is_position(producer.name or ""):
             role = "position"
         at = Evidence(str(self.src.path), producer.line, producer.code[:80]) if producer.line else None
+        table = None if role == "stream" or bl is None else indexed_by_position(self.tree, f"{bl.attr}.0", param)
         fact = BlockInputFact(param=param, arg=arg, role=role, producer_kind=producer.kind, producer=producer.name,
                               producer_at=at, producer_outputs=producer.outputs, producer_ndims=producer.ndims,
                               in_loop=in_loop,
                               leading_flatten=producer.leading,
                               from_params=tuple(sorted(params)), local_length=tuple(lengths),
-                              token_params=tuple(sorted(tokens)), annotation=annotation)
+                              token_params=tuple(sorted(tokens)), annotation=annotation, table=table,
+                              ndim=self.rank_of(arg, loop.line) if role != "stream" else None)
         return fact, producer
+
+    def rank_of(self, arg: str, line: int) -> int | None:
+        """The rank of a plain name passed to the blocks, read from the code that builds it."""
+        if not arg.isidentifier():
+            return None
+        from .ndim import ndim_of
+
+        try:
+            return ndim_of(self.ws, self.src, self.fwd, cst.Name(arg), self.cls, before=line)
+        except (RecursionError, ValueError):
+            return None
 
     def unmasked(self, bl: BlockList, fact: BlockInputFact, producer: Producer, streams: dict[str, str],
                  loop: Loop) -> tuple[BlockInputFact, Producer]:
@@ -853,6 +866,45 @@ def _cuts_sequence(sub: cst.Subscript) -> bool:
     second = elements[1].slice
     full = isinstance(second, cst.Slice) and second.lower is None and second.upper is None and second.step is None
     return not full and not (isinstance(second, cst.Index) and dotted(second.value) == "None")
+
+
+def indexed_by_position(tree: Tree, path: str, param: str, depth: int = 0) -> Evidence | None:
+    """Where the module at `path` (a block) indexes its input `param` by a tensor, `param[positions]`, in its own
+    forward or in a submodule's it hands `param` to (bound by keyword or position): a lookup table, read
+    statically. None where nothing indexes it so (a slice `param[:n]` is no lookup)."""
+    node = tree.nodes.get(path)
+    if node is None or node.cls_node is None or depth > 4:
+        return None
+    src, cls = node.cls_node
+    fwd = find_method(cls, "forward")
+    if fwd is None:
+        return None
+    for sub in find_all(fwd, cst.Subscript):
+        if not (isinstance(sub.value, cst.Name) and sub.value.value == param and len(sub.slice) == 1):
+            continue
+        index = sub.slice[0].slice
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.Name | cst.Attribute | cst.Call):
+            return Evidence(str(src.path), src.line(sub), f"`{src.code(sub)[:60]}`: `{param}` is looked up by "
+                                                          "position, a table, not one row per token")
+    for call in find_all(fwd, cst.Call):
+        member = self_member(call.func)
+        if member is None or f"{path}.{member}" not in tree.nodes:
+            continue
+        child = tree.nodes[f"{path}.{member}"]
+        child_fwd = find_method(child.cls_node[1], "forward") if child.cls_node else None
+        if child_fwd is None:
+            continue
+        child_params = [p.name.value for p in child_fwd.params.params if p.name.value != "self"]
+        positional = 0
+        for arg in call.args:
+            target = arg.keyword.value if arg.keyword is not None else (
+                child_params[positional] if positional < len(child_params) else None)
+            positional += arg.keyword is None
+            if isinstance(arg.value, cst.Name) and arg.value.value == param and target:
+                found = indexed_by_position(tree, f"{path}.{member}", target, depth + 1)
+                if found is not None:
+                    return found
+    return None
 
 
 def _hands_to_mask(ws: Workspace, bl: BlockList, param: str) -> bool | None:

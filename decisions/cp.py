@@ -354,6 +354,10 @@ def _position_param_split(c: _Chart, block_param: str, p: str) -> Split:
     dropped = seq.batch_dropped.get(p)
     passed = c.facts.pipeline_arg_ndims.get(p)
     two_d = passed == 2 if passed is not None else dropped is not None
+    if passed == 1:  # one position per token (`torch.arange(n)`): dim 0 is the only one
+        at = c.facts.pipeline_arg_ndims_at[p]
+        c.why(at, None, f"`{p}` feeds the positions of `{block_param}`: split it with the tokens, as [S]: {at.why}")
+        return Split(split_dim=0, expected_dims=1, split_output=False)
     if passed is not None:
         at = c.facts.pipeline_arg_ndims_at[p]
         where, layout = at, f"[{'S, n' if two_d else 'B, S, n'}]: {at.why}"
@@ -443,6 +447,16 @@ def _split_positions(c: _Chart, i: int, lf: ListFlowFact) -> None:
     seq = c.seq
     for bi in lf.inputs:
         if bi.role != "position":
+            continue
+        if bi.table is not None:  # `freqs[positions]`: every rank looks its own positions up in the whole table
+            c.evidence.append(Evidence(bi.table.file, bi.table.line, f"`{bi.param}` stays whole for `{lf.attr}`: "
+                                                                     f"{bi.table.why}"))
+            continue
+        if bi.ndim == 1 and not bi.producer_outputs:
+            # one position per token and nothing else (`torch.arange(n)`): cut dim 0, the only one it has
+            c.inputs(f"{lf.attr}.*")[bi.param] = Split(split_dim=0, expected_dims=1, split_output=False)
+            c.why(bi.producer_at, lf, f"`{bi.param}` is 1-D, one entry per token (its rank read from the code "
+                                      "that builds it): split dim 0 at every block's input")
             continue
         covered = c.root and bool(set(bi.from_params) & c.split_params) and not bi.local_length
         if covered or (bi.producer_kind == "param" and bi.arg in c.split_params):

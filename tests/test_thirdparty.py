@@ -358,3 +358,38 @@ def test_projections_handed_to_a_nested_function_are_the_attentions_inputs(tmp_p
     assert {k: tp["layer_plan"][k] for k in ("attn.q", "attn.k", "attn.v", "attn.o")} == {
         "attn.q": "colwise", "attn.k": "colwise", "attn.v": "colwise", "attn.o": "rowwise"}
     assert tp["shard_div_attr"] == {"attn": ["num_heads"]}
+
+
+def test_a_rope_table_looked_up_by_position_stays_whole_and_the_positions_are_cut_as_1d(tmp_path):
+    """A reference model's RoPE table (`self.freqs_table`, [max_len, D/2]) is handed to every block and looked
+    up there, `freqs[positions]`, inside the attention: it is no per-token input, so every rank keeps it whole
+    (it had been split at each block as a [B, S, D] stream), while `positions`, `torch.arange(S)`, is cut on
+    the one dim it has (it had been given a 3-D split, which cache-dit skips with a warning)."""
+    src = ROOT / "tests" / "fixtures" / "ropetable" / "model.py"
+    plan = tmp_path / "plan"
+    out = run_cli("plan", str(src), "--model-path", str(tmp_path), "--transformer-class", "TableDiT",
+                  "--pipeline-class", "sample", "--pipeline-file", str(src), "--out", str(plan), "--no-probe", "--json")
+    assert out.returncode == 0, out.stderr
+    cp = json.loads(out.stdout)["parallelism"]["cp"]
+    per_block = cp["plan"]["blocks.*"]
+    assert "freqs" not in per_block, per_block
+    assert per_block["positions"] == {"split_dim": 0, "expected_dims": 1, "split_output": False}
+    whole = [e for e in cp["evidence"] if e["why"].startswith("`freqs` stays whole")]
+    assert whole and whole[0]["line"] == 27 and "freqs[positions]" in whole[0]["why"], cp["evidence"]
+
+
+def test_a_slice_of_a_table_is_no_lookup(tmp_path):
+    """`freqs[: x.shape[1]]` takes the first rows in token order: one row per token, which is cut with the
+    tokens; only an index by a tensor (`freqs[positions]`) makes a table."""
+    from integrate.analyzers.modules import module_tree
+    from integrate.analyzers.sequence import indexed_by_position
+    from integrate.resolve import Workspace
+
+    text = (ROOT / "tests" / "fixtures" / "ropetable" / "model.py").read_text()
+    sliced = tmp_path / "sliced.py"
+    sliced.write_text(text.replace("f = freqs[positions]", "f = freqs[: x.shape[1]]"))
+    for path, expected in ((ROOT / "tests" / "fixtures" / "ropetable" / "model.py", True), (sliced, False)):
+        ws = Workspace()
+        src = ws.load(path)
+        tree = module_tree(ws, src, src.classes["TableDiT"])
+        assert (indexed_by_position(tree, "blocks.0", "freqs") is not None) == expected, path
