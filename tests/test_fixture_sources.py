@@ -411,3 +411,25 @@ def test_arguments_the_pipeline_passes_by_position_count_as_passed(tmp_path):
     ws = Workspace()
     keywords = pipeline_call_keywords(ws, run_gate(flags, ws))
     assert keywords[:2] == ["hidden_states", "timestep"], keywords
+
+
+def test_a_required_state_object_is_named_as_what_the_fixture_cannot_make(tmp_path):
+    """WanAnimate2's forward requires `kv_cache: WanAnimate2KVCache` (filled by a reference pass, read by the
+    denoising pass) and `kv_cache_mode: str`: no fixture input. The fixture says so for each, with the type,
+    instead of leaving them out and reporting the call's `missing 2 required positional arguments`."""
+    folder = tmp_path / "m"
+    (folder / "transformer").mkdir(parents=True)
+    (folder / "transformer" / "config.json").write_text(json.dumps({"_class_name": "WanAnimate2Transformer3DModel",
+                                                                    "_diffusers_version": "0.42.1"}))
+    plan_dir, out = tmp_path / "plan", tmp_path / "out"
+    assert run_cli("plan", "--model-path", str(folder), "--no-pipeline", "--separate-cfg", "no", "--out",
+                   str(plan_dir), "--no-probe").returncode == 0
+    assert run_cli("approve", str(plan_dir), "--reviewer", "Grace Hopper").returncode == 0
+    assert run_cli("generate", str(plan_dir), "--out", str(out)).returncode in (0, 1)
+    rc, r = _verify(plan_dir, out, "--fixture-only")
+    fx = r["fixture"]
+    assert rc == 1 and fx["status"] == "needs-edit", fx
+    errors = " | ".join(fx["errors"])
+    assert "`kv_cache`: required and typed `WanAnimate2KVCache`, an object of the model's own" in errors, errors
+    assert "`kv_cache_mode`: required and a setting of the model's own cache machinery, typed `str`" in errors
+    assert "missing 2 required positional arguments" not in errors

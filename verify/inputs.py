@@ -285,6 +285,17 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
         elif _is_mapping(p.annotation):
             out.slots.append(Slot(name, None, "annotated as a dict: left at its default") if p.default is not
                              inspect.Parameter.empty else Slot(name, None, "", "a dict input the fixture cannot build"))
+        elif (any(w in low for w in _SKIP) or _state_object(p)) and p.default is inspect.Parameter.empty:
+            # required, yet no input a fixture can make: leaving it out would only move the failure into the call
+            if _state_object(p):
+                what = (f"typed `{_type_name(p.annotation)}`, an object of the model's own (state it reads or "
+                        "fills), not a tensor or a plain value")
+            else:
+                word = next(w for w in _SKIP if w in low)
+                typed = f", typed `{_type_name(p.annotation)}`" if p.annotation is not inspect.Parameter.empty else ""
+                what = f"a setting of the model's own {word} machinery{typed}, whose value no rule here picks"
+            out.slots.append(Slot(name, None, "", f"required and {what}: the fixture cannot make it (write it by "
+                                                   "hand, or the model needs a step this fixture cannot take)"))
         elif any(w in low for w in _SKIP) or not needed(p):
             out.slots.append(Slot(name, None, "optional and not passed by the pipeline: left at its default"))
         elif heads and heads <= _PLAIN and "bool" in heads:
@@ -345,6 +356,22 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
                 slot = Slot(name, None, f"left at its default {p.default!r}: the pipeline passes it, but {slot.error}")
             out.slots.append(slot)
     return out
+
+
+def _state_object(p: inspect.Parameter) -> bool:
+    """Annotated with a class of the model's own library that is neither a tensor nor a module nor a plain
+    value (`kv_cache: WanAnimate2KVCache`): state the model reads or fills, which no rule here makes."""
+    a = p.annotation
+    if not isinstance(a, type) or a.__module__ in ("builtins", "typing") or \
+            a.__module__.startswith(("torch", "numpy")):
+        return False
+    import torch
+
+    return not issubclass(a, (torch.Tensor, torch.nn.Module))
+
+
+def _type_name(annotation) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation)
 
 
 def _compared_constants(model, param: str) -> list[int]:
