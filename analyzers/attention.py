@@ -30,6 +30,15 @@ _SPLITS = {"chunk", "split", "split_with_sizes", "unbind", "tensor_split"}
 _KERNEL_WORDS = ("attention", "sdpa", "flash_attn", "attn_func", "xformers")
 
 
+def is_kernel_call(call: cst.Call) -> bool:
+    """An attention kernel called as a function (`F.scaled_dot_product_attention`, `flash_attn_func`,
+    `optimized_attention`): a plain or dotted name with a kernel word, taking at least query, key and value; a
+    method of `self` is a module, not a kernel."""
+    name = dotted(call.func) or ""
+    return (bool(name) and not name.startswith("self.") and len(call.args) >= 3
+            and any(w in name.rsplit(".", 1)[-1].lower() for w in _KERNEL_WORDS))
+
+
 @dataclass
 class _Reading:
     """What reading a processor's `__call__` (and the helpers it hands the attention module to) collects.

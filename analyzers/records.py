@@ -225,7 +225,8 @@ class AttentionFact:
 class LinearRole:
     path: str
     role: Literal["attention_in", "attention_out", "ffn_in", "ffn_out", "modulation", "block_in", "block_out",
-                  "router", "unknown"]  # router (1.4): an MoE router, kept whole
+                  "router", "inline_attention", "unknown"]  # router (1.4): an MoE router, kept whole;
+    # inline_attention (1.8): a projection of an attention kernel the block calls itself, with no attention module
     why: str
     fused_out_down: bool = False  # its input joins attention output and another projection's output
     feeds_rowwise: bool = False  # 1.2 (block_in): its output reaches a block-level row-wise Linear

@@ -17,13 +17,13 @@ import libcst as cst
 from integrate.gate.records import GateReport
 
 from integrate import jsonfile
-from integrate.defuse import defuse
+from integrate.defuse import ASSIGNS, defuse
 from integrate.records import OMIT, Evidence
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method
 from integrate.syntax import find_all, params_of, self_member, target_names
 
-from .attention import attention_facts, int_value, is_attention
+from .attention import attention_facts, int_value, is_attention, is_kernel_call
 from .encoders import text_encoder_facts, vae_facts
 from .forward import documented_ranks, documented_shapes
 from .modules import Node, Tree, module_tree
@@ -444,7 +444,9 @@ def _block_dataflow(block: Node, loose: list[str], att_paths: list[str]) -> dict
                 tags.add(f"linear:{name}")
         return tags
 
-    origin = defuse(src, fwd).lineage(seed=tags_of)  # local -> {"attn:<path>", "linear:<path>"}
+    index = defuse(src, fwd)
+    origin = index.lineage(seed=tags_of)  # local -> {"attn:<path>", "linear:<path>"}
+    inline = _inline_attention(src, fwd, index, loose)  # {linear: why}: projections of a kernel called inline
     paired: set[str] = set()
     for call in find_all(fwd, cst.Call):
         rel = self_member(call.func)
@@ -462,6 +464,9 @@ def _block_dataflow(block: Node, loose: list[str], att_paths: list[str]) -> dict
         att = sorted(t for t in tags if t.startswith("attn:"))
         lin = sorted(t[7:] for t in tags if t.startswith("linear:") and t[7:] != rel)
         line = src.line(call)
+        if rel in inline:
+            out.setdefault(rel, LinearRole(rel, "inline_attention", inline[rel]))
+            continue
         if att:
             why = f"its input carries the attention output (line {line})"
             if lin:
@@ -476,6 +481,57 @@ def _block_dataflow(block: Node, loose: list[str], att_paths: list[str]) -> dict
             paired.add(fed)
     return {k: dataclasses.replace(r, feeds_rowwise=True) if r.role == "block_in" and k in paired else r
             for k, r in out.items()}
+
+
+_RESHAPES = frozenset({"view", "reshape", "transpose", "permute", "contiguous", "flatten", "unflatten", "squeeze",
+                       "unsqueeze", "to", "type_as", "float", "half", "bfloat16"})
+
+
+def _chain_base(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`self.q(h).view(b, s, n, -1).transpose(1, 2)` -> `self.q(h)`: the value under a chain of reshapes."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _RESHAPES:
+        expr = expr.func.value
+    return expr
+
+
+def _inline_attention(src: SourceFile, fwd: cst.FunctionDef, index, loose: list[str]) -> dict[str, str]:
+    """The block's own Linears around an attention kernel it calls inline (`F.scaled_dot_product_attention(q,
+    k, v)`, no attention module): those whose output reaches the kernel's arguments and the one reading its
+    output, each through a chain of reshapes only (a residual sum joins other values and ends the chain).
+    {linear: why}; empty where the block calls no kernel."""
+    last: dict[str, list[tuple[int, cst.BaseExpression]]] = {}
+    for line, names, value, _ in index.statements(ASSIGNS):
+        if len(names) == 1:
+            last.setdefault(names[0], []).append((line, value))
+
+    def source(expr: cst.BaseExpression, before: int, depth: int = 0) -> cst.BaseExpression | None:
+        """Through names and reshapes to the call that made `expr`."""
+        expr = _chain_base(expr)
+        if isinstance(expr, cst.Name) and depth < 8:
+            earlier = [(ln, v) for ln, v in last.get(expr.value, []) if ln < before]
+            return source(earlier[-1][1], earlier[-1][0], depth + 1) if earlier else None
+        return expr if isinstance(expr, cst.Call) else None
+
+    out: dict[str, str] = {}
+    for call in find_all(fwd, cst.Call):
+        if not is_kernel_call(call):
+            continue
+        line, kernel = src.line(call), dotted(call.func) or "the kernel"
+        for arg in call.args[:3]:
+            made = source(arg.value, line + 1)
+            member = self_member(made.func) if made is not None else None
+            if member in loose:
+                out.setdefault(member, f"its output is an input of `{kernel}` (line {line}), an attention the block "
+                                       "calls inline, with no attention module")
+        for other in find_all(fwd, cst.Call):
+            member = self_member(other.func)
+            if member not in loose or member in out or not other.args or src.line(other) < line:
+                continue
+            made = source(other.args[0].value, src.line(other) + 1)
+            if made is not None and is_kernel_call(made):
+                out[member] = (f"its input is the output of `{kernel}` (line {line}): the output projection of an "
+                               "attention the block calls inline")
+    return out
 
 
 def _kernels(ws: Workspace, srcs: list[SourceFile]) -> tuple[Evidence, ...]:

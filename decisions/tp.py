@@ -118,6 +118,11 @@ def _plan_list(b: BlockStructure) -> TpList:
             layer_plan[path] = "colwise(output=replicate)"
         elif r.role == "router":
             notes.append(f"`{path}`: an MoE router, kept whole ({r.why})")
+        elif r.role == "inline_attention":
+            # sharding it would need the head count the block reshapes with divided, and the block is no
+            # attention module the plan divides attributes of: every rank computes the whole attention
+            layer_plan[path] = "colwise(output=replicate)"
+            notes.append(f"`{path}`: {r.why}; kept whole (its heads are not sharded)")
         else:
             notes.append(f"`{path}`: role unknown, left whole")
             confidence = "medium" if confidence == "high" else confidence

@@ -393,3 +393,23 @@ def test_a_slice_of_a_table_is_no_lookup(tmp_path):
         src = ws.load(path)
         tree = module_tree(ws, src, src.classes["TableDiT"])
         assert (indexed_by_position(tree, "blocks.0", "freqs") is not None) == expected, path
+
+
+def test_an_attention_the_block_calls_inline_has_its_projections_named_and_kept_whole(tmp_path):
+    """A block with no attention module: `q`, `k`, `v` feed `F.scaled_dot_product_attention` and `o` reads its
+    output, through reshapes. Each is an `inline_attention` projection, said with the kernel's line, and kept
+    whole: the plan divides no head count of a block. `o` had been read as "applied to the block input"; the
+    feed-forward beside it keeps its column/row pair."""
+    src = ROOT / "tests" / "fixtures" / "inlineattn" / "model.py"
+    out = run_cli("plan", str(src), "--model-path", str(tmp_path), "--transformer-class", "InlineDiT",
+                  "--pipeline-class", "sample", "--pipeline-file", str(src), "--out", str(tmp_path / "plan"),
+                  "--no-probe", "--json")
+    assert out.returncode == 0, out.stderr
+    tp = json.loads(out.stdout)["parallelism"]["tp"]["block_lists"][0]
+    roles = {k: r["role"] for k, r in tp["reasons"].items()}
+    assert roles == {"q": "inline_attention", "k": "inline_attention", "v": "inline_attention",
+                     "o": "inline_attention", "fc1": "block_in", "fc2": "block_out"}, roles
+    assert "output of `F.scaled_dot_product_attention` (line 25)" in tp["reasons"]["o"]["why"]
+    assert all(tp["layer_plan"][p] == "colwise(output=replicate)" for p in "qkvo")
+    assert (tp["layer_plan"]["fc1"], tp["layer_plan"]["fc2"]) == ("colwise", "rowwise")
+    assert not tp["shard_div_attr"]
