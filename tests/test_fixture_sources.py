@@ -413,13 +413,12 @@ def test_arguments_the_pipeline_passes_by_position_count_as_passed(tmp_path):
     assert keywords[:2] == ["hidden_states", "timestep"], keywords
 
 
-def test_a_required_state_object_is_named_as_what_the_fixture_cannot_make(tmp_path):
-    """WanAnimate2's forward requires `kv_cache: WanAnimate2KVCache` (filled by a reference pass, read by the
-    denoising pass) and `kv_cache_mode: str`: no fixture input. The fixture says so for each, with the type,
-    instead of leaving them out and reporting the call's `missing 2 required positional arguments`."""
+def _transformer_only(tmp_path, transformer: str) -> tuple[int, dict, Path]:
+    """A transformer diffusers 0.42.1 has no pipeline for, planned alone: verify --fixture-only's exit code,
+    fixture report and the folder generate wrote."""
     folder = tmp_path / "m"
     (folder / "transformer").mkdir(parents=True)
-    (folder / "transformer" / "config.json").write_text(json.dumps({"_class_name": "WanAnimate2Transformer3DModel",
+    (folder / "transformer" / "config.json").write_text(json.dumps({"_class_name": transformer,
                                                                     "_diffusers_version": "0.42.1"}))
     plan_dir, out = tmp_path / "plan", tmp_path / "out"
     assert run_cli("plan", "--model-path", str(folder), "--no-pipeline", "--separate-cfg", "no", "--out",
@@ -427,7 +426,24 @@ def test_a_required_state_object_is_named_as_what_the_fixture_cannot_make(tmp_pa
     assert run_cli("approve", str(plan_dir), "--reviewer", "Grace Hopper").returncode == 0
     assert run_cli("generate", str(plan_dir), "--out", str(out)).returncode in (0, 1)
     rc, r = _verify(plan_dir, out, "--fixture-only")
-    fx = r["fixture"]
+    return rc, r["fixture"], out
+
+
+def test_a_required_rope_pair_is_made_as_cos_and_sin_over_the_latent_tokens(tmp_path):
+    """SanaWMLTX2Refiner's forward requires `video_rotary_emb: tuple[torch.Tensor, torch.Tensor]`, which its
+    refiner loop builds outside the model: the fixture makes a (cos, sin) pair over the latent's tokens, heads x
+    head dim wide, and says the layout is assumed; the plain model runs on it (it had been one pooled vector)."""
+    rc, fx, out = _transformer_only(tmp_path, "SanaWMLTX2RefinerTransformer3DModel")
+    assert rc == 0 and fx["status"] == "derived", fx
+    text = (out / "verify_fixture.py").read_text()
+    assert "\"video_rotary_emb\": _rope_pair('video_rotary_emb', 1, " in text and "(layout assumed)" in text
+
+
+def test_a_required_state_object_is_named_as_what_the_fixture_cannot_make(tmp_path):
+    """WanAnimate2's forward requires `kv_cache: WanAnimate2KVCache` (filled by a reference pass, read by the
+    denoising pass) and `kv_cache_mode: str`: no fixture input. The fixture says so for each, with the type,
+    instead of leaving them out and reporting the call's `missing 2 required positional arguments`."""
+    rc, fx, _ = _transformer_only(tmp_path, "WanAnimate2Transformer3DModel")
     assert rc == 1 and fx["status"] == "needs-edit", fx
     errors = " | ".join(fx["errors"])
     assert "`kv_cache`: required and typed `WanAnimate2KVCache`, an object of the model's own" in errors, errors

@@ -349,6 +349,13 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
             out.slots.append(Slot(name, f"torch.tensor([{runs!r}] * {BATCH})",
                                   f"one of {roles} per token (forward compares `{name}` with those constants), "
                                   "each over a run of tokens"))
+        elif (p.default is inspect.Parameter.empty and _tensor_pair(p.annotation) and is_position(name)
+              and (inner := _inner_width(config))):
+            # a required `video_rotary_emb: tuple[torch.Tensor, torch.Tensor]`, built outside the forward: (cos, sin)
+            # over the latent's tokens, as wide as the attention's heads together
+            out.slots.append(Slot(name, f"_rope_pair({name!r}, {BATCH}, {s_img}, {inner})",
+                                  f"a (cos, sin) RoPE pair, [{BATCH}, {s_img}, {inner}] each (heads x head dim): the "
+                                  "forward takes it ready-made as a tuple of two tensors (layout assumed)"))
         else:
             slot = _documented(name, shapes.get(name), config, s_txt, s_img) or _tensor(
                 model, name, passed.get(name), s_txt, s_img)
@@ -356,6 +363,30 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
                 slot = Slot(name, None, f"left at its default {p.default!r}: the pipeline passes it, but {slot.error}")
             out.slots.append(slot)
     return out
+
+
+def _tensor_pair(annotation) -> bool:
+    """`tuple[torch.Tensor, torch.Tensor]` (or that or None)."""
+    import typing
+
+    import torch
+
+    options = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, _union_type()) else \
+        (annotation,)
+    return any(typing.get_origin(a) is tuple and typing.get_args(a) == (torch.Tensor, torch.Tensor) for a in options)
+
+
+def _union_type():
+    import types
+
+    return getattr(types, "UnionType", None)
+
+
+def _inner_width(config: dict[str, Any]) -> int | None:
+    """Heads x head dim, from the config's own fields; None where it names neither."""
+    heads, dim = config.get("num_attention_heads"), config.get("attention_head_dim")
+    ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (heads, dim))
+    return heads * dim if ok else None
 
 
 def _state_object(p: inspect.Parameter) -> bool:
