@@ -126,6 +126,23 @@ def find_list_uses(src: SourceFile, cls: cst.ClassDef, attrs: list[str]) -> dict
                 found = _make_loop(src, fn, loop, attr, iterables, expr, enumerated, sliced, keys, others)
                 found.arms = arms.get(id(loop), frozenset())
                 uses[attr].loops.append(found)
+        # a comprehension over the list that reads its blocks' attributes (`[b.attn.processor for b in
+        # self.blocks]`): once cached, it walks the one wrapper, which has none of them
+        for comp in find_all(fn.body, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            head = comp.for_in
+            for attr in attrs:
+                if not _refers(head.iter, attr, aliases[attr])[0]:
+                    continue
+                for n in find_all(head.iter, (cst.Attribute, cst.Name, cst.Subscript), skip_functions=False):
+                    in_loop_iter.add(id(n))
+                names = set(target_names(head.target))
+                body = comp.key if isinstance(comp, cst.DictComp) else comp.elt
+                reads = [a for a in find_all(body, cst.Attribute, skip_functions=False)
+                         if isinstance(a.value, cst.Name) and a.value.value in names]
+                if reads:
+                    uses[attr].notes.append((src.line(comp), "comprehension",
+                                             f"`{src.code(comp)[:80]}` (reads `{src.code(reads[0])}` of each "
+                                             f"block) in {fn.name.value}"))
         # len(list), list[i] outside loop headers
         for call in find_all(fn.body, cst.Call):
             if dotted(call.func) == "len" and call.args:

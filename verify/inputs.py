@@ -393,7 +393,7 @@ def _state_object(p: inspect.Parameter) -> bool:
     """Annotated with a class of the model's own library that is neither a tensor nor a module nor a plain
     value (`kv_cache: WanAnimate2KVCache`): state the model reads or fills, which no rule here makes."""
     a = p.annotation
-    if not isinstance(a, type) or a.__module__ in ("builtins", "typing") or \
+    if a is inspect.Parameter.empty or not isinstance(a, type) or a.__module__ in ("builtins", "typing") or \
             a.__module__.startswith(("torch", "numpy")):
         return False
     import torch

@@ -1,4 +1,5 @@
-"""The list is read outside a loop header (`len(self.blocks)`, `self.blocks[0]`, `self.blocks[-2:]`).
+"""The list is read outside a loop header (`len(self.blocks)`, `self.blocks[0]`, `self.blocks[-2:]`, a
+comprehension reading each block's attributes, `[b.attn.processor for b in self.blocks]`).
 
 cache-dit swaps the list for a one-element list holding its wrapper, so such a read evaluates differently
 (a length of 1, the wrapper instead of the first block) once the model is cached.
@@ -26,6 +27,9 @@ class ListUse(Rule):
     summary = "the list's length or elements are read outside the loop header"
 
     VALID = (Example(transformer(INIT, LOOP)),
+             # a comprehension that calls nothing on the blocks' attributes: it only counts them (`len` is its
+             # own finding), here it reads the loop variable of another list
+             Example(transformer(INIT, "sizes = [s.shape for s in (hidden_states, temb)]\n" + LOOP)),
              # inactive on a default call (`extra` defaults to None): a note, not a change to make
              Example(transformer(INIT, "if extra is not None:\n    temb = temb * len(self.blocks)\n" + LOOP,
                                  params="hidden_states, temb, extra=None")))
@@ -33,6 +37,9 @@ class ListUse(Rule):
         Example(transformer(INIT, "temb = temb * len(self.blocks)\n" + LOOP), expect="`len(self.blocks)`"),
         Example(transformer(INIT, "first = self.blocks[0]\nhidden_states = first(hidden_states, temb)\n" + LOOP),
                 expect="indexed as `self.blocks[0]`"),
+        # QwenImage21 picks its mask by the processors its blocks hold: the wrapper holds no `attn`
+        Example(transformer(INIT, "processors = [block.attn.processor for block in self.blocks]\n" + LOOP),
+                expect="reads `block.attn` of each block"),
     )
 
     def check(self, ctx):
