@@ -1,4 +1,4 @@
-"""A result cache keyed by the content of every file an analysis read.
+"""A result cache keyed by the content of every file an analysis read (and by integrate's own sources).
 
 An entry stores the JSON result and the SHA-256 of each file it depends on; a lookup
 re-hashes those files and uses the entry only if all of them are unchanged. Entries are
@@ -8,7 +8,9 @@ a half-written entry.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import json
 import os
 import tempfile
@@ -35,8 +37,35 @@ def _digest(path: str) -> str | None:
         return None
 
 
+_TOOL_PACKAGES = ("integrate", "integrate.gate", "integrate.analyzers", "integrate.decisions", "integrate.templates",
+                  "integrate.verify")
+
+
+@functools.lru_cache(maxsize=1)
+def tool_digest() -> str:
+    """SHA-256 of integrate's own sources (every .py and .j2 of its packages, found without importing them): part
+    of every key, so a result computed by other code (a checkout between two commits, a version not yet bumped)
+    is never served as this code's."""
+    h = hashlib.sha256(__version__.encode())
+    for name in _TOOL_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        for location in (spec.submodule_search_locations or []) if spec is not None else []:
+            root = Path(location)
+            for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".j2") and "__pycache__" not in
+                               p.parts):
+                h.update(f"{name}/{path.relative_to(root).as_posix()}\0".encode())
+                try:
+                    h.update(path.read_bytes())
+                except OSError:
+                    h.update(b"unreadable")
+    return h.hexdigest()
+
+
 def key_for(kind: str, request: dict) -> str:
-    blob = json.dumps({"kind": kind, "tool": __version__, "request": request}, sort_keys=True)
+    blob = json.dumps({"kind": kind, "tool": __version__, "code": tool_digest(), "request": request}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

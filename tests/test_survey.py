@@ -113,6 +113,20 @@ def test_second_run_uses_the_cache(survey):
     assert survey["warm_s"] < survey["cold_s"] / 3
 
 
+def test_a_cached_result_of_other_code_is_not_served(tmp_path, monkeypatch):
+    """integrate's own sources are part of every cache key: an entry stored by other code (a checkout between
+    two commits, where the version string is the same) is a miss, and the same code finds its own entry."""
+    from integrate import cache
+
+    monkeypatch.setenv("INTEGRATE_CACHE_DIR", str(tmp_path / "cache"))
+    dep = tmp_path / "model.py"
+    dep.write_text("x = 1\n")
+    cache.store(cache.key_for("survey", {"file": str(dep)}), {"rows": []}, [str(dep)])
+    assert cache.load(cache.key_for("survey", {"file": str(dep)})) == {"rows": []}
+    monkeypatch.setattr(cache, "tool_digest", lambda: "other code")
+    assert cache.load(cache.key_for("survey", {"file": str(dep)})) is None
+
+
 def test_table_output(survey):
     out = run_cli("survey", "--path", str(FIXTURES), env={"INTEGRATE_CACHE_DIR": survey["cache"]})  # warm
     assert out.returncode == 0, out.stderr
