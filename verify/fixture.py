@@ -123,8 +123,11 @@ def _sources(paths: list[str | None]) -> dict[str, str | None]:
 
 def _job_key(job: dict, sources: dict[str, str | None]) -> str:
     """What a derived fixture is a function of: the derive job (model, config, pipeline, the inputs the plan
-    traced), the versions that run it, and the bytes of its `sources`: an edit to any derives it anew."""
+    traced), the versions that run it, integrate's own code, and the bytes of its `sources`: an edit to any
+    derives it anew."""
     import importlib.metadata as md
+
+    from integrate.cache import tool_digest
 
     versions = {}
     for dist in ("torch", "diffusers", "transformers"):
@@ -133,7 +136,7 @@ def _job_key(job: dict, sources: dict[str, str | None]) -> str:
         except md.PackageNotFoundError:
             versions[dist] = None
     body = {k: v for k, v in job.items() if k != "capture_path"} | {"versions": versions, "tool": __version__,
-                                                                    "sources": sources}
+                                                                    "code": tool_digest(), "sources": sources}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
