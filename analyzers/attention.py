@@ -58,6 +58,7 @@ class _Reading:
     prepared_line: int | None = None  # `<attn>.prepare_attention_mask(...)` in the processor
     causal_line: int | None = None  # a kernel call whose `is_causal` is not False
     gqa: tuple[int, str] | None = None  # (line, code) of a kernel call's `enable_gqa` other than False
+    gqa_global: tuple[str, str] | None = None  # (module, name): that call's callee, a global of a known module
     backend: tuple[int, str] | None = None  # (line, code) of a dispatcher call's `backend=` other than None
     mask_after: tuple[str, int] | None = None  # (mask parameter, line) read after the kernel, outside its call
     joins: tuple[int, bool, str] | None = None  # (line, text first, code): the processor joins its own and text keys
@@ -160,6 +161,7 @@ def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFi
         if reading.causal_line else None,
         gqa_at=Evidence(where, reading.gqa[0], f"the attention kernel is called with `enable_gqa={reading.gqa[1][:60]}`")
         if reading.gqa else None,
+        gqa_global=reading.gqa_global,
         mask_after_at=Evidence(where, reading.mask_after[1], f"the processor applies `{reading.mask_after[0]}` to "
                                "the attention output after the kernel, one row per query")
         if reading.mask_after else None,
@@ -171,6 +173,15 @@ def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFi
         backend_at=Evidence(where, reading.backend[0], f"the attention kernel is called with "
                             f"`backend={reading.backend[1][:60]}`") if reading.backend else None,
         backend=_backend_member(reading.backend[1]) if reading.backend else None)
+
+
+def _module_global(src: SourceFile, name: str) -> tuple[str, str] | None:
+    """(module, name) when the callee `name` is a bare name the file binds at module level (an import or a def) and
+    the file's import name is known: code that replaces the module's global then changes what the call reaches.
+    None for an attribute (`F.scaled_dot_product_attention`), a local, or a file outside a known package."""
+    if "." in name or not name or src.dotted_name is None:
+        return None
+    return (src.dotted_name, name) if name in src.imports or name in src.functions else None
 
 
 def _cross_local(reading: _Reading, where: str) -> Evidence | None:
@@ -278,6 +289,7 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
             if gqa is not None and not (isinstance(gqa, cst.Name) and gqa.value in ("False", "None")) \
                     and reading.gqa is None:
                 reading.gqa = (src.line(call), src.code(gqa))
+                reading.gqa_global = _module_global(src, name)
             backend = next((a.value for a in call.args if a.keyword and a.keyword.value == "backend"), None)
             if backend is not None and not (isinstance(backend, cst.Name) and backend.value == "None") \
                     and reading.backend is None:

@@ -14,7 +14,7 @@ from integrate.gate.records import GateReport
 
 from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
-ANALYSIS_SCHEMA_VERSION = "1.8"
+ANALYSIS_SCHEMA_VERSION = "1.9"
 
 
 @dataclass(frozen=True)
@@ -219,6 +219,9 @@ class AttentionFact:
     # written `AttentionBackendName.<member>` (None: not read)
     backend_at: Evidence | None = None
     backend: str | None = None
+    # 1.9: the `enable_gqa` kernel call's callee as (module, global name), where it is a bare name the processor's
+    # file binds at module level (an import or a def) and the file's import name is known; None otherwise
+    gqa_global: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,10 @@ class SubModuleCall:
     path: str
     inputs: dict[str, str]  # the sub-module's parameter -> "stream" | "position" | "other"
     at: Evidence
+    # 1.9: the sub-module's parameter -> the block forward's parameters its argument's value is derived from
+    sources: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # 1.9: the sub-module's parameter -> the block forward's parameter passed to it as is (a bare name), where one is
+    passes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

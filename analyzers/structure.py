@@ -123,8 +123,15 @@ def block_structure(ws: Workspace, tree: Tree, attr: str, block_class: str | Non
     att_files: list[str] = []  # each attention class's source file: its imports may bring kernels too
     for path, node in list(tree.nodes.items()):
         if path.startswith(prefix) and node.kind == "module" and is_attention(ws, node):
-            if any(path.startswith(f"{root}.{a.path}.") for a in atts):
-                continue  # an attention nested in another one
+            outer = next((i for i, a in enumerate(atts) if path.startswith(f"{root}.{a.path}.")), None)
+            if outer is not None:
+                # an attention nested in another one: it stands for the outer where the outer is only a wrapper
+                # named like attention, with no processor and no kernel of its own (RFD4Proteina's `mhba` around
+                # its `mhba.mha`, whose processor calls the dispatcher)
+                if atts[outer].kernel is None and atts[outer].processor is None:
+                    atts[outer] = attention_facts(ws, tree, node, root, attr)
+                    att_files[outer] = str(node.cls_node[0].path)
+                continue
             atts.append(attention_facts(ws, tree, node, root, attr))
             att_files.append(str(node.cls_node[0].path))
     roles = _linear_roles(ws, tree, block, root, atts)
@@ -141,6 +148,9 @@ def block_structure(ws: Workspace, tree: Tree, attr: str, block_class: str | Non
         attentions=tuple(atts), linears=roles, tables=tables, kernels=kernels,
         evidence=(Evidence(str(b_src.path), b_src.line(b_cls), f"element 0 of `{attr}`: {b_cls.name.value}"),),
         unknowns=tuple(unknowns), surgery=surgery, calls=calls)
+
+
+_LAYOUTS = ("unflatten", "view", "reshape")  # tensor methods that lay a sequence out by sizes
 
 
 def _block_surgery(ws: Workspace, tree: Tree, block: Node, root: str, subs: list[str]):
@@ -170,6 +180,15 @@ def _block_surgery(ws: Workspace, tree: Tree, block: Node, root: str, subs: list
             if hit:
                 surgery.append(Evidence(path, src.line(call), f"`{src.code(call)[:70]}` cuts the sequence by "
                                         f"`{hit[0]}`, a length passed in as a number: wrong on a local chunk"))
+        elif isinstance(call.func, cst.Attribute) and call.func.attr.value in _LAYOUTS and stream is not None \
+                and stream in derived.reads(call.func.value):
+            # `x.unflatten(1, (frames, height, width))`: the tokens laid out on a grid whose sizes come in as numbers
+            # (a convolution over it follows); on a local chunk the sizes no longer multiply up to its length
+            sizes = call.args[1:] if call.func.attr.value == "unflatten" else call.args
+            hit = sorted({r for a in sizes for r in derived.reads(a.value)} & ints)
+            if hit:
+                surgery.append(Evidence(path, src.line(call), f"`{src.code(call)[:70]}` lays the sequence out by "
+                                        f"`{hit[0]}`, a size passed in as a number: wrong on a local chunk"))
     calls: list = []
     for call in find_all(fwd, cst.Call):
         sub = self_member(call.func)
@@ -182,13 +201,19 @@ def _block_surgery(ws: Workspace, tree: Tree, block: Node, root: str, subs: list
             target = find_method(n_cls, "forward")
         sub_params = [p.name.value for p in params_of(target) if p.name.value != "self"] if target else []
         inputs: dict[str, str] = {}
+        sources: dict[str, tuple[str, ...]] = {}
+        passes: dict[str, str] = {}
         positional = [a for a in call.args if a.keyword is None]
         bound = list(zip(sub_params, positional)) + [(a.keyword.value, a) for a in call.args if a.keyword is not None]
         for pname, arg in bound:
             reads = derived.reads(arg.value)
             role = "stream" if stream in reads else "position" if reads & positions else "other"
             inputs[pname] = role
-        calls.append(SubModuleCall(sub, inputs, Evidence(path, src.line(call), f"`self.{sub}(...)`")))
+            sources[pname] = tuple(sorted(reads & set(names)))
+            if isinstance(arg.value, cst.Name) and arg.value.value in names:
+                passes[pname] = arg.value.value
+        calls.append(SubModuleCall(sub, inputs, Evidence(path, src.line(call), f"`self.{sub}(...)`"), sources,
+                                   passes))
     return tuple(surgery), tuple(calls)
 
 

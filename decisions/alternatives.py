@@ -78,8 +78,8 @@ def _cp_streams(plan: Plan):
     if cp.approach != "hook" or cp.confidence == _HIGH:
         return
     for hook, value in cp.plan.items():
-        if "*" not in hook or not isinstance(value, dict):  # the streams split at every block, not the start
-            continue
+        if not hook.endswith(".*") or not isinstance(value, dict):  # the streams split at every block's input
+            continue  # (not the start, nor a sub-module's query stream, gathered after it: that split stays)
         for param in value:
             if param.isdigit():  # an output split: the sequence the module makes, not an input stream
                 continue

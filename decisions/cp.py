@@ -36,6 +36,7 @@ from .records import (
     Gather,
     Hook,
     HybridPatch,
+    KvExpand,
     MaskReorder,
     MaskSite,
     RopeDriftFix,
@@ -68,6 +69,8 @@ class _Chart:
     unknowns: list[str] = field(default_factory=list)
     split_params: set[str] = field(default_factory=set)  # forward inputs split at the root
     root: bool = False
+    # attention modules inside a block list kept out of CP (`<list>.*.<path>`), with the text they read kept whole
+    local: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.unknowns = list(self.seq.unknowns)
@@ -104,7 +107,7 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
     for i, lf in enumerate(lists):
         if lf.attr in per_module:
             shape = "sub-module hooks"
-            _submodule_hooks(c, c.blocks[lf.attr])
+            _submodule_hooks(c, c.blocks[lf.attr], lf)
             continue
         _split_token_inputs(c, lf)
         _split_fresh_walk(c, i, lf)
@@ -122,9 +125,20 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
     if c.root:
         c.risks += [f"{r.why} ({r.file.rsplit('/', 1)[-1]}:{r.line})" for r in seq.root_risks]
     evidence = list(dict.fromkeys(c.evidence))  # first occurrence of each (file, line, why)
-    legacy, causal, after = _legacy_masks(facts, seq, lists), _causal(facts, lists), _masks_after(facts, lists)
-    direct, gqa, fixed = _direct_kernels(facts, lists), _gqa(facts, lists), _local_backends(facts, lists)
-    blocked = legacy + causal + after + direct + gqa + fixed
+    kept = frozenset(c.local)  # attention the planner keeps out of CP: nothing CP's attention refuses applies
+    legacy = _legacy_masks(facts, seq, lists, kept)
+    causal, after = _causal(facts, lists, kept), _masks_after(facts, lists, kept)
+    direct, fixed = _direct_kernels(facts, lists, kept), _local_backends(facts, lists, kept)
+    kernelless = _no_kernel(facts, [lf for lf in lists if lf.attr not in per_module], kept)
+    gqa, kv_expand = _gqa(facts, lists, kept)
+    for x in kv_expand:
+        evidence += [Evidence(e.file, e.line, f"{e.why}: under CP the planner repeats its key/value heads to the query "
+                              f"heads' count and calls `{x.function}` with `enable_gqa=False` (the same attention; "
+                              "cache-dit's context-parallel attention refuses GQA)") for e in x.at]
+    blocked = legacy + causal + after + direct + gqa + fixed + kernelless
+    if kernelless:
+        c.unknowns.append("an attention module calls no attention kernel context parallelism reaches: see "
+                          "blocked_by")
     if fixed:
         c.unknowns.append("a processor fixes an attention backend that diffusers' dispatcher does not run as "
                           "context-parallel attention: see blocked_by")
@@ -144,13 +158,14 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
                           "refuses: see blocked_by")
     if blocked:
         confidence = "low"
-    local = _local_attention(seq, shape)
+    local = tuple(dict.fromkeys(_local_attention(seq, shape) + tuple(c.local)))
     evidence += [dataclasses.replace(e, why=f"{e.why}, over tensors no hook splits: kept out of context "
                                               "parallelism (cache-dit gives every attention module the parallel "
-                                              "config)") for e in (seq.outside_attention[k] for k in local)]
+                                              "config)") for e in (seq.outside_attention[k] for k in local
+                                                              if k in seq.outside_attention)]
     return CpPlan("hook", shape, c.plan, confidence, tuple(evidence), tuple(c.risks + extra_risks),
                   tuple(c.unknowns), mask, rope, uaa, NO_HYBRID, _compare(facts, c.plan), _lengths(c), blocked,
-                  _ring_masks(facts, lists), local_attention=local)
+                  _ring_masks(facts, lists, kept), local_attention=local, kv_expand=kv_expand)
 
 
 def _local_attention(seq: SequenceFact, shape: str) -> tuple[str, ...]:
@@ -173,7 +188,8 @@ def _joined_text(c: _Chart, lists: list[ListFlowFact]) -> list[str]:
     return out
 
 
-def _legacy_masks(facts: ParallelFacts, seq: SequenceFact, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
+def _legacy_masks(facts: ParallelFacts, seq: SequenceFact, lists: list[ListFlowFact],
+                  local: frozenset[str] = frozenset()) -> tuple[Evidence, ...]:
     """Attentions in a walked list whose processor takes a mask and sizes it with the legacy
     `prepare_attention_mask(mask, key_length, batch)`: under CP the key length it sees is the local one and
     the heads are still all of them, so the mask is padded to a wrong length (diffusers pads by the target
@@ -183,7 +199,7 @@ def _legacy_masks(facts: ParallelFacts, seq: SequenceFact, lists: list[ListFlowF
         return ()  # no mask reaches the blocks
     walked = {lf.attr for lf in lists}
     out = []
-    for a in facts_attention(facts):
+    for a in facts_attention(facts, local):  # one run outside CP over a whole text sees the whole key length
         if a.block_list in walked and a.mask_at is not None and a.mask_prepared_at is not None:
             at = a.mask_prepared_at
             out.append(Evidence(at.file, at.line, f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): "
@@ -192,7 +208,8 @@ def _legacy_masks(facts: ParallelFacts, seq: SequenceFact, lists: list[ListFlowF
     return tuple(dict.fromkeys(out))
 
 
-def _masks_after(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
+def _masks_after(facts: ParallelFacts, lists: list[ListFlowFact],
+                 local: frozenset[str] = frozenset()) -> tuple[Evidence, ...]:
     """Attentions in a walked list that multiply their output by a mask after the kernel, in a walk that passes
     its blocks a mask. Under CP the rows of that output are the rank's own queries, so the mask must be the
     local slice, while a mask given to the kernel must cover every key (Ulysses gathers the sequence, ring
@@ -204,7 +221,7 @@ def _masks_after(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evide
                  f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): {a.mask_after_at.why}; under CP those "
                  "rows are the rank's own queries, so the mask would have to be sliced per rank there and whole "
                  "in the kernel")
-        for a in facts_attention(facts) if a.block_list in masked and a.mask_after_at is not None))
+        for a in facts_attention(facts, local) if a.block_list in masked and a.mask_after_at is not None))
 
 
 def _masked_lists(facts: ParallelFacts, lists: list[ListFlowFact], *, in_kwargs: bool) -> set[str]:
@@ -216,7 +233,8 @@ def _masked_lists(facts: ParallelFacts, lists: list[ListFlowFact], *, in_kwargs:
         (seq_masks and "kwargs" in bi.param and bi.producer_kind == "expression") for bi in lf.inputs)}
 
 
-def _ring_masks(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
+def _ring_masks(facts: ParallelFacts, lists: list[ListFlowFact],
+                local: frozenset[str] = frozenset()) -> tuple[Evidence, ...]:
     """Why ring attention cannot run: attentions in a walked list that take a mask, in a walk that passes its
     blocks one, while the installed cache-dit's attention with log-sum-exp (ring's merge) refuses any mask.
     Ulysses is unaffected (it runs the plain kernel on whole sequences)."""
@@ -224,13 +242,14 @@ def _ring_masks(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Eviden
     masked = _masked_lists(facts, lists, in_kwargs=True)
     hits = [Evidence(a.mask_at.file, a.mask_at.line, f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): "
                      f"{a.mask_at.why}, which ring attention cannot take")
-            for a in facts_attention(facts) if a.block_list in masked and a.mask_at is not None]
+            for a in facts_attention(facts, local) if a.block_list in masked and a.mask_at is not None]
     if refusal is None or not hits:
         return ()
     return tuple(dict.fromkeys(hits)) + (refusal,)
 
 
-def _causal(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
+def _causal(facts: ParallelFacts, lists: list[ListFlowFact],
+            local: frozenset[str] = frozenset()) -> tuple[Evidence, ...]:
     """Attentions in a walked list whose kernel call passes `is_causal` (other than False): cache-dit's
     templated context-parallel attention raises on causal attention, so CP is refused with the line."""
     walked = {lf.attr for lf in lists}
@@ -238,13 +257,14 @@ def _causal(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, 
         Evidence(a.causal_at.file, a.causal_at.line,
                  f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): {a.causal_at.why}; cache-dit's "
                  "context-parallel attention does not run causal attention")
-        for a in facts_attention(facts) if a.block_list in walked and a.causal_at is not None))
+        for a in facts_attention(facts, local) if a.block_list in walked and a.causal_at is not None))
 
 
 _DISPATCH = ("dispatch_attention_fn", "_dispatch_attention_fn")  # diffusers' and cache-dit's dispatchers
 
 
-def _direct_kernels(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
+def _direct_kernels(facts: ParallelFacts, lists: list[ListFlowFact],
+                    local: frozenset[str] = frozenset()) -> tuple[Evidence, ...]:
     """Attentions in a walked list whose kernel is a plain call (`F.scaled_dot_product_attention`, a repository's
     own `attention(q, k, v)`), not diffusers' `dispatch_attention_fn`: context parallelism reaches attention only
     through a dispatcher given the module's parallel config, so with the sequence split each rank would attend
@@ -252,7 +272,7 @@ def _direct_kernels(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Ev
     CogVideoX), which no hook does."""
     walked = {lf.attr for lf in lists}
     out = []
-    for a in facts_attention(facts):
+    for a in facts_attention(facts, local):
         name = a.kernel_name
         if a.block_list not in walked or a.kernel is None or not name or name.rsplit(".", 1)[-1] in _DISPATCH:
             continue
@@ -263,7 +283,36 @@ def _direct_kernels(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Ev
     return tuple(dict.fromkeys(out))
 
 
-def _local_backends(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
+def _no_kernel(facts: ParallelFacts, lists: list[ListFlowFact],
+               local: frozenset[str] = frozenset()) -> tuple[Evidence, ...]:
+    """Attentions in a walked list whose processor (or forward) calls no attention kernel the analysis read: linear
+    attention (`relu(q) @ (relu(k)^T v)` over every token) or a kernel not found. Context parallelism reaches
+    attention only through the dispatcher, so on a split sequence such a module would attend within the rank's
+    shard: refused with its processor's line (unknown, never planned as if it were reached)."""
+    walked = {lf.attr for lf in lists}
+    out = []
+    for b in facts.blocks:
+        for a in b.attentions:
+            if a.block_list not in walked or _reaches_kernel(b, a) or f"{a.block_list}.*.{a.path}" in local:
+                continue
+            where = a.processor_at or (a.evidence or b.evidence or (None,))[0]
+            file = where.file if where else (facts.sequence.file if facts.sequence else "")
+            out.append(Evidence(file, where.line if where else 0,
+                                f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}) calls no attention kernel that "
+                                "context parallelism reaches (linear attention, or one not read): on a split sequence "
+                                "it would attend within the rank's own tokens"))
+    return tuple(dict.fromkeys(out))
+
+
+def _reaches_kernel(block: BlockStructure, a) -> bool:
+    """Does attention module `a` call a kernel, itself or through an attention module inside it (a wrapper named
+    like attention, RFD4Proteina's `mhba` around its `mhba.mha`)?"""
+    return a.kernel is not None or any(o.kernel is not None and o.path.startswith(a.path + ".")
+                                       for o in block.attentions)
+
+
+def _local_backends(facts: ParallelFacts, lists: list[ListFlowFact],
+                    local: frozenset[str] = frozenset()) -> tuple[Evidence, ...]:
     """Attentions in a walked list whose dispatcher call fixes a backend (`backend=AttentionBackendName.FLEX`)
     that the installed diffusers registers without context-parallel support: given the parallel config, the
     dispatcher still runs that backend on the rank's own shard (Kandinsky 6 SR's NABLA block mask, which flex
@@ -271,7 +320,7 @@ def _local_backends(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Ev
     registration's; the way on is a processor patch onto a backend that runs under CP, which no hook does."""
     walked = {lf.attr for lf in lists}
     out = []
-    for a in facts_attention(facts):
+    for a in facts_attention(facts, local):
         registered = facts.cp_local_backends.get(a.backend or "")
         if a.block_list not in walked or a.backend_at is None or registered is None:
             continue
@@ -280,17 +329,22 @@ def _local_backends(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Ev
     return tuple(dict.fromkeys(out))
 
 
-def _gqa(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, ...]:
+def _gqa(facts: ParallelFacts, lists: list[ListFlowFact],
+         local: frozenset[str] = frozenset()) -> tuple[tuple[Evidence, ...], tuple[KvExpand, ...]]:
     """Attentions in a walked list whose kernel call passes `enable_gqa` while their key/value heads are fewer
     than (or not read as equal to) their query heads, where the installed cache-dit's context-parallel attention
-    raises on GQA without a `cp_gqa_strategy`, which diffusers' `dispatch_attention_fn` cannot pass on. Refused
-    with the processor's line, then cache-dit's."""
+    raises on GQA without a `cp_gqa_strategy`, which diffusers' `dispatch_attention_fn` cannot pass on.
+
+    Where that call reaches a dispatcher through a global of a known module, the planner can wrap the global
+    (`KvExpand`): returned second, one per (module, dispatcher). The rest are refused with the processor's line,
+    then cache-dit's: returned first."""
     refusal = facts.cp_refuses_gqa
     if refusal is None:
-        return ()
+        return (), ()
     walked = {lf.attr for lf in lists}
-    out = []
-    for a in facts_attention(facts):
+    out: list[Evidence] = []
+    expand: dict[tuple[str, str], list[Evidence]] = {}
+    for a in facts_attention(facts, local):
         if a.block_list not in walked or a.gqa_at is None:
             continue
         heads, kv = (a.heads or (None, None))[1], (a.kv_heads or (None, None))[1]
@@ -298,15 +352,22 @@ def _gqa(facts: ParallelFacts, lists: list[ListFlowFact]) -> tuple[Evidence, ...
             continue  # as many key/value heads as query heads: the flag is False at this config
         said = f"{heads} query heads, {kv} key/value heads" if isinstance(heads, int) and isinstance(kv, int) else \
             "key/value heads not read as equal to the query heads"
-        out.append(Evidence(a.gqa_at.file, a.gqa_at.line, f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): "
-                                                          f"{a.gqa_at.why} ({said})"))
+        e = Evidence(a.gqa_at.file, a.gqa_at.line, f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): "
+                                                   f"{a.gqa_at.why} ({said})")
+        if a.gqa_global is not None and a.gqa_global[1] in _DISPATCH:
+            expand.setdefault(tuple(a.gqa_global), []).append(e)
+        else:
+            out.append(e)
     if out:
         out.append(refusal)
-    return tuple(dict.fromkeys(out))
+    kv = tuple(KvExpand(m, f, tuple(dict.fromkeys(at))) for (m, f), at in sorted(expand.items()))
+    return tuple(dict.fromkeys(out)), kv
 
 
-def facts_attention(facts: ParallelFacts) -> list:
-    return [a for b in facts.blocks for a in b.attentions]
+def facts_attention(facts: ParallelFacts, local: frozenset[str] = frozenset()) -> list:
+    """The blocks' attention modules, less those at `local` (`<list>.*.<path>`: kept out of CP by the planner,
+    so nothing CP's attention refuses applies to them)."""
+    return [a for b in facts.blocks for a in b.attentions if f"{a.block_list}.*.{a.path}" not in local]
 
 
 def _lengths(c: _Chart) -> dict[str, int]:
@@ -542,7 +603,8 @@ def _tuple_members(annotation: str | None) -> int:
 
 def _split_cross_attention_text(c: _Chart, lf: ListFlowFact) -> None:
     """A text sequence every block reads but does not return: cross-attention keys and values. Ulysses
-    gathers K/V across ranks, so each rank must hold its own part: split it at every block."""
+    gathers K/V across ranks, so each rank must hold its own part: split it at every block. It stays whole
+    where no attention that reads it runs with CP (`_local_cross_attention`)."""
     block = c.blocks.get(lf.attr)
     atts = [a for a in block.attentions] if block is not None else []
     local = [a.cross_local_at for a in atts if a.cross_local_at is not None]
@@ -556,10 +618,50 @@ def _split_cross_attention_text(c: _Chart, lf: ListFlowFact) -> None:
             e = local[0]
             c.evidence.append(Evidence(e.file, e.line, f"`{bi.param}` stays whole for `{lf.attr}`: {e.why}"))
             continue
+        made_local = _local_cross_attention(block, bi.param)
+        if made_local:
+            for a in made_local:
+                c.local.append(f"{lf.attr}.*.{a.path}")
+                e = a.mask_prepared_at
+                c.evidence.append(Evidence(e.file, e.line, f"`{lf.attr}[i].{a.path}` ({a.processor or a.cls}) "
+                                           f"reads `{bi.param}` as its keys and values and {e.why}: it runs outside "
+                                           f"CP on the rank's own queries, and `{bi.param}` stays whole, so the key "
+                                           "length it sizes the mask for is the whole text's (each rank projects "
+                                           "the whole text)"))
+            continue
         c.inputs(f"{lf.attr}.*")[bi.param] = STREAM
         c.why(bi.producer_at, lf, f"`{bi.param}` is read by every block of `{lf.attr}` and not returned "
                                   "(cross-attention text): split it at every block's input, so the all-to-all "
                                   "gathers whole keys and values")
+
+
+def _local_cross_attention(block: BlockStructure | None, text: str) -> list:
+    """The attentions to run outside CP so that the block's `text` can stay whole, or [] to split it as usual.
+
+    Taken only to lift a refusal: some attention that reads `text` sizes its mask from the key length it sees
+    (the legacy `prepare_attention_mask`, wrong on a split text). Kept out of CP, each rank's queries attend over
+    the whole text, as in one process: exact for cross-attention. It holds only when every call of the block
+    that reads `text` is read (`sources`) and every attention among them either runs cross-attention without
+    CP already or is made local here; a call of an attention module not read at all leaves the text split.
+    A call reads the text when an argument other than its query stream is derived from it (the stream argument's
+    lineage is read without order, so it takes in whatever a later line adds to the stream: a cross-attention's
+    output, per query). Only an attention passed the text as is becomes local: one passed `text if flag else
+    None` (diffusers' `only_cross_attention`) may run self-attention, which outside CP would attend within the
+    rank's shard. An attention that joins the text to its own keys is never made local."""
+    if block is None or not block.attentions:
+        return []
+    by_path = {a.path: a for a in block.attentions}
+    readers = [call for call in block.calls
+               if any(text in src for p, src in call.sources.items() if call.inputs.get(p) != "stream")]
+    attention_readers = [by_path[call.path] for call in readers if call.path in by_path]
+    if any(a.path not in {call.path for call in block.calls} for a in block.attentions):
+        return []  # an attention the block calls in a way not read: whether it reads the text is not known
+    as_is = {call.path for call in readers if text in call.passes.values()}  # `encoder_hidden_states=text`
+    legacy = [a for a in attention_readers if a.mask_prepared_at is not None and a.cross_local_at is None
+              and a.joins_at is None and a.path in as_is]
+    if not legacy or any(a.cross_local_at is None and a not in legacy for a in attention_readers):
+        return []
+    return list({a.path: a for a in legacy}.values())
 
 
 def _split_side_modules(c: _Chart, lf: ListFlowFact) -> None:
@@ -580,18 +682,51 @@ def _split_side_modules(c: _Chart, lf: ListFlowFact) -> None:
                                    f"{side.at.why}: split `{key}`'s output to the local sequence{how}"))
 
 
-def _submodule_hooks(c: _Chart, block: BlockStructure) -> None:
-    """Split and gather around every attention / FFN call: the block itself needs the full sequence."""
+def _submodule_hooks(c: _Chart, block: BlockStructure, lf: ListFlowFact) -> None:
+    """Split and gather around every attention / FFN call: the block itself needs the full sequence.
+
+    A call's stream is split there, and the positions it takes with it, in the layout their module returns
+    (`_position_spec`). An attention that calls no kernel CP reaches (linear attention) is left whole. A masked
+    attention that reads text as its keys and values (a cross-attention) runs outside CP on the rank's split
+    queries: its keys, values and mask stay whole, as the mask was made for (under CP a whole text would be
+    gathered rank by rank, and the mask no longer fits the keys). Only where the text is passed as is: one passed
+    `text if flag else None` may be self-attention, which must run with CP."""
     for e in block.surgery:
         c.evidence.append(Evidence(e.file, e.line, f"sub-module hooks for `{block.attr}`: {e.why}"))
-    seen: list[str] = []
+    by_path = {a.path: a for a in block.attentions}
+    seen: list[str] = []  # the calls whose stream is split, each gathered after
     for call in block.calls:
         if call.path in seen:
             continue
+        inputs = {p: STREAM for p, role in call.inputs.items() if role == "stream"}
+        if not inputs:
+            continue  # nothing of the sequence is split for it: nothing to gather after it
+        for p, role in call.inputs.items():
+            if role == "position":
+                spec = _position_spec(c, lf, call.sources.get(p, ()))
+                if spec is not None:
+                    inputs[p] = spec
+        a = by_path.get(call.path)
+        if a is not None and not _reaches_kernel(block, a):
+            where = a.processor_at or (a.evidence[0] if a.evidence else block.evidence[0])
+            c.evidence.append(Evidence(where.file, where.line, f"`{block.attr}[i].{call.path}` "
+                                       f"({a.processor or a.cls}) calls no attention kernel context parallelism "
+                                       "reaches (linear attention sums over every token): it runs whole on every "
+                                       "rank"))
+            c.risks.append(f"`{block.attr}[i].{call.path}` runs whole on every rank (no attention kernel read in it; "
+                           "splitting linear attention takes a patch that sums its key-value products over the "
+                           "ranks): only the other sub-modules' sequence is split, so expect little speedup")
+            c.unknowns.append(f"`{block.attr}[i].{call.path}`: no attention kernel read, run whole on every rank")
+            continue
         seen.append(call.path)
-        inputs = {p: STREAM for p, role in call.inputs.items() if role in ("stream", "position")}
-        if inputs:
-            c.plan[f"{block.attr}.*.{call.path}"] = inputs
+        c.plan[f"{block.attr}.*.{call.path}"] = inputs
+        text = sorted({s for p, s in call.passes.items() if call.inputs.get(p) != "stream" and s in TEXT_STREAMS})
+        if a is not None and text and (a.mask_at or a.mask_prepared_at) and a.joins_at is None:
+            c.local.append(f"{block.attr}.*.{call.path}")
+            at = a.mask_prepared_at or a.mask_at
+            c.evidence.append(Evidence(at.file, at.line, f"`{block.attr}[i].{call.path}` ({a.processor or a.cls}) "
+                                       f"reads `{text[0]}` as its keys and values, with a mask: it runs outside CP "
+                                       "on the rank's split queries over the whole text and mask"))
     n = block.length
     if not isinstance(n, int):
         c.unknowns.append(f"the length of `{block.attr}` is not known statically: one gather per block and "
@@ -605,6 +740,23 @@ def _submodule_hooks(c: _Chart, block: BlockStructure) -> None:
     c.evidence.append(Evidence(block.evidence[0].file if block.evidence else "", 0,
                                f"gather after each of {', '.join(seen)} in all {n} blocks (extra communication: the "
                                "cost of an in-block sequence cut)"))
+
+
+def _position_spec(c: _Chart, lf: ListFlowFact, sources: tuple[str, ...]) -> Hook | None:
+    """How to split, at a sub-module's call, positions the block takes as `sources`: in the layout of the module
+    that builds them (one spec per returned tensor), None for a lookup table every rank reads whole, else as a
+    [B, S, D] stream (assumed, as a block input of unknown layout is)."""
+    bis = [bi for bi in lf.inputs if bi.param in sources and bi.role == "position"]
+    if len(bis) != 1:
+        return STREAM
+    bi = bis[0]
+    if bi.table is not None:
+        return None
+    layout = c.facts.position_modules.get(bi.producer or "") if bi.producer_kind == "module" else None
+    if layout is None:
+        return STREAM
+    one = Split(split_dim=layout.split_dim, expected_dims=layout.expected_dims, split_output=False)
+    return tuple(one for _ in range(layout.outputs)) if layout.outputs and layout.outputs > 1 else one
 
 
 # 5. gathers ---------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.9"
+PLAN_SCHEMA_VERSION = "1.10"
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,18 @@ class MaskReorder:
 
 
 @dataclass(frozen=True)
+class KvExpand:
+    """1.10: a dispatcher that processors call with `enable_gqa` (grouped-query attention), reached as a global of
+    `module`. cache-dit's context-parallel attention refuses GQA, so the generated planner wraps that global: under
+    CP a call gets its key/value heads repeated to the query heads' count and `enable_gqa=False`, the same
+    attention (query head h reads key/value head h // group). Without a parallel config the call is unchanged."""
+
+    module: str
+    function: str
+    at: tuple[Evidence, ...]  # the processors' calls that pass `enable_gqa`
+
+
+@dataclass(frozen=True)
 class RopeDriftFix:
     needed: bool
     evidence: tuple[Evidence, ...]
@@ -179,6 +191,8 @@ class CpPlan:
     # for list indices: the planner keeps them out of context parallelism (cache-dit hands every attention
     # module the parallel config, and these attend over whole tensors)
     local_attention: tuple[str, ...] = ()
+    # 1.10: dispatchers whose `enable_gqa` calls the planner turns into plain attention over repeated key/value heads
+    kv_expand: tuple[KvExpand, ...] = ()
 
 
 # -- tensor parallelism ----------------------------------------------------------------------------

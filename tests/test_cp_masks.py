@@ -22,7 +22,7 @@ def _cp(tmp_path, pipeline: str, transformer: str):
 
 
 @pytest.mark.parametrize("pipeline,transformer,attention", [
-    ("SanaVideoPipeline", "SanaVideoTransformer3DModel", "attn2"),  # cache-dit has no planner for it
+    ("LTXPipeline", "LTXVideoTransformer3DModel", "attn1"),  # a masked self-attention
     ("PixArtSigmaPipeline", "PixArtTransformer2DModel", "attn2"),  # cache-dit patches the method for it
 ])
 def test_cp_is_refused_where_the_processor_sizes_the_mask_for_the_local_keys(tmp_path, pipeline, transformer,
@@ -38,7 +38,7 @@ def test_a_processor_that_builds_no_legacy_mask_is_not_refused(tmp_path):
 
 
 def test_generate_writes_no_cp_planner_and_verify_says_why(tmp_path):
-    model = make_model_dir(tmp_path / "m", "SanaVideoPipeline", "SanaVideoTransformer3DModel")
+    model = make_model_dir(tmp_path / "m", "LTXPipeline", "LTXVideoTransformer3DModel")
     plan_dir, out = tmp_path / "plan", tmp_path / "out"
     assert run_cli("plan", str(model), "--out", str(plan_dir), "--no-probe").returncode == 0
     assert run_cli("approve", str(plan_dir), "--reviewer", "Ada").returncode == 0

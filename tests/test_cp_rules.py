@@ -194,20 +194,104 @@ def test_an_uneven_sequence_is_proved_with_ulysses_anything_over_gloo(tmp_path):
     assert report["cp"]["status"] == "pass"
 
 
-def test_grouped_query_attention_through_diffusers_dispatcher_refuses_cp_with_both_lines(tmp_path):
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fixture_plan(tmp_path, name: str, cls: str) -> dict:
+    from conftest import run_cli
+
+    src = ROOT / "tests" / "fixtures" / name / "model.py"
+    out = run_cli("plan", str(src), "--model-path", str(tmp_path), "--transformer-class", cls, "--pipeline-class",
+                  "sample", "--pipeline-file", str(src), "--out", str(tmp_path / cls), "--no-probe", "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_grouped_query_attention_through_a_dispatcher_global_is_planned_with_repeated_kv_heads(tmp_path):
     """AceStep's processor calls `dispatch_attention_fn(..., enable_gqa=attn.heads != attn.kv_heads)` with fewer
     key/value heads than query heads; the installed cache-dit's context-parallel attention raises on GQA unless
-    the call names a `cp_gqa_strategy`, which diffusers' dispatcher does not pass on (the CP proof failed with
-    `GQA is not yet supported for templated attention`). CP is refused with the processor's line and
-    cache-dit's; Flux (no GQA) is not."""
+    the call names a `cp_gqa_strategy`, which diffusers' dispatcher does not pass on. The callee is a global the
+    processor's module imports, so the plan wraps it (`kv_expand`: the module and the name, with the processors'
+    lines) instead of refusing CP; Flux (no GQA) gets none."""
     cp = _plan(tmp_path, "AceStepPipeline", "AceStepTransformer1DModel").parallelism.cp
-    files = [e.file.rsplit("/", 1)[-1] for e in cp.blocked_by]
-    assert files[-1] == "register.py" and "cp_gqa_strategy" in cp.blocked_by[-1].why
-    processors = [e for e in cp.blocked_by if e.file.endswith("ace_step_transformer.py")]
-    assert processors and all("`enable_gqa=attn.heads != attn.kv_heads`" in e.why and "key/value heads" in e.why
-                              for e in processors)
-    assert not any("enable_gqa" in e.why for e in _plan(tmp_path, "FluxPipeline", "FluxTransformer2DModel")
-                   .parallelism.cp.blocked_by)
+    assert not cp.blocked_by and cp.approach == "hook"
+    (x,) = cp.kv_expand
+    assert (x.module, x.function) == ("diffusers.models.transformers.ace_step_transformer", "dispatch_attention_fn")
+    assert x.at and all(e.file.endswith("ace_step_transformer.py") and "(16 query heads, 8 key/value heads)" in e.why
+                        for e in x.at)
+    assert any("repeats its key/value heads" in e.why for e in cp.evidence)
+    assert not _plan(tmp_path, "FluxPipeline", "FluxTransformer2DModel").parallelism.cp.kv_expand
+
+
+def test_grouped_query_attention_through_a_module_attribute_is_refused_with_both_lines(tmp_path):
+    """The same call written `attention_dispatch.dispatch_attention_fn(...)` reaches the dispatcher through
+    another module's attribute, which no wrapper of this module's globals changes: CP is refused with the
+    processor's line and cache-dit's. The fixture's other class, importing the dispatcher, is planned."""
+    refused = _fixture_plan(tmp_path, "gqa", "AttrGqaDiT")["parallelism"]["cp"]
+    assert not refused["kv_expand"]
+    assert refused["blocked_by"][-1]["file"].endswith("register.py")
+    assert "`enable_gqa=True` (4 query heads, 2 key/value heads)" in refused["blocked_by"][0]["why"]
+    planned = _fixture_plan(tmp_path, "gqa", "GqaDiT")["parallelism"]["cp"]
+    assert not planned["blocked_by"]
+    assert [(x["module"], x["function"]) for x in planned["kv_expand"]] == [("gqa.model", "dispatch_attention_fn")]
+
+
+def test_the_cp_proof_passes_with_grouped_query_attention_over_repeated_kv_heads(tmp_path):
+    """AceStep's tiny model from its diffusers test (4 query heads, 2 key/value heads): with the dispatcher
+    wrapped, every Ulysses variant agrees with the 1-process run (it had raised inside cache-dit)."""
+    from integrate.records import to_json
+
+    model = make_model_dir(tmp_path / "m", "AceStepPipeline", "AceStepTransformer1DModel")
+    plan_dir, out = tmp_path / "plan", tmp_path / "out"
+    api.write_plan(api.plan(api.flags_for(str(model)), probe=False), plan_dir)
+    api.approve(plan_dir, "test")
+    api.generate(plan_dir, out=out)
+    assert "KV_EXPAND = " in (out / "integrate_ace_step" / "cp_planner.py").read_text()
+    test_file = Path(__file__).parent / "fixtures" / "modeltest" / "test_models_transformer_ace_step.py"
+    report = to_json(api.verify(plan_dir, out, proofs=("cp",), fixture_from=test_file, trust_code=True))
+    assert report["cp"]["status"] == "pass", report["cp"]
+    assert report["cp"]["variants"]["ulysses2"]["status"] == "pass"
+
+
+def test_an_attention_with_no_kernel_cp_reaches_refuses_a_walk_split(tmp_path):
+    """A linear attention (`relu(q) @ (relu(k)^T v)`, summed over every token) calls no kernel context
+    parallelism reaches: on a split walk each rank would attend within its own tokens. The plan refuses it with
+    the processor's line, never plans it as if it were reached."""
+    cp = _fixture_plan(tmp_path, "linearattn", "LinearDiT")["parallelism"]["cp"]
+    (hit,) = cp["blocked_by"]
+    assert hit["file"].endswith("linearattn/model.py") and "calls no attention kernel" in hit["why"]
+    assert cp["confidence"] == "low"
+
+
+def test_a_block_that_lays_its_stream_on_a_grid_gets_sub_module_hooks_and_linear_attention_runs_whole(tmp_path):
+    """SanaVideo's block unflattens its stream to `(frames, height, width)`, sizes passed in as numbers, for a
+    convolution: on a local chunk they no longer multiply up, so only its attention calls are split and gathered.
+    Its self-attention is linear (no kernel CP reaches): it runs whole on every rank, said as a risk. Its
+    cross-attention sizes its text mask from the key length it sees; passed the text as is, it runs outside CP on
+    the rank's split queries, with the text and mask whole (no refusal, no text split). A split gathered after its
+    sub-module is offered no "whole" alternative (its gather would then join copies)."""
+    plan = _plan(tmp_path, "SanaVideoPipeline", "SanaVideoTransformer3DModel")
+    cp = plan.parallelism.cp
+    assert not [a for a in plan.alternatives if "transformer_blocks.*.attn2" in a.touches]
+    assert cp.shape == "sub-module hooks" and not cp.blocked_by
+    assert any("lays the sequence out by `frames`" in e.why for e in cp.evidence)
+    assert "transformer_blocks.*.attn1" not in cp.plan and "transformer_blocks.*.attn2" in cp.plan
+    assert cp.local_attention == ("transformer_blocks.*.attn2",)
+    assert not any("encoder_hidden_states" in hooks for hooks in cp.plan.values() if isinstance(hooks, dict))
+    assert any("`transformer_blocks[i].attn1` runs whole on every rank" in r for r in cp.risks)
+
+
+def test_a_masked_cross_attention_passed_the_text_as_is_runs_outside_cp_and_the_text_stays_whole(tmp_path):
+    """StableAudio DiT's attn2 reads `encoder_hidden_states` as its keys and values and sizes the mask from the key
+    length it sees: it is kept out of CP and the text is no longer split at every block (its attn1, a masked
+    self-attention, still refuses CP). PixArt's attn1 is passed `encoder_hidden_states if
+    self.only_cross_attention else None`: it may be self-attention, so it is never made local."""
+    cp = _plan(tmp_path, "StableAudioPipeline", "StableAudioDiTModel").parallelism.cp
+    assert "transformer_blocks.*.attn2" in cp.local_attention
+    assert "encoder_hidden_states" not in cp.plan.get("transformer_blocks.*", {})
+    assert [e for e in cp.blocked_by if "].attn1`" in e.why] and not [e for e in cp.blocked_by if "].attn2`" in e.why]
+    pixart = _plan(tmp_path, "PixArtSigmaPipeline", "PixArtTransformer2DModel").parallelism.cp
+    assert "transformer_blocks.*.attn1" not in pixart.local_attention
 
 
 def test_a_processor_that_fixes_a_backend_diffusers_runs_without_cp_refuses_cp_with_both_lines(tmp_path):

@@ -36,7 +36,7 @@ def test_an_override_is_recorded_rendered_and_voids_the_approval(planned):
     report = json.loads(proc.stdout)["revision"]
     assert report["changed"] and report["approval_voided"]
     plan = json.loads((planned / "plan.json").read_text())
-    assert plan["schema_version"] == "1.9" and plan["cache"]["has_separate_cfg"] is (not analysed)
+    assert plan["schema_version"] == "1.10" and plan["cache"]["has_separate_cfg"] is (not analysed)
     assert plan["facts"]["attention"][0]["head_dim"][1] == 64
     override = {o["key"]: o for o in plan["overrides"]}["cache.has_separate_cfg"]
     assert override["analysis"] is analysed and override["value"] is (not analysed)
@@ -135,7 +135,7 @@ def test_every_alternative_is_a_revision_that_fits_the_plan(tmp_path):
     seen = set()
     plans = {}
     for pipeline, transformer in [("FluxPipeline", "FluxTransformer2DModel"),
-                                  ("SanaVideoPipeline", "SanaVideoTransformer3DModel"),
+                                  ("AceStepPipeline", "AceStepTransformer1DModel"),
                                   ("WanAnimatePipeline", "WanAnimateTransformer3DModel")]:
         model = make_model_dir(tmp_path / transformer, pipeline, transformer)
         plan = plans[transformer] = api.plan(api.flags_for(str(model)), probe=False)
@@ -145,7 +145,7 @@ def test_every_alternative_is_a_revision_that_fits_the_plan(tmp_path):
             revised = revise(plan, applied(alt), "try it", "repair")
             assert revised != plan and len(revised.overrides) == len(alt.sets) + len(alt.unsets)
             seen.add(alt.decision)
-    # Flux's root split has the first-block split beside it; SanaVideo's cross-attention text may stay whole;
+    # Flux's root split has the first-block split beside it; AceStep's cross-attention text may stay whole;
     # WanAnimate's face encoder tokens may stay whole (its face adapter runs without CP)
     assert "CP split point" in seen and any(s.startswith("CP split of `encoder_hidden_states`") for s in seen), seen
     assert "CP split of `face_encoder`'s output" in seen, seen

@@ -15,6 +15,7 @@ run1 --save-path "$OUT/base.mp4"
 run1 --cache --summary --save-path "$OUT/cache.mp4" && check cache.mp4
 run2 --parallel ulysses --save-path "$OUT/cp2.mp4" && check cp2.mp4
 run2 --parallel ulysses --cache --save-path "$OUT/cp2_cache.mp4" && check cp2_cache.mp4
+run2 --parallel ring --save-path "$OUT/ring2.mp4" && check ring2.mp4
 run2 --parallel ulysses --ulysses-anything --save-path "$OUT/cp2_uaa.mp4" && check cp2_uaa.mp4
 run2 --parallel tp --save-path "$OUT/tp2.mp4" && check tp2.mp4
 # cache-dit takes the degrees from the process count: Ulysses 2 x TP 2 needs 4 processes
