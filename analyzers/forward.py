@@ -280,19 +280,27 @@ def is_length(dim: str) -> bool:
 
 def documented_shapes(src: SourceFile, fn: cst.FunctionDef) -> dict[str, tuple[tuple[str, ...], int]]:
     """{parameter: (the documented dims as written, line)}: `encoder_hidden_states` documented of shape
-    `(batch_size, text_seq_len, num_text_layers, text_hidden_dim)` gives those four names."""
+    `(batch_size, text_seq_len, num_text_layers, text_hidden_dim)` gives those four names.
+
+    Two ways of writing it are read: diffusers' ``name (`torch.Tensor` of shape `(a, b)`):`` and the reST
+    literal of a Google-style entry, ``name: ``(B, 1, T)`` per-frame timesteps``: the entry's first literal, its
+    continuation lines included (``shaped\n ``(B, 1, T, 1, 1)``, ``(B, T)`` or ...``), where it is a shape (one
+    that starts ``True`` is not)."""
     doc = fn.get_docstring(clean=False)
     if not doc:
         return {}
     params = {p.name for p in signature(src, fn)}
     first = src.line(fn.body.body[0]) if fn.body.body else src.line(fn)
     out: dict[str, tuple[tuple[str, ...], int]] = {}
-    for offset, raw in enumerate(doc.splitlines()):
-        line = raw.strip()
-        name, _, rest = line.partition(" (")
-        if name not in params or name in out or "of shape `(" not in rest:
+    for name, text, offset in _doc_entries(doc, params):
+        if name in out:
             continue
-        shape = rest.split("of shape `(", 1)[1].split(")`", 1)[0]
+        if "of shape `(" in text:
+            shape = text.split("of shape `(", 1)[1].split(")`", 1)[0]
+        elif text.partition("``")[2].startswith("("):  # the entry's first literal is a shape
+            shape = text.split("``(", 1)[1].split(")``", 1)[0]
+        else:
+            continue
         depth, parts, current = 0, [], ""
         for ch in shape + ",":
             depth += 1 if ch in "([" else -1 if ch in ")]" else 0
@@ -303,3 +311,27 @@ def documented_shapes(src: SourceFile, fn: cst.FunctionDef) -> dict[str, tuple[t
         if parts:  # `(batch_size,)` is one dim
             out[name] = (tuple(p.strip() for p in parts), first + offset)
     return out
+
+
+def _doc_entries(doc: str, params: set[str]):
+    """(parameter, its entry's text, the entry's first line offset) for each docstring entry that names a
+    parameter: a line `name (...)` or `name: ...`, with the lines indented deeper below it."""
+    lines = doc.splitlines()
+    i = 0
+    while i < len(lines):
+        raw = lines[i]
+        line = raw.strip()
+        n = 0
+        while n < len(line) and (line[n].isalnum() or line[n] == "_"):
+            n += 1
+        name = line[:n]
+        if name not in params or not line[n:].startswith((" (", ":")):
+            i += 1
+            continue
+        indent = len(raw) - len(raw.lstrip())
+        text, j = line[len(name):], i + 1
+        while j < len(lines) and lines[j].strip() and len(lines[j]) - len(lines[j].lstrip()) > indent:
+            text += " " + lines[j].strip()
+            j += 1
+        yield name, text, i
+        i = j

@@ -449,3 +449,21 @@ def test_a_required_state_object_is_named_as_what_the_fixture_cannot_make(tmp_pa
     assert "`kv_cache`: required and typed `WanAnimate2KVCache`, an object of the model's own" in errors, errors
     assert "`kv_cache_mode`: required and a setting of the model's own cache machinery, typed `str`" in errors
     assert "missing 2 required positional arguments" not in errors
+
+
+def test_inputs_documented_over_the_latents_grid_axes_are_shaped_by_them(tmp_path):
+    """SanaWM's pipeline needs camera poses the fixture cannot make, so its fixture is synthesised; its forward
+    documents the latent as ``(B, C, T, H, W)`` and `timestep` as ``(B, 1, T)`` per frame, `frame_valid_mask` as
+    ``(B, 1, T, 1, 1)``: each axis is sized as the latent's of that name, and the plain tiny model runs (a 1-D
+    timestep had failed in its first block). Inputs over the latent's sequence length are left to their rules."""
+    model = make_model_dir(tmp_path / "m", "SanaWMPipeline", "SanaWMTransformer3DModel")
+    plan_dir, out = _generated(model, tmp_path)
+    rc, r = _verify(plan_dir, out, "--fixture-only")
+    fx = r["fixture"]
+    assert rc == 0 and fx["status"] == "derived" and fx["source"] == "static", fx
+    assert "c2w" in fx["tried"][0], fx["tried"]
+    text = (out / "verify_fixture.py").read_text()
+    latent = next(line for line in text.splitlines() if line.strip().startswith('"hidden_states": _randn('))
+    frames = int(latent.split("_randn('hidden_states', ")[1].split(",")[2])
+    assert f'"timestep": torch.full((1, 1, {frames},), 0.5 - 0.002 * step)' in text
+    assert f'"frame_valid_mask": torch.ones(1, 1, {frames}, 1, 1)' in text

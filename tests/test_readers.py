@@ -155,3 +155,33 @@ def test_a_one_dim_shape_with_a_trailing_comma_is_one_dim():
            '    ids (`torch.Tensor` of shape `(S, f(a, b))`):\n    """\n'
     src = parse_source(Path("one.py"), text)
     assert {k: v[0] for k, v in documented_ranks(src, src.module.body[0]).items()} == {"timestep": 1, "ids": 2}
+
+
+RST_DOCUMENTED = '''
+def forward(self, hidden_states, timestep, encoder_hidden_states, frame_valid_mask=None, return_dict=True):
+    """Run the model.
+
+    Args:
+        hidden_states: ``(B, C, T, H, W)`` latents.
+        timestep: ``(B, 1, T)`` per-frame diffusion timesteps (one per frame).
+        encoder_hidden_states (`torch.Tensor` of shape
+            `(batch_size, text_seq_len, dim)`):
+            The text, its shape on the entry's second line.
+        frame_valid_mask: Optional per-frame validity mask, shaped
+            ``(B, 1, T, 1, 1)`` or ``(B, T)``.
+        return_dict: If ``True`` (default), returns an output object; otherwise ``(sample,)``.
+    """
+'''
+
+
+def test_shapes_written_as_rest_literals_and_on_continuation_lines_are_read():
+    """A Google-style entry `name: ``(B, 1, T)`` ...` gives its first literal where it is a shape (SanaWM's forward);
+    an entry's continuation lines are part of it (a shape on the line after `name (`torch.Tensor` of shape`); a
+    first literal that is not a shape (``True``) gives nothing, and a parenthesis in the prose is not an entry."""
+    from integrate.analyzers.forward import documented_shapes
+
+    src = parse_source(Path("rst.py"), RST_DOCUMENTED)
+    got = {k: v[0] for k, v in documented_shapes(src, src.module.body[0]).items()}
+    assert got == {"hidden_states": ("B", "C", "T", "H", "W"), "timestep": ("B", "1", "T"),
+                   "encoder_hidden_states": ("batch_size", "text_seq_len", "dim"),
+                   "frame_valid_mask": ("B", "1", "T", "1", "1")}, got

@@ -43,6 +43,7 @@ class Slot:
     expr: str | None  # None: leave the argument at its default
     why: str
     error: str | None = None  # set when no rule sized it: the fixture gets a `raise` here
+    shape: tuple[int, ...] | None = None  # the tensor's shape, where the rule that made it knows it
 
 
 @dataclass
@@ -275,6 +276,7 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
                 out.image_tokens = n
     s_img, s_txt = out.image_tokens or 16, TEXT_TOKENS
     packed = _packed(latent, shapes)
+    named = _latent_axes(shapes.get(latent or ""), out.slots[0].shape if out.slots else None)
     for p in params:
         name, low, heads = p.name, p.name.lower(), _annotated(p.annotation)
         if name == latent:
@@ -302,6 +304,14 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
             out.slots.append(Slot(name, None if p.default is not inspect.Parameter.empty else "False",
                                   "a flag: left at its default" if p.default is not inspect.Parameter.empty
                                   else "a flag with no default: False"))
+        elif ((shape := _over_latent_axes(shapes.get(name), named)) is not None and "Tensor" in str(p.annotation)
+              and (kind := _axes_kind(low, p.default is inspect.Parameter.empty))):
+            # documented over the latent's own axes by name (`timestep: (B, 1, T)` beside a `(B, C, T, H, W)` latent)
+            expr = {"timestep": f"torch.full(({_shape(*shape)},), 0.5 - 0.002 * step)",
+                    "mask": f"torch.ones({_shape(*shape)})"}.get(kind, f"_randn({name!r}, {_shape(*shape)})")
+            what = {"timestep": "diffusion time", "mask": "every entry kept"}.get(kind, "random")
+            out.slots.append(Slot(name, expr, f"{what}, of shape ({', '.join(shapes[name])}) as the forward's docstring "
+                                  f"documents it, each axis sized as the latent's of that name", shape=shape))
         elif "timestep" in low or low in ("t", "sigma", "sigmas"):
             dims = passed.get(name) or 1
             shape = (BATCH,) if dims == 1 else (BATCH, s_img)
@@ -363,6 +373,40 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
                 slot = Slot(name, None, f"left at its default {p.default!r}: the pipeline passes it, but {slot.error}")
             out.slots.append(slot)
     return out
+
+
+def _axes_kind(low: str, required: bool) -> str | None:
+    """How an input documented over the latent's axes is filled: a timestep as diffusion time, a mask with every
+    entry kept, any other required tensor random; None for an optional one of another kind (left to the rules
+    that follow, which leave such an input at its default rather than switch on a path the pipeline chose)."""
+    if "timestep" in low or low in ("t", "sigma", "sigmas"):
+        return "timestep"
+    if "mask" in low:
+        return "mask"
+    return "tensor" if required else None
+
+
+def _latent_axes(documented: list[str] | None, shape: tuple[int, ...] | None) -> dict[str, int]:
+    """{axis name as the docstring writes it: size} for the latent as made (`(B, C, T, H, W)` -> {"T": 2, ...}),
+    where the docstring documents as many axes as it has; {} otherwise."""
+    if not documented or not shape or len(documented) != len(shape):
+        return {}
+    return {d: n for d, n in zip(documented, shape) if not d.isdigit()}
+
+
+def _over_latent_axes(dims: list[str] | None, named: dict[str, int]) -> tuple[int, ...] | None:
+    """The shape of an input documented over the latent's grid axes: each dim a number or an axis the latent's
+    documentation names, at least one of them a grid axis (not its first, the batch, nor a sequence length:
+    a per-frame `(B, 1, T)`). None otherwise, and for a single dim: the other rules size those, and inputs over
+    the latent's sequence length (packed text, segment ids)."""
+    if not dims or len(dims) < 2 or not named:
+        return None
+    first = next(iter(named))
+    if not any(d in named and d != first and not is_length(d) for d in dims):
+        return None
+    if not all(d.isdigit() or d in named for d in dims):
+        return None
+    return tuple(int(d) if d.isdigit() else named[d] for d in dims)
 
 
 def _tensor_pair(annotation) -> bool:
@@ -619,11 +663,14 @@ def _latent(model, config, name: str, dims: int | None,
             after = bool(documented) and "channel" in documented[1].lower()
             shape = (BATCH, facts["width"], 2, *spatial) if after else (BATCH, 2, facts["width"], *spatial)
             return Slot(name, f"_randn({name!r}, {_shape(*shape)}, step=step)",
-                        f"{why}, frame by frame: 2 frames, {'after' if after else 'before'} the channels"), (2, *grid)
-        return Slot(name, f"_randn({name!r}, {_shape(BATCH, facts['width'], *spatial)}, step=step)", why), grid
+                        f"{why}, frame by frame: 2 frames, {'after' if after else 'before'} the channels",
+                        shape=shape), (2, *grid)
+        shape = (BATCH, facts["width"], *spatial)
+        return Slot(name, f"_randn({name!r}, {_shape(*shape)}, step=step)", why, shape=shape), grid
     if kind in ("linear", "norm") and (dims or 3) == 3:
         return Slot(name, f"_randn({name!r}, {_shape(BATCH, 16, facts['width'])}, step=step)",
-                    f"`{path}` takes width {facts['width']} (16 packed tokens)"), (1, 4, 4)
+                    f"`{path}` takes width {facts['width']} (16 packed tokens)", shape=(BATCH, 16, facts["width"])), \
+            (1, 4, 4)
     if kind == "linear" and dims in (4, 5):
         per_patch = p * p * (pt if dims == 5 else 1)
         channels, why = config.get("in_channels"), "`in_channels`"
@@ -641,7 +688,7 @@ def _latent(model, config, name: str, dims: int | None,
         why = (f"patchified in forward (patch {p}), then `{path}`; {channels} channels ({why})"
                + (", channels last as the forward's docstring documents it" if last else "")
                + (f"; a {side}x{side} token grid: forward refuses other sizes (line {guard})" if guard else ""))
-        return Slot(name, f"_randn({name!r}, {_shape(*shape)}, step=step)", why), grid
+        return Slot(name, f"_randn({name!r}, {_shape(*shape)}, step=step)", why, shape=shape), grid
     return Slot(name, None, "", f"`{path}` ({kind}) does not say how to shape a {dims}-D latent"), None
 
 
