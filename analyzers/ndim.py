@@ -29,7 +29,7 @@ def ndim_of(ws: Workspace, src: SourceFile, fn: cst.FunctionDef, expr: cst.BaseE
         return None
     again = lambda e, b=before: ndim_of(ws, src, fn, e, cls, depth + 1, b)  # noqa: E731
     if isinstance(expr, cst.Name):
-        value, index, line = _last_assignment(src, fn, expr.value, before)
+        value, index, line = last_assignment(src, fn, expr.value, before)
         if value is None:
             return None
         guard = _guarded_ndim(src, fn, expr.value, line)
@@ -85,7 +85,7 @@ def ndim_of(ws: Workspace, src: SourceFile, fn: cst.FunctionDef, expr: cst.BaseE
                 sizes = plain[:1] if op == "full" else plain
                 first = sizes[0].value
                 if len(sizes) == 1 and isinstance(first, cst.Name):  # `torch.randn(shape)`: the tuple it names
-                    first, _, _ = _last_assignment(src, fn, first.value, before)
+                    first, _, _ = last_assignment(src, fn, first.value, before)
                 if isinstance(first, cst.Tuple | cst.List):
                     return len(first.elements)
                 if len(sizes) == 1 and not isinstance(first, cst.Integer):
@@ -130,7 +130,7 @@ def _guarded_ndim(src: SourceFile, fn: cst.FunctionDef, name: str, line: int) ->
     return None
 
 
-def _last_assignment(src: SourceFile, fn: cst.FunctionDef, name: str, before: int | None):
+def last_assignment(src: SourceFile, fn: cst.FunctionDef, name: str, before: int | None):
     """(value, tuple index or None, line) of the last assignment to `name` in fn before `before`."""
     found = [d for d in defuse(src, fn).of(name, ASSIGNS) if before is None or d.line < before]
     if not found:

@@ -24,8 +24,8 @@ from integrate.resolve import Resolved, Workspace
 from integrate.source import SourceFile, dotted, find_method, iter_methods
 from integrate.syntax import body_of, find_all, names_read, params_of, self_member, target_names, walk_statements
 
-from .binding import CallArgs, bind
-from .forward import documented_shapes
+from .binding import BindError, CallArgs, bind
+from .forward import documented_shapes, signature
 from .loops import Loop, find_list_uses
 from .modules import Tree
 from .patterns import stream_params
@@ -894,13 +894,12 @@ def indexed_by_position(tree: Tree, path: str, param: str, depth: int = 0) -> Ev
         child_fwd = find_method(child.cls_node[1], "forward") if child.cls_node else None
         if child_fwd is None:
             continue
-        child_params = [p.name.value for p in child_fwd.params.params if p.name.value != "self"]
-        positional = 0
-        for arg in call.args:
-            target = arg.keyword.value if arg.keyword is not None else (
-                child_params[positional] if positional < len(child_params) else None)
-            positional += arg.keyword is None
-            if isinstance(arg.value, cst.Name) and arg.value.value == param and target:
+        try:  # Python's own binding rules: by keyword, by position, keyword-only parameters too
+            bound = bind(CallArgs.of(src, call), signature(child.cls_node[0], child_fwd))
+        except BindError:
+            continue
+        for target, value in bound.items():
+            if value == param and not target.startswith("*"):
                 found = indexed_by_position(tree, f"{path}.{member}", target, depth + 1)
                 if found is not None:
                     return found

@@ -27,7 +27,7 @@ from .attention import attention_facts, int_value, is_attention, is_kernel_call
 from .encoders import text_encoder_facts, vae_facts
 from .forward import documented_ranks, documented_shapes
 from .modules import Node, Tree, module_tree
-from .ndim import ndim_of
+from .ndim import last_assignment, ndim_of
 from .records import (
     AttentionFact,
     BlockStructure,
@@ -471,7 +471,7 @@ def _block_dataflow(block: Node, loose: list[str], att_paths: list[str]) -> dict
 
     index = defuse(src, fwd)
     origin = index.lineage(seed=tags_of)  # local -> {"attn:<path>", "linear:<path>"}
-    inline = _inline_attention(src, fwd, index, loose)  # {linear: why}: projections of a kernel called inline
+    inline = _inline_attention(src, fwd, loose)  # {linear: why}: projections of a kernel called inline
     paired: set[str] = set()
     for call in find_all(fwd, cst.Call):
         rel = self_member(call.func)
@@ -519,22 +519,17 @@ def _chain_base(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr
 
 
-def _inline_attention(src: SourceFile, fwd: cst.FunctionDef, index, loose: list[str]) -> dict[str, str]:
+def _inline_attention(src: SourceFile, fwd: cst.FunctionDef, loose: list[str]) -> dict[str, str]:
     """The block's own Linears around an attention kernel it calls inline (`F.scaled_dot_product_attention(q,
     k, v)`, no attention module): those whose output reaches the kernel's arguments and the one reading its
     output, each through a chain of reshapes only (a residual sum joins other values and ends the chain).
     {linear: why}; empty where the block calls no kernel."""
-    last: dict[str, list[tuple[int, cst.BaseExpression]]] = {}
-    for line, names, value, _ in index.statements(ASSIGNS):
-        if len(names) == 1:
-            last.setdefault(names[0], []).append((line, value))
-
     def source(expr: cst.BaseExpression, before: int, depth: int = 0) -> cst.BaseExpression | None:
-        """Through names and reshapes to the call that made `expr`."""
+        """Through names and reshapes to the call that made `expr` (a name unpacked from a tuple ends it)."""
         expr = _chain_base(expr)
         if isinstance(expr, cst.Name) and depth < 8:
-            earlier = [(ln, v) for ln, v in last.get(expr.value, []) if ln < before]
-            return source(earlier[-1][1], earlier[-1][0], depth + 1) if earlier else None
+            value, element, line = last_assignment(src, fwd, expr.value, before)
+            return source(value, line, depth + 1) if value is not None and element is None else None
         return expr if isinstance(expr, cst.Call) else None
 
     out: dict[str, str] = {}

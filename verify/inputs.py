@@ -14,6 +14,7 @@ What cannot be sized this way is reported, never guessed: the fixture file is wr
 from __future__ import annotations
 
 import inspect
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -415,15 +416,9 @@ def _tensor_pair(annotation) -> bool:
 
     import torch
 
-    options = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, _union_type()) else \
+    options = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else \
         (annotation,)
     return any(typing.get_origin(a) is tuple and typing.get_args(a) == (torch.Tensor, torch.Tensor) for a in options)
-
-
-def _union_type():
-    import types
-
-    return getattr(types, "UnionType", None)
 
 
 def _inner_width(config: dict[str, Any]) -> int | None:
