@@ -226,6 +226,10 @@ class TpList:
     notes: tuple[str, ...]
     evidence: tuple[Evidence, ...]
     heads: dict[str, Heads]
+    # 1.10: attention path -> its first query projection, for attention whose processor takes RoPE and whose heads
+    # are sharded: the planner cuts a RoPE tensor as wide as the whole projection (one applied before the heads
+    # are split, LTX-2's interleaved kind) to the rank's columns, checked by shape at run time
+    rope_shard: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

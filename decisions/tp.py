@@ -47,6 +47,7 @@ def _plan_list(b: BlockStructure) -> TpList:
     reasons: dict[str, TpReason] = {}
     layer_plan: dict[str, str] = {}
     shard: dict[str, tuple[str, ...]] = {}
+    rope: dict[str, str] = {}  # attention path -> its first query projection, where RoPE may need cutting
     risks: list[str] = []
     evidence: list[Evidence] = []
     notes: list[str] = []
@@ -86,6 +87,12 @@ def _plan_list(b: BlockStructure) -> TpList:
         attrs = _shard_div_attrs(a)
         if attrs:
             shard[a.path] = tuple(attrs)
+            if a.rope_at is not None and a.in_projs:
+                rope[a.path] = a.in_projs[0].removeprefix(a.path + ".")  # relative to the attention module
+                evidence.append(Evidence(a.rope_at.file, a.rope_at.line,
+                                         f"`{a.path}`: {a.rope_at.why}; a RoPE tensor as wide as `{a.in_projs[0]}`'s "
+                                         "whole output (applied before the heads are split) is cut to the rank's "
+                                         "columns, one as wide as a head is left as it is (checked at run time)"))
         for norm, size in a.qk_norms.items():
             head = a.head_dim[1] if a.head_dim else None
             if size is not None and head is not None and size != head:
@@ -151,6 +158,7 @@ def _plan_list(b: BlockStructure) -> TpList:
         notes=tuple(notes + list(b.unknowns)),
         evidence=tuple(evidence),
         heads={a.path: Heads(a.heads, a.kv_heads, a.head_dim) for a in b.attentions},
+        rope_shard=rope,
     )
 
 

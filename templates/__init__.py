@@ -338,7 +338,10 @@ def _tp_planner(b: _Build) -> str | None:
     tp_cls = f"{b.base}TensorParallelismPlanner"
     rearrange, norms, chunked = _joined_inputs(b.plan), distributed_norms(b.plan), chunked_outputs(b.plan)
     scan = any(x.shard_div_attr for x in tp.block_lists)  # attention modules whose q/k norms are measured
-    imports = [("torch", None)] if rearrange or scan or chunked else []
+    rope = {x.attr: dict(x.rope_shard) for x in tp.block_lists if x.rope_shard}
+    imports = [("torch", None)] if rearrange or scan or chunked or rope else []
+    if rope:
+        imports += [("copy", None), ("inspect", None)]
     imports += [("cache_dit.distributed.utils", "shard_div_attr"),
                 ("cache_dit.distributed.transformers.register", "TensorParallelismPlanner"),
                 ("cache_dit.distributed.transformers.register", "TensorParallelismPlannerRegister"),
@@ -347,7 +350,7 @@ def _tp_planner(b: _Build) -> str | None:
                 ("ColwiseParallel", "RowwiseParallel", "parallelize_module")]
     b.piece("tp_planner", "tp_planner", tp_cls, "tp_planner.py.j2", tp=b.data["parallelism"]["tp"],
             imports=import_block(imports), parts=_parts(b.patch), rearrange=rearrange, norms=norms, scan=scan,
-            chunked=chunked,
+            chunked=chunked, rope=rope,
             tp_prefix=b.m.transformer_class, tp_cls=tp_cls)
     b.registered["tp_planner"] = b.m.transformer_class
     for k in tp.patch_kernels_first:

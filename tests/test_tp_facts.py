@@ -167,3 +167,32 @@ def test_a_glu_that_halves_its_input_by_slices_in_its_activation_module_is_cut_i
     plan = _plan("Flux2Pipeline", "Flux2Transformer2DModel")
     role = next(r for r in plan.facts.linears["transformer_blocks"] if r.path == "ff.linear_in")
     assert role.role == "ffn_in" and role.parts == 2 and "[..., :half]" in role.why
+
+
+def test_rope_applied_before_the_heads_are_split_is_cut_with_them_and_the_tp_proof_passes(tmp_path):
+    """SanaWM's LTX-2 refiner applies an interleaved RoPE to the whole query projection, before it is split into
+    heads, and takes the (cos, sin) pair ready-made, as wide as the projection. With the projection sharded, each
+    rank holds half its columns: the plan names the attention modules whose processor takes RoPE (`rope_shard`,
+    with the projection it is measured by) and the planner cuts a RoPE that wide to the rank's columns; TP 2 then
+    agrees with the 1-process run (it had failed in attn1 with 16 against 32). A RoPE as wide as a head (Flux)
+    passes unchanged, and Flux's TP proof is unaffected (tests elsewhere)."""
+    import json
+
+    from conftest import run_cli
+
+    from integrate.records import to_json
+
+    folder = tmp_path / "m"
+    (folder / "transformer").mkdir(parents=True)
+    (folder / "transformer" / "config.json").write_text(json.dumps(
+        {"_class_name": "SanaWMLTX2RefinerTransformer3DModel", "_diffusers_version": "0.42.1"}))
+    plan_dir, out = tmp_path / "plan", tmp_path / "out"
+    assert run_cli("plan", "--model-path", str(folder), "--no-pipeline", "--separate-cfg", "no", "--out",
+                   str(plan_dir), "--no-probe").returncode == 0
+    plan = json.loads((plan_dir / "plan.json").read_text())
+    (tp,) = plan["parallelism"]["tp"]["block_lists"]
+    assert tp["rope_shard"] and all(p == "to_q" for p in tp["rope_shard"].values()), tp["rope_shard"]
+    assert run_cli("approve", str(plan_dir), "--reviewer", "Grace Hopper").returncode == 0
+    assert run_cli("generate", str(plan_dir), "--out", str(out)).returncode in (0, 1)
+    report = to_json(api.verify(plan_dir, out, proofs=("tp",)))
+    assert report["tp"]["status"] == "pass", report["tp"]
