@@ -17,7 +17,7 @@ import libcst as cst
 from integrate.gate.records import GateReport
 
 from integrate import jsonfile
-from integrate.defuse import ASSIGNS, defuse
+from integrate.defuse import defuse
 from integrate.records import OMIT, Evidence
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method

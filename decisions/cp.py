@@ -293,22 +293,20 @@ def _no_kernel(facts: ParallelFacts, lists: list[ListFlowFact],
     out = []
     for b in facts.blocks:
         for a in b.attentions:
-            if a.block_list not in walked or _reaches_kernel(b, a) or f"{a.block_list}.*.{a.path}" in local:
+            if a.block_list not in walked or a.kernel is not None or f"{a.block_list}.*.{a.path}" in local:
                 continue
-            where = a.processor_at or (a.evidence or b.evidence or (None,))[0]
-            file = where.file if where else (facts.sequence.file if facts.sequence else "")
-            out.append(Evidence(file, where.line if where else 0,
+            where = _attention_at(b, a)
+            out.append(Evidence(where.file if where else (facts.sequence.file if facts.sequence else ""),
+                                where.line if where else 0,
                                 f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}) calls no attention kernel that "
                                 "context parallelism reaches (linear attention, or one not read): on a split sequence "
                                 "it would attend within the rank's own tokens"))
     return tuple(dict.fromkeys(out))
 
 
-def _reaches_kernel(block: BlockStructure, a) -> bool:
-    """Does attention module `a` call a kernel, itself or through an attention module inside it (a wrapper named
-    like attention, RFD4Proteina's `mhba` around its `mhba.mha`)?"""
-    return a.kernel is not None or any(o.kernel is not None and o.path.startswith(a.path + ".")
-                                       for o in block.attentions)
+def _attention_at(block: BlockStructure, a) -> Evidence | None:
+    """Where to point at attention module `a`: its processor, else its own first evidence, else its block's."""
+    return a.processor_at or (a.evidence or block.evidence or (None,))[0]
 
 
 def _local_backends(facts: ParallelFacts, lists: list[ListFlowFact],
@@ -707,9 +705,10 @@ def _submodule_hooks(c: _Chart, block: BlockStructure, lf: ListFlowFact) -> None
                 if spec is not None:
                     inputs[p] = spec
         a = by_path.get(call.path)
-        if a is not None and not _reaches_kernel(block, a):
-            where = a.processor_at or (a.evidence[0] if a.evidence else block.evidence[0])
-            c.evidence.append(Evidence(where.file, where.line, f"`{block.attr}[i].{call.path}` "
+        if a is not None and a.kernel is None:
+            where = _attention_at(block, a)
+            c.evidence.append(Evidence(where.file if where else c.seq.file, where.line if where else 0,
+                                       f"`{block.attr}[i].{call.path}` "
                                        f"({a.processor or a.cls}) calls no attention kernel context parallelism "
                                        "reaches (linear attention sums over every token): it runs whole on every "
                                        "rank"))

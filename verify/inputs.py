@@ -308,15 +308,15 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
         elif ((shape := _over_latent_axes(shapes.get(name), named)) is not None and "Tensor" in str(p.annotation)
               and (kind := _axes_kind(low, p.default is inspect.Parameter.empty))):
             # documented over the latent's own axes by name (`timestep: (B, 1, T)` beside a `(B, C, T, H, W)` latent)
-            expr = {"timestep": f"torch.full(({_shape(*shape)},), 0.5 - 0.002 * step)",
+            expr = {"timestep": _time(shape),
                     "mask": f"torch.ones({_shape(*shape)})"}.get(kind, f"_randn({name!r}, {_shape(*shape)})")
             what = {"timestep": "diffusion time", "mask": "every entry kept"}.get(kind, "random")
             out.slots.append(Slot(name, expr, f"{what}, of shape ({', '.join(shapes[name])}) as the forward's docstring "
                                   f"documents it, each axis sized as the latent's of that name", shape=shape))
-        elif "timestep" in low or low in ("t", "sigma", "sigmas"):
+        elif _is_time(low):
             dims = passed.get(name) or 1
             shape = (BATCH,) if dims == 1 else (BATCH, s_img)
-            out.slots.append(Slot(name, f"torch.full(({_shape(*shape)},), 0.5 - 0.002 * step)",
+            out.slots.append(Slot(name, _time(shape),
                                   f"diffusion time, {dims}-D as the pipeline passes it"))
         elif "shape" in low:
             lists = _list_depth(p.annotation)
@@ -376,11 +376,21 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
     return out
 
 
+def _is_time(low: str) -> bool:
+    """An input named as diffusion time (`timestep`, `t`, `sigma`), its name lower-cased."""
+    return "timestep" in low or low in ("t", "sigma", "sigmas")
+
+
+def _time(shape: tuple) -> str:
+    """Diffusion time of `shape`, moving a little each step as it does while denoising."""
+    return f"torch.full(({_shape(*shape)},), 0.5 - 0.002 * step)"
+
+
 def _axes_kind(low: str, required: bool) -> str | None:
     """How an input documented over the latent's axes is filled: a timestep as diffusion time, a mask with every
     entry kept, any other required tensor random; None for an optional one of another kind (left to the rules
     that follow, which leave such an input at its default rather than switch on a path the pipeline chose)."""
-    if "timestep" in low or low in ("t", "sigma", "sigmas"):
+    if _is_time(low):
         return "timestep"
     if "mask" in low:
         return "mask"
