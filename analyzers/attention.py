@@ -59,6 +59,7 @@ class _Reading:
     causal_line: int | None = None  # a kernel call whose `is_causal` is not False
     gqa: tuple[int, str] | None = None  # (line, code) of a kernel call's `enable_gqa` other than False
     gqa_global: tuple[str, str] | None = None  # (module, name): that call's callee, a global of a known module
+    kernel_global: tuple[str, str] | None = None  # (module, name): the first kernel call's callee, likewise
     backend: tuple[int, str] | None = None  # (line, code) of a dispatcher call's `backend=` other than None
     mask_after: tuple[str, int] | None = None  # (mask parameter, line) read after the kernel, outside its call
     joins: tuple[int, bool, str] | None = None  # (line, text first, code): the processor joins its own and text keys
@@ -100,7 +101,35 @@ def attention_facts(ws: Workspace, tree: Tree, node: Node, block_path: str, bloc
     runs = Evidence(str(p_src.path), p_src.line(p_cls), f"{cls.name.value} runs {p_cls.name.value}")
     _adopt_processor_linears(ws, tree, node, p_src, p_cls)
     _read_processor(ws, reading, tree, node, p_src, fn, params[0] if params else "attn")
-    return _record(reading, node, block_list, proc, (runs,), _qk_norms(tree, node))
+    fed_by = block_inputs_into(tree, block_path, node, reading.mask_after[0]) if reading.mask_after else ()
+    return _record(reading, node, block_list, proc, (runs,), _qk_norms(tree, node), fed_by)
+
+
+def block_inputs_into(tree: Tree, block_path: str, node: Node, param: str) -> tuple[str, ...]:
+    """The block forward's parameters that reach the processor's `param` through the block's calls of the attention
+    module at `node`: passed as that keyword, or at that position of the module's forward (diffusers' attention
+    forwards hand their keywords on to the processor by name). () where the block or the module is not read."""
+    block = tree.nodes.get(block_path)
+    if block is None or block.cls_node is None or node.cls_node is None:
+        return ()
+    b_src, b_cls = block.cls_node
+    fwd = find_method(b_cls, "forward")
+    if fwd is None:
+        return ()
+    block_params = {p.name.value for p in params_of(fwd)} - {"self"}
+    attention_fwd = find_method(node.cls_node[1], "forward")
+    positional = [p.name.value for p in params_of(attention_fwd)][1:] if attention_fwd is not None else []
+    relative = node.path[len(block_path) + 1:] if block_path else node.path
+    out: list[str] = []
+    for call in find_all(fwd, cst.Call):
+        if self_member(call.func) != relative:
+            continue
+        for i, arg in enumerate(call.args):
+            named = arg.keyword.value if arg.keyword is not None else (
+                positional[i] if arg.star == "" and i < len(positional) else None)
+            if named == param:
+                out += sorted(_names(arg.value) & block_params)
+    return tuple(dict.fromkeys(out))
 
 
 def _adopt_processor_linears(ws: Workspace, tree: Tree, node: Node, p_src: SourceFile, p_cls: cst.ClassDef) -> None:
@@ -126,7 +155,8 @@ def _qk_norms(tree: Tree, node: Node) -> dict[str, Any]:
 
 
 def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFile, cst.ClassDef] | None = None,
-            evidence: tuple[Evidence, ...] = (), qk_norms: dict[str, Any] | None = None) -> AttentionFact:
+            evidence: tuple[Evidence, ...] = (), qk_norms: dict[str, Any] | None = None,
+            fed_by: tuple[str, ...] = ()) -> AttentionFact:
     """The frozen record. Sizes become ints only where they are known statically (None otherwise); the
     fused parts are equal (Q/K/V) only when every fused projection is split in three, not QKV + MLP.
     Mask, rope and kernel lines are in the processor's file, or the module's own without a processor."""
@@ -172,7 +202,10 @@ def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFi
         kernel_name=reading.kernel[0] if reading.kernel else None,
         backend_at=Evidence(where, reading.backend[0], f"the attention kernel is called with "
                             f"`backend={reading.backend[1][:60]}`") if reading.backend else None,
-        backend=_backend_member(reading.backend[1]) if reading.backend else None)
+        backend=_backend_member(reading.backend[1]) if reading.backend else None,
+        kernel_global=reading.kernel_global,
+        mask_after_param=reading.mask_after[0] if reading.mask_after else None,
+        mask_after_inputs=fed_by)
 
 
 def _module_global(src: SourceFile, name: str) -> tuple[str, str] | None:
@@ -297,6 +330,7 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
             if kernel_line is None:
                 kernel_line = src.line(call)
                 reading.kernel = (name, kernel_line)
+                reading.kernel_global = _module_global(src, name)
         if last == "dispatch_attention_fn":
             reading.cross_cp.append((_cross_cp(call), src.line(call)))
     nested = _callers_of_params(fn)

@@ -14,7 +14,7 @@ from integrate.gate.records import GateReport
 
 from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
-ANALYSIS_SCHEMA_VERSION = "1.9"
+ANALYSIS_SCHEMA_VERSION = "1.10"
 
 
 @dataclass(frozen=True)
@@ -222,6 +222,13 @@ class AttentionFact:
     # 1.9: the `enable_gqa` kernel call's callee as (module, global name), where it is a bare name the processor's
     # file binds at module level (an import or a def) and the file's import name is known; None otherwise
     gqa_global: tuple[str, str] | None = None
+    # 1.10: the first kernel call's callee as (module, global name), read as `gqa_global` is (None otherwise): the
+    # global a generated planner wraps to mend masks at the kernel under CP
+    kernel_global: tuple[str, str] | None = None
+    # 1.10: the processor parameter `mask_after_at` names, and the block forward's parameters that reach it through
+    # the block's calls of this attention module (keyword, or position of the module's forward); () when not read
+    mask_after_param: str | None = None
+    mask_after_inputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -656,6 +656,10 @@ class _Flow:
             if isinstance(call, cst.BinaryOperation | cst.UnaryOperation) and not any(
                     isinstance(c.func, cst.Attribute) and c.func.attr.value in _RESHAPE | {"cat"}
                     for c in find_all(call, cst.Call)):
+                for name in self.snapshots(call, current, streams, last, ln):
+                    blocked_unless_root.append(Evidence(path, ln, f"`{self.src.code(value)[:70]}` joins the stream "
+                                                        f"with `{name}`, the sequence as it was before the blocks "
+                                                        "(a long skip): whole unless split at the root"))
                 current |= set(names)  # element-wise modulation: h * (1 + scale) + shift
                 continue
             if method in ("cat", "concat", "split", "chunk") or isinstance(call, cst.Subscript) or any(
@@ -670,6 +674,27 @@ class _Flow:
                 continue
             break
         return candidate, blocked, blocked_unless_root, risks
+
+    def snapshots(self, op: cst.CSTNode, current: set[str], streams: set[str], last: _Walk, line: int) -> list[str]:
+        """The names `op` reads (besides the stream it carries) that hold the sequence as it was before the last
+        walk: bound before that walk's loop to a stream, as is or through a pass-through method
+        (`residual = hidden_states`, `skip = x.clone() if long_skip else None`). Element-wise with the stream, they
+        must be as long."""
+        out = []
+        for name in sorted(names_read(op) - current - {"self"}):
+            defs = self.defs_before(name, line)
+            if not defs or defs[-1][0] >= last.loop.line:
+                continue
+            value = _unwrap(defs[-1][2])
+            arms = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]  # `x.clone() if s else None`
+            for arm in arms:
+                while isinstance(arm, cst.Call) and isinstance(arm.func, cst.Attribute) \
+                        and arm.func.attr.value in _PASSTHROUGH:
+                    arm = arm.func.value
+                if isinstance(arm, cst.Name) and arm.value in streams:
+                    out.append(name)
+                    break
+        return out
 
     def cut_kind(self, value, last: _Walk, line: int, streams: set[str]) -> tuple[str, list[Evidence]]:
         """A slice/join after the blocks: "local" (lengths read from split tensors after the loop or joins of

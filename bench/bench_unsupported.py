@@ -9,6 +9,9 @@ same steps `integrate survey --verify` runs, one model after another; a model no
 transformer-only (`--no-pipeline`, with `--separate-cfg` as given here: no by default). Prints, per model, the fixture's
 status and source and each proof's status; then the pass counts (with how many were skipped, needs-code,
 failed or errored beside them), and the median and maximum time per model.
+`--tests` needs a checkout's whole `tests/` folder (the files import `..testing_utils`) and `pip install -e ".[bench]"`
+(they import accelerate); where a file cannot be imported the fixture comes from the other sources (the row's
+fixture source says which).
 `--registered` runs the models cache-dit does register instead (our own integration of each, as `audit` makes
 it), for the fixture target on supported models. A benchmark, not a test: it takes minutes (about half a minute per model on 2 cores, a few seconds each
 with --fixture-only).

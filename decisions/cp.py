@@ -37,6 +37,7 @@ from .records import (
     Hook,
     HybridPatch,
     KvExpand,
+    MaskMend,
     MaskReorder,
     MaskSite,
     RopeDriftFix,
@@ -45,8 +46,12 @@ from .records import (
 )
 
 STREAM = Split(split_dim=1, expected_dims=3, split_output=False)
+MASK_ROWS = Split(split_dim=-1, expected_dims=None, split_output=False)  # a per-token mask: its last axis, the tokens
 GATHER = Gather(gather_dim=1, expected_dims=3)
 TABLE = Split(split_dim=0, expected_dims=2, split_output=False)  # an [S, D] table, e.g. one RoPE cos/sin
+# one RoPE tensor of a ready-made pair whose layout nothing documents: the tokens sit second to last in each of the
+# usual layouts ([S, D], [B, S, D], [B, H, S, D]); no rank is checked, since none is read
+ROPE_ASSUMED = Split(split_dim=-2, expected_dims=None, split_output=False)
 CP_SIZES = (2, 4, 8)
 TEXT_STREAMS = ("encoder_hidden_states", "context", "txt", "y", "cond", "text_states", "prompt_embeds")
 NO_HYBRID = HybridPatch(False, None, "every sequence tensor is reachable by a hook")
@@ -126,8 +131,10 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
         c.risks += [f"{r.why} ({r.file.rsplit('/', 1)[-1]}:{r.line})" for r in seq.root_risks]
     evidence = list(dict.fromkeys(c.evidence))  # first occurrence of each (file, line, why)
     kept = frozenset(c.local)  # attention the planner keeps out of CP: nothing CP's attention refuses applies
-    legacy = _legacy_masks(facts, seq, lists, kept)
-    causal, after = _causal(facts, lists, kept), _masks_after(facts, lists, kept)
+    mends, mended = _mend_masks(c, [lf for lf in lists if lf.attr not in per_module], kept)
+    evidence += [e for m in mends for e in m.at]
+    legacy = _legacy_masks(facts, seq, lists, kept | mended)
+    causal, after = _causal(facts, lists, kept), _masks_after(facts, lists, kept | mended)
     direct, fixed = _direct_kernels(facts, lists, kept), _local_backends(facts, lists, kept)
     kernelless = _no_kernel(facts, [lf for lf in lists if lf.attr not in per_module], kept)
     gqa, kv_expand = _gqa(facts, lists, kept)
@@ -165,7 +172,7 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
                                                               if k in seq.outside_attention)]
     return CpPlan("hook", shape, c.plan, confidence, tuple(evidence), tuple(c.risks + extra_risks),
                   tuple(c.unknowns), mask, rope, uaa, NO_HYBRID, _compare(facts, c.plan), _lengths(c), blocked,
-                  _ring_masks(facts, lists, kept), local_attention=local, kv_expand=kv_expand)
+                  _ring_masks(facts, lists, kept), local_attention=local, kv_expand=kv_expand, mask_mend=mends)
 
 
 def _local_attention(seq: SequenceFact, shape: str) -> tuple[str, ...]:
@@ -186,6 +193,70 @@ def _joined_text(c: _Chart, lists: list[ListFlowFact]) -> list[str]:
         if split_text and block is not None and any(a.joins_at is not None for a in block.attentions):
             out.append(lf.attr)
     return out
+
+
+def _mend_masks(c: _Chart, lists: list[ListFlowFact],
+                local: frozenset[str]) -> tuple[tuple[MaskMend, ...], frozenset[str]]:
+    """The masks the planner mends at the kernel (`MaskMend`, one per dispatcher global) and the attention modules
+    (`<list>.*.<path>`) mended so, which the mask refusals then leave alone.
+
+    Two cases, each only for a processor whose kernel is a dispatcher the processor's module binds as a global
+    (something the planner can wrap), in a walked list read hook by hook:
+    - the processor sizes the mask with the legacy `prepare_attention_mask(mask, key_length, batch)`: given the
+      local key length, it would pad a whole mask; its `prepare_attention_mask` keeps such a mask whole, and at the
+      kernel the mask's per-head rows are cut to the rank's heads;
+    - the processor multiplies its output by a mask, one row per query, that the block gets as an input: that input
+      is cut with the tokens at every block (the rows are then the rank's own queries), and at the kernel the
+      rank's share of the keys' mask is gathered from every rank. Only where the list's own stream is split, and
+      the block inputs that reach the mask were read."""
+    per_global: dict[tuple[str, str], tuple[list[str], list[str], list[Evidence]]] = {}
+    mended: set[str] = set()
+    by_attr = {lf.attr: lf for lf in lists}
+    for a in facts_attention(c.facts, local):
+        lf = by_attr.get(a.block_list)
+        at = f"{a.block_list}.*.{a.path}"
+        if lf is None or a.kernel_global is None or a.kernel_global[1] not in _DISPATCH:
+            continue
+        prepared, split, why = [], [], []
+        if a.mask_prepared_at is not None:
+            prepared.append(at)
+            why.append(Evidence(a.mask_prepared_at.file, a.mask_prepared_at.line,
+                                f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): {a.mask_prepared_at.why}; "
+                                "under CP its `prepare_attention_mask` keeps a mask over every rank's keys whole, and "
+                                f"the wrapped `{a.kernel_global[1]}` cuts its per-head rows to the rank's heads"))
+        if a.mask_after_at is not None:
+            inputs = {bi.param: bi for bi in lf.inputs}
+            fed = [p for p in a.mask_after_inputs if p in inputs and inputs[p].role in ("mask", "other")]
+            if not fed or not _stream_split(c, lf):
+                continue  # not read, or nothing to cut it with: the refusal stands
+            for p in fed:
+                split.append(f"{lf.attr}.*:{p}")
+                spec = c.inputs(f"{lf.attr}.*")
+                spec.setdefault(p, MASK_ROWS)
+            why.append(Evidence(a.mask_after_at.file, a.mask_after_at.line,
+                                f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}): {a.mask_after_at.why}; "
+                                f"{', '.join(f'`{p}`' for p in fed)} is cut with the tokens at every block (its last "
+                                f"axis), and the wrapped `{a.kernel_global[1]}` gathers the keys' mask from every "
+                                "rank"))
+        if not why:
+            continue
+        mended.add(at)
+        entry = per_global.setdefault(tuple(a.kernel_global), ([], [], []))
+        entry[0].extend(prepared)
+        entry[1].extend(split)
+        entry[2].extend(why)
+    mends = tuple(MaskMend(m, f, tuple(dict.fromkeys(pr)), tuple(dict.fromkeys(sp)), tuple(dict.fromkeys(w)))
+                  for (m, f), (pr, sp, w) in sorted(per_global.items()))
+    return mends, frozenset(mended)
+
+
+def _stream_split(c: _Chart, lf: ListFlowFact) -> bool:
+    """Whether the plan splits the list's own stream: at the root (its streams come from forward inputs split there),
+    at one of its blocks, or in an earlier walk it continues."""
+    if not lf.fresh or (c.root and any(c.seq.root_params.get(v) in c.split_params for v in lf.streams.values())):
+        return True
+    return any(key.startswith(lf.attr + ".") and isinstance(spec, dict) and set(spec) & set(lf.streams)
+               for key, spec in c.plan.items())
 
 
 def _legacy_masks(facts: ParallelFacts, seq: SequenceFact, lists: list[ListFlowFact],
@@ -400,11 +471,24 @@ def _split_at_root(c: _Chart) -> None:
     for bi in first.inputs:
         if bi.role == "position" and bi.producer_kind in ("module", "expression") and not bi.local_length:
             for p in bi.from_params:
+                if p not in inputs and not _tensor_param(c, p):
+                    c.why(None, None, f"`{p}` feeds the positions of `{bi.param}` but is annotated "
+                                      f"`{c.seq.annotations[p]}`, no tensor: not split (cache-dit's split hook "
+                                      "raises on an input a call leaves out)")
+                    continue
                 if p not in inputs:
                     inputs[p] = _position_param_split(c, bi.param, p)
                     c.split_params.add(p)
     c.plan[""] = inputs
     c.why(None, None, "every op between forward's inputs and the first block acts per token: split at the root")
+
+
+def _tensor_param(c: _Chart, p: str) -> bool:
+    """Whether forward input `p` may be a tensor to split: unannotated, or annotated with a tensor type somewhere in
+    it (`torch.Tensor | None`, `tuple[torch.Tensor, ...]`). An input annotated only with other types (a cache
+    object of the model's own, `str`, `int`) is no sequence."""
+    note = c.seq.annotations.get(p)
+    return note is None or "tensor" in note.lower()
 
 
 def _position_param_split(c: _Chart, block_param: str, p: str) -> Split:
@@ -517,12 +601,16 @@ def _split_positions(c: _Chart, i: int, lf: ListFlowFact) -> None:
             c.why(bi.producer_at, lf, f"`{bi.param}` is 1-D, one entry per token (its rank read from the code "
                                       "that builds it): split dim 0 at every block's input")
             continue
+        if bi.from_params and not any(_tensor_param(c, p) for p in bi.from_params):
+            c.why(bi.producer_at, lf, f"`{bi.param}` is built from {', '.join(f'`{p}`' for p in bi.from_params)} only, "
+                                      "annotated as no tensor (state of the model's own): not split")
+            continue
         covered = c.root and bool(set(bi.from_params) & c.split_params) and not bi.local_length
         if covered or (bi.producer_kind == "param" and bi.arg in c.split_params):
             continue
         if c.root and i == 0 and bi.producer_kind == "param":
             note = seq.annotations.get(bi.arg, "")
-            c.plan[""][bi.arg] = (TABLE, TABLE) if "tuple" in note.lower() else STREAM
+            c.plan[""][bi.arg] = (ROPE_ASSUMED, ROPE_ASSUMED) if "tuple" in note.lower() else STREAM
             c.split_params.add(bi.arg)
             c.why(None, None, f"`{bi.arg}` arrives ready-made from the caller: cut it with the tokens at the root "
                               "(its layout is assumed; confirm in verify)")

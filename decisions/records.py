@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.10"
+PLAN_SCHEMA_VERSION = "1.11"
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,26 @@ class KvExpand:
 
 
 @dataclass(frozen=True)
+class MaskMend:
+    """1.11: a dispatcher that processors call with a mask cache-dit's hooks alone cannot serve under CP, reached as a
+    global of `module`; the generated planner wraps it. Under Ulysses the kernel sees every key and the rank's share
+    of the heads, so at the kernel a mask over the rank's own keys is gathered from every rank (in rank order, the
+    order the all-to-all gives the keys) and a mask with one row per head is cut to the rank's heads.
+
+    `prepared`: attention modules (`<list>.*.<path>`) whose processor sizes a whole mask with the legacy
+    `prepare_attention_mask` from the local key length: their `prepare_attention_mask` keeps a mask that covers
+    every rank's keys as it is instead of padding it. `split`: block inputs (`<list>.*:<param>`) a processor also
+    applies to its output, one row per query: cut with the tokens at every block, and gathered again at the kernel.
+    Without a parallel config every call is unchanged."""
+
+    module: str
+    function: str
+    prepared: tuple[str, ...]
+    split: tuple[str, ...]
+    at: tuple[Evidence, ...]
+
+
+@dataclass(frozen=True)
 class RopeDriftFix:
     needed: bool
     evidence: tuple[Evidence, ...]
@@ -193,6 +213,8 @@ class CpPlan:
     local_attention: tuple[str, ...] = ()
     # 1.10: dispatchers whose `enable_gqa` calls the planner turns into plain attention over repeated key/value heads
     kv_expand: tuple[KvExpand, ...] = ()
+    # 1.11: dispatchers the planner wraps so masks fit the keys and heads each rank's kernel sees under Ulysses
+    mask_mend: tuple[MaskMend, ...] = ()
 
 
 # -- tensor parallelism ----------------------------------------------------------------------------

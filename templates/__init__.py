@@ -312,8 +312,10 @@ def _cp_planner(b: _Build) -> str | None:
         imports += [("inspect", None), ("torch", None), ("torch.distributed as dist", None)]
     if cp.local_attention:
         imports.append(("copy", None))
-    if cp.kv_expand:
+    if cp.kv_expand or cp.mask_mend:
         imports += [("functools", None), ("importlib", None), ("inspect", None)]
+    if cp.mask_mend:
+        imports += [("torch", None), ("torch.distributed as dist", None)]
     moved = _patched_keys(b.plan, b.patch)
     if moved:
         imports.append((b.functor_module, "walk_starts"))
@@ -322,7 +324,9 @@ def _cp_planner(b: _Build) -> str | None:
             evidence=evidence, patched_keys=moved, parts=_parts(b.patch), lengths=_rebased(cp, moved),
             imports=import_block(imports, (b.import_name,)), cp_prefix=b.m.transformer_class, cp_cls=cp_cls,
             local_attention=list(cp.local_attention),
-            kv_expand=[(str(escape.dotted(x.module)), str(escape.ident(x.function))) for x in cp.kv_expand])
+            kv_expand=[(str(escape.dotted(x.module)), str(escape.ident(x.function))) for x in cp.kv_expand],
+            mask_mend=[(str(escape.dotted(x.module)), str(escape.ident(x.function))) for x in cp.mask_mend],
+            mask_prepared=[p for x in cp.mask_mend for p in x.prepared])
     b.registered["cp_planner"] = b.m.transformer_class
     if cp.rope_drift_fix.needed:
         b.manual.append("RoPE drift fix: positions are computed from a local length after a root split")

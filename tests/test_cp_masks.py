@@ -1,6 +1,8 @@
 """A processor that sizes its mask with the legacy `prepare_attention_mask(mask, key_length, batch)` sees the
-local key length under CP and pads the mask to a wrong length: the plan refuses CP there with the line,
-and no CP planner is written (one that fails at run time is worse than none). Real diffusers 0.42.1 sources.
+local key length under CP and pads the mask to a wrong length; one that multiplies its output by a mask needs
+the rank's rows there and every key's in the kernel. Where the kernel is a dispatcher the processor's module binds
+as a global, the planner mends both (`cp.mask_mend`); elsewhere the plan refuses CP with the line, and no CP
+planner is written (one that fails at run time is worse than none). Real diffusers 0.42.1 sources.
 
 cache-dit 1.5.3 patches that very method by hand in its own CP planners for PixArt, LTX, LTX2, CogVideoX and
 DiT; the plan finds the same places from the processors' code.
@@ -21,16 +23,66 @@ def _cp(tmp_path, pipeline: str, transformer: str):
     return api.plan(api.flags_for(str(model)), probe=False).parallelism.cp
 
 
-@pytest.mark.parametrize("pipeline,transformer,attention", [
-    ("LTXPipeline", "LTXVideoTransformer3DModel", "attn1"),  # a masked self-attention
-    ("PixArtSigmaPipeline", "PixArtTransformer2DModel", "attn2"),  # cache-dit patches the method for it
-])
-def test_cp_is_refused_where_the_processor_sizes_the_mask_for_the_local_keys(tmp_path, pipeline, transformer,
-                                                                               attention):
-    cp = _cp(tmp_path, pipeline, transformer)
-    assert cp.blocked_by and cp.confidence == "low"
-    hit = next(e for e in cp.blocked_by if f"].{attention}`" in e.why)
+def test_cp_is_refused_where_the_processor_sizes_the_mask_for_the_local_keys_and_calls_the_kernel_directly(
+        tmp_path):
+    """PixArt's attn2 runs diffusers' legacy AttnProcessor2_0, which calls `F.scaled_dot_product_attention`
+    itself: no dispatcher global the planner could wrap, so the legacy mask stays a refusal with the line."""
+    cp = _cp(tmp_path, "PixArtSigmaPipeline", "PixArtTransformer2DModel")
+    assert cp.blocked_by and cp.confidence == "low" and not cp.mask_mend
+    hit = next(e for e in cp.blocked_by if "].attn2`" in e.why)
     assert "prepare_attention_mask" in hit.why and hit.line > 0 and hit.file.endswith(".py")
+
+
+@pytest.mark.parametrize("pipeline,transformer,attentions", [
+    ("LTXPipeline", "LTXVideoTransformer3DModel", {"attn1"}),  # a masked self-attention
+    ("LTX2Pipeline", "LTX2VideoTransformer3DModel", {"attn1", "attn2", "audio_attn1", "audio_attn2",
+                                                     "audio_to_video_attn", "video_to_audio_attn"}),
+])
+def test_a_legacy_mask_is_mended_where_the_kernel_is_a_dispatcher_global(tmp_path, pipeline, transformer,
+                                                                         attentions):
+    """The same legacy `prepare_attention_mask`, in processors that call the `dispatch_attention_fn` their module
+    imports: the planner keeps a whole mask whole there and cuts its per-head rows at the wrapped dispatcher (what
+    cache-dit's own LTX2 planner does by patching the processor), so CP is planned, not refused."""
+    cp = _cp(tmp_path, pipeline, transformer)
+    assert not any("prepare_attention_mask" in e.why for e in cp.blocked_by), [e.why for e in cp.blocked_by]
+    (mend,) = cp.mask_mend
+    assert mend.function == "dispatch_attention_fn" and mend.module.startswith("diffusers.models.transformers.")
+    assert {p.rsplit(".", 1)[-1] for p in mend.prepared} == attentions and not mend.split
+    assert all("prepare_attention_mask" in e.why and e.line > 0 for e in mend.at)
+
+
+def test_a_mask_a_processor_applies_to_its_output_is_cut_with_the_tokens_and_gathered_at_the_kernel(tmp_path):
+    """LongCatAudioDiT's processors give `attention_mask` to the kernel and then multiply the attention output by
+    it (`hidden_states * attention_mask[:, :, None, None]`): the output rows are the rank's own queries, the
+    kernel's keys are every rank's. The block input `mask` that reaches both is cut with the tokens at every block
+    (its last axis) and the wrapped dispatcher gathers the keys' share back; the mask read by key only
+    (`cond_mask`, the text's) is left whole. Its long skip (`hidden_states + residual`, the sequence from before
+    the blocks) moves the gather to the last block. Before: refused, and with the refusal lifted the proof failed
+    at that skip."""
+    cp = _cp(tmp_path, "LongCatAudioDiTPipeline", "LongCatAudioDiTTransformer")
+    assert not cp.blocked_by, [e.why for e in cp.blocked_by]
+    (mend,) = cp.mask_mend
+    assert mend.split == ("blocks.*:mask",) and not mend.prepared
+    split = cp.plan["blocks.*"]["mask"]
+    assert (split.split_dim, split.expected_dims) == (-1, None) and "cond_mask" not in cp.plan["blocks.*"]
+    assert {e.why.split("`")[1] for e in mend.at} == {"blocks[i].self_attn", "blocks[i].cross_attn"}
+    last = [k for k in cp.plan if k.startswith("blocks.") and k.split(".")[1].isdigit() and k != "blocks.0"]
+    assert last and "proj_out" not in cp.plan
+    assert any("long skip" in e.why and "residual" in e.why for e in cp.evidence)
+
+
+def test_an_input_annotated_as_no_tensor_is_never_split(tmp_path):
+    """SanaWMLTX2Refiner's `kv_cache: SanaWMRefinerKVCache | None` feeds `sink_rotary_emb`: it was split at the
+    root as a position input, and cache-dit's split hook raised `Expected 5 arguments but got 0` on every call
+    that leaves it out. Neither it nor the RoPE built from it alone is split now."""
+    model = tmp_path / "m" / "transformer"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"_class_name": "SanaWMLTX2RefinerTransformer3DModel",
+                                                    "_diffusers_version": "0.42.1"}))
+    cp = api.plan(api.flags_for(str(tmp_path / "m"), no_pipeline=True, separate_cfg="no"), probe=False).parallelism.cp
+    keys = {param for hooks in cp.plan.values() if isinstance(hooks, dict) for param in hooks}
+    assert "kv_cache" not in keys and "sink_rotary_emb" not in keys and "hidden_states" in cp.plan[""]
+    assert any("`kv_cache`" in e.why and "no tensor" in e.why for e in cp.evidence)
 
 
 def test_a_processor_that_builds_no_legacy_mask_is_not_refused(tmp_path):
@@ -38,7 +90,7 @@ def test_a_processor_that_builds_no_legacy_mask_is_not_refused(tmp_path):
 
 
 def test_generate_writes_no_cp_planner_and_verify_says_why(tmp_path):
-    model = make_model_dir(tmp_path / "m", "LTXPipeline", "LTXVideoTransformer3DModel")
+    model = make_model_dir(tmp_path / "m", "HunyuanDiTPipeline", "HunyuanDiT2DModel")
     plan_dir, out = tmp_path / "plan", tmp_path / "out"
     assert run_cli("plan", str(model), "--out", str(plan_dir), "--no-probe").returncode == 0
     assert run_cli("approve", str(plan_dir), "--reviewer", "Ada").returncode == 0
@@ -66,20 +118,6 @@ def test_cp_is_refused_where_the_kernel_runs_causal_attention(tmp_path):
     assert not any("is_causal" in e.why for e in _cp(tmp_path, "ZImagePipeline", "ZImageTransformer2DModel").blocked_by)
 
 
-def test_cp_is_refused_where_a_processor_multiplies_its_output_by_the_mask(tmp_path):
-    """LongCatAudioDiT's processors give `attention_mask` to the kernel and then multiply the attention output by
-    a mask (`hidden_states * attention_mask[:, :, None, None]`), and its walk passes the blocks that mask. Under
-    CP those output rows are the rank's own queries while the kernel's key mask covers every key: no hook can
-    split one tensor and leave it whole. Before this rule the CP proof failed at `blocks.0.self_attn`."""
-    cp = _cp(tmp_path, "LongCatAudioDiTPipeline", "LongCatAudioDiTTransformer")
-    assert cp.confidence == "low"
-    hits = {e.why.split("`")[1]: e for e in cp.blocked_by if "after the kernel" in e.why}
-    assert set(hits) == {"blocks[i].self_attn", "blocks[i].cross_attn"}, [e.why for e in cp.blocked_by]
-    assert "`attention_mask`" in hits["blocks[i].self_attn"].why
-    assert "`post_attention_mask`" in hits["blocks[i].cross_attn"].why
-    assert all(e.file.endswith("transformer_longcat_audio_dit.py") and e.line > 0 for e in hits.values())
-
-
 @pytest.mark.parametrize("pipeline,transformer", [
     ("MotifVideoPipeline", "MotifVideoTransformer3DModel"),  # the mask goes to the kernel only
     ("AceStepPipeline", "AceStepTransformer1DModel"),  # the mask is read after `_get_current_attention_backend`
@@ -93,3 +131,34 @@ def test_a_mask_read_only_before_the_kernel_is_not_refused(tmp_path, pipeline, t
         plan = api.plan(api.flags_for(str(make_model_dir(tmp_path / "a", pipeline, transformer))), probe=False)
         kernels = {a.kernel.why for a in plan.facts.attention if a.kernel is not None}
         assert kernels == {"attention kernel `dispatch_attention_fn`"}, kernels
+
+
+def test_the_cp_proof_passes_with_a_legacy_text_mask_mended_and_fails_without_it(tmp_path):
+    """SanaWMLTX2Refiner (no pipeline: planned transformer-only) splits its text at every block and its cross-
+    attention sizes the text mask with `prepare_attention_mask`. Its derived fixture masks 2 of 6 text tokens. With
+    the mask kept whole and its head rows cut at the wrapped dispatcher, Ulysses agrees with the 1-process run; with
+    the `prepare_attention_mask` wrapper made a no-op, the mask is padded to the wrong length and the proof fails at
+    the first cross-attention, which is what the refusal had guarded against."""
+    from integrate.records import to_json
+
+    model = tmp_path / "m" / "transformer"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"_class_name": "SanaWMLTX2RefinerTransformer3DModel",
+                                                    "_diffusers_version": "0.42.1"}))
+    plan_dir, out = tmp_path / "plan", tmp_path / "out"
+    api.write_plan(api.plan(api.flags_for(str(tmp_path / "m"), no_pipeline=True, separate_cfg="no"), probe=False),
+                   plan_dir)
+    api.approve(plan_dir, "test")
+    api.generate(plan_dir, out=out)
+    planner = next(out.glob("integrate_*/cp_planner.py"))
+    assert "MASK_PREPARED = " in planner.read_text() and "MASK_MEND = " in planner.read_text()
+    report = to_json(api.verify(plan_dir, out, proofs=("cp",)))
+    assert "_mask(" in (out / "verify_fixture.py").read_text()
+    assert report["cp"]["status"] == "pass", report["cp"]
+    assert report["cp"]["variants"]["ulysses2"]["status"] == "pass"
+
+    text = planner.read_text()
+    planner.write_text(text.replace("target_length = attention_mask.shape[-1]", "pass"))
+    broken = to_json(api.verify(plan_dir, out, proofs=("cp",)))["cp"]
+    assert broken["status"] in ("fail", "error"), broken
+    assert broken["variants"]["ulysses2"]["first_divergence"]["module"].endswith(".attn2"), broken
