@@ -21,6 +21,8 @@ from integrate.resolve import Resolved, Workspace
 from integrate.source import SourceFile, base_names, dotted, find_method
 from integrate.syntax import find_all, params_of, self_member
 
+from .binding import BindError, CallArgs, bind
+from .forward import signature
 from .modules import Node, Tree, module_tree
 from .records import AttentionFact
 from .values import is_known
@@ -107,8 +109,9 @@ def attention_facts(ws: Workspace, tree: Tree, node: Node, block_path: str, bloc
 
 def block_inputs_into(tree: Tree, block_path: str, node: Node, param: str) -> tuple[str, ...]:
     """The block forward's parameters that reach the processor's `param` through the block's calls of the attention
-    module at `node`: passed as that keyword, or at that position of the module's forward (diffusers' attention
-    forwards hand their keywords on to the processor by name). () where the block or the module is not read."""
+    module at `node`: bound to that parameter of the module's forward by Python's rules (`analyzers.binding.bind`),
+    or passed as that keyword into its `**kwargs` (diffusers' attention forwards hand their keywords on to the
+    processor by name). () where the block or the module is not read."""
     block = tree.nodes.get(block_path)
     if block is None or block.cls_node is None or node.cls_node is None:
         return ()
@@ -118,17 +121,21 @@ def block_inputs_into(tree: Tree, block_path: str, node: Node, param: str) -> tu
         return ()
     block_params = {p.name.value for p in params_of(fwd)} - {"self"}
     attention_fwd = find_method(node.cls_node[1], "forward")
-    positional = [p.name.value for p in params_of(attention_fwd)][1:] if attention_fwd is not None else []
+    params = signature(node.cls_node[0], attention_fwd) if attention_fwd is not None else ()
     relative = node.path[len(block_path) + 1:] if block_path else node.path
     out: list[str] = []
     for call in find_all(fwd, cst.Call):
         if self_member(call.func) != relative:
             continue
-        for i, arg in enumerate(call.args):
-            named = arg.keyword.value if arg.keyword is not None else (
-                positional[i] if arg.star == "" and i < len(positional) else None)
-            if named == param:
-                out += sorted(_names(arg.value) & block_params)
+        args = CallArgs.of(b_src, call)
+        try:
+            value = bind(args, params).get(param) if params else None
+        except BindError:
+            value = None
+        if value is None or value.startswith("<"):  # not a parameter of the module's forward, or left at its default
+            value = dict(args.keywords).get(param)
+        if value is not None and not value.startswith("<"):
+            out += sorted(_names(cst.parse_expression(value)) & block_params)
     return tuple(dict.fromkeys(out))
 
 
