@@ -184,6 +184,9 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
         fields.update(kw)
         return BlockList(is_blocks=is_blocks, why=why, **base, **fields)
 
+    if not d.elements and d.container == "ModuleDict of ModuleList":
+        return verdict(None, "a ModuleDict of ModuleLists built by a comprehension whose keys are not known "
+                             "statically"), []
     if not d.elements:
         return verdict(None, "its elements could not be traced to a class"), []
     if externals and first is None:

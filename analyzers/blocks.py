@@ -8,12 +8,15 @@ module-level function returning a list), ModuleDicts of lists and lists of lists
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import libcst as cst
 
 from integrate.resolve import External, Resolved, Unresolved, Workspace
 from integrate.source import SourceFile, base_names, dotted, find_method
 from integrate.syntax import find_all, name_defaults, names_read, self_attr, walk_statements
+
+from .values import comprehension_items, evaluate
 
 MODULELIST = {"torch.nn.ModuleList", "torch.nn.modules.container.ModuleList"}
 MODULEDICT = {"torch.nn.ModuleDict", "torch.nn.modules.container.ModuleDict"}
@@ -52,6 +55,7 @@ class _Builder:
             self.init_params = {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)}
             self.init_defaults = name_defaults(init)
         self.local_lists: dict[str, tuple[list, str | None]] = {}  # name -> (element calls, length)
+        self.names: dict[str, Any] = {}  # local names of __init__ the evaluator knows (`modes = ["image"]`)
         self.defs: dict[str, ListDef] = {}
 
     # -- classification of calls ---------------------------------------------------------
@@ -118,6 +122,11 @@ class _Builder:
                         if n == "ModuleList":
                             keys.append(el.key.evaluated_value)
                             calls += c
+            elif isinstance(arg, cst.DictComp):  # `{name: nn.ModuleList([...]) for name in modes}`
+                c, _, n, _ = self.contents(arg.value, depth + 1)
+                if n == "ModuleList":
+                    keys = [str(key) for key, _ in comprehension_items(arg, self.names) or ()]
+                    calls += c if keys else []
             return calls, None, "ModuleDict", tuple(keys)
         if isinstance(expr, cst.Call):
             el = self.element(expr)
@@ -176,6 +185,8 @@ class _Builder:
             targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
             for target in targets:
                 attr = self_attr(target)
+                if isinstance(target, cst.Name):
+                    self.names[target.value] = evaluate(value, self.names)
                 if isinstance(target, cst.Name) and isinstance(value, (cst.List, cst.ListComp)):
                     calls, length, _, _ = self.contents(value)
                     self.local_lists[target.value] = (calls, length)
@@ -218,8 +229,10 @@ class _Builder:
         if kind == "ModuleList" and self._is_nested(value):
             container = "ModuleList of ModuleList"
         if kind == "ModuleDict":
-            if not keys:
+            arg = value.args[0].value if isinstance(value, cst.Call) and value.args else None
+            if not keys and not (isinstance(arg, cst.DictComp) and self.kind(arg.value) == "ModuleList"):
                 return
+            # a comprehension whose keys are not known statically keeps no elements: its lists are unknown
             container = "ModuleDict of ModuleList"
         old = self.defs.get(attr)
         if old is not None:  # assigned in two branches: merge

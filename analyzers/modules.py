@@ -19,7 +19,7 @@ from integrate.resolve import External, Resolved, Workspace
 from integrate.source import SourceFile, base_names, dotted, find_method
 from integrate.syntax import name_defaults
 
-from .values import UNKNOWN, evaluate, is_known
+from .values import UNKNOWN, comprehension_items, evaluate, is_known
 
 MAX_DEPTH = 7
 _CONTAINERS = {"ModuleList", "Sequential", "ModuleDict", "ParameterList"}
@@ -336,6 +336,15 @@ class _Walker:
             for el in arg.elements:
                 if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
                     self._attach_value(f"{path}.{el.key.evaluated_value}", el.value, conditional, call)
+            return
+        if short == "ModuleDict" and isinstance(arg, cst.DictComp):  # `{name: Block() for name in modes}`
+            saved = self.env
+            for key, bound in comprehension_items(arg, self.env, self.node.attrs) or ():
+                self.env = bound
+                try:
+                    self._attach_value(f"{path}.{key}", arg.value, conditional, call)
+                finally:
+                    self.env = saved
             return
         if short == "Sequential":
             for i, a in enumerate(call.args):

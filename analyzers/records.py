@@ -14,7 +14,7 @@ from integrate.gate.records import GateReport
 
 from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
-ANALYSIS_SCHEMA_VERSION = "1.10"
+ANALYSIS_SCHEMA_VERSION = "1.11"
 
 
 @dataclass(frozen=True)
@@ -332,6 +332,11 @@ class ListFlowFact:
     fresh_streams: tuple[str, ...] = ()  # block parameters whose stream is not split yet (to split here)
     offset: int | None = 0  # first block index this walk visits (a walk over `lst[-k:]` starts at n - k)
     last: int | None = None  # last block index it visits (None: not known statically)
+    # 1.11: for a walk after the first whose streams are fresh: each fresh stream's forward input, where every op
+    # from that input to the walk acts per token (the root check the first walk gets, in SequenceFact), and
+    # why a root split could not reach it
+    root_params: dict[str, str] = field(default_factory=dict)
+    root_blockers: tuple[Evidence, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -357,6 +362,9 @@ class SequenceFact:
     # 1.6: attention modules outside every walked block list and loop side module (`perceiver.layers.*.
     # cross_attention`: list indices as `*`), each with where it is built: they attend over whole tensors
     outside_attention: dict[str, Evidence] = field(default_factory=dict)
+    # 1.11: forward inputs whose default is None: a call may leave them out, and cache-dit's split hook raises on
+    # an input it cannot find among the call's arguments
+    optional: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -75,12 +75,15 @@ class _Walk:
     side_modules: tuple[SideModule, ...]
     offset: int | None  # index of the first block this walk visits (a slice `lst[-k:]` starts at n - k)
     last: int | None  # index of the last block it visits
+    root_params: dict[str, str] = field(default_factory=dict)  # a later fresh walk's root check
+    root_blockers: tuple[Evidence, ...] = ()
 
     def record(self, rebuilt_after: tuple[Evidence, ...]) -> ListFlowFact:
         """The frozen record, once the next walk (if any) has said where this one's output is rebuilt."""
         return ListFlowFact(self.attr, self.loop.line, dict(self.streams), self.inputs, bool(self.fresh_streams),
                             self.after, bool(rebuilt_after), rebuilt_after, self.side_modules,
-                            tuple(sorted(self.fresh_streams)), self.offset, self.last)
+                            tuple(sorted(self.fresh_streams)), self.offset, self.last, dict(self.root_params),
+                            self.root_blockers)
 
 
 def is_position(name: str) -> bool:
@@ -123,6 +126,12 @@ def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree
         return SequenceFact(file, src.line(fwd), tuple(params), (), (), {}, (), None, None, (), (), (),
                             unknowns=("no block list is called in a loop in forward",))
     blockers, origins, risks = flow.root_check(walks[0])
+    for i, w in enumerate(walks[1:], 1):  # a later walk on streams of its own: could the root split them too?
+        if w.fresh_streams:
+            fresh = dataclasses.replace(w, streams={p: v for p, v in w.streams.items() if p in w.fresh_streams})
+            later_blockers, later_origins, later_risks = flow.root_check(fresh)
+            walks[i] = dataclasses.replace(w, root_params=later_origins, root_blockers=tuple(later_blockers))
+            risks += later_risks if not later_blockers else []
     gather, blocked, blocked_unless_root, cut_risks = flow.gather(
         walks[-1], {v for w in walks for v in w.streams.values()})
     return SequenceFact(
@@ -132,6 +141,7 @@ def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree
         gather_at=Evidence(file, gather.line, gather.code[:80]) if gather and gather.line else None,
         gather_blocked=tuple(blocked), gather_blocked_unless_root=tuple(blocked_unless_root),
         masks=tuple(flow.masks()), batch_dropped=flow.batch_dropped(),
+        optional=tuple(p.name.value for p in params_of(fwd) if p.default is not None and src.code(p.default) == "None"),
         annotations={p.name.value: src.code(p.annotation.annotation) for p in params_of(fwd)
                      if p.annotation is not None},
         documented={k: dims for k, (dims, _) in documented_shapes(src, fwd).items()},
@@ -220,6 +230,7 @@ class _Flow:
         """One walk over `bl`: the streams it carries, each block input and what produced it, whether it
         continues the walk before it (`earlier`: the walks read so far) and the modules its body joins in."""
         end = self.end_line(loop.node)
+        path = ".".join((bl.attr, *loop.keys))  # `self.mode_blocks["image"]`: the ModuleList at `mode_blocks.image`
         args = CallArgs.of(self.src, loop.call, skip=loop.call_skip, scope=loop.node.body)
         try:
             bound = bind(args, bl.forward.params) if bl.forward else {}
@@ -229,23 +240,25 @@ class _Flow:
         annotated = {q.name: q.annotation for q in bl.forward.params} if bl.forward else {}
         # a parameter the call leaves at its default (`<default None>`) is no input: a hook planned on it would
         # look it up among arguments the call never passes (cache-dit's split hook raised IndexError)
-        inputs = [self.block_input(param, arg, streams, loop, annotated.get(param), bl) for param, arg in bound.items()
+        inputs = [self.block_input(param, arg, streams, loop, annotated.get(param), bl, path) for param, arg in bound.items()
                   if arg not in ("None", "True", "False") and not arg.startswith("<default ") and param != "self"]
         inputs = [self.unmasked(bl, f, p, streams, loop) if f.role == "mask" else (f, p) for f, p in inputs]
         split_before = {v for w in earlier for v in w.streams.values()}
         fresh, after, rebuilt = set(streams), None, []
         if earlier:
             fresh, after, rebuilt = self.continues(earlier[-1], streams, loop, split_before)
-        offset, last = self.slice_span(loop, bl.attr)
+        offset, last = self.slice_span(loop, path)
         sides = self.side_modules(loop, set(streams.values()) | split_before)
-        return _Walk(bl.attr, loop, end, streams, tuple(f for f, _ in inputs), tuple(p for _, p in inputs),
+        return _Walk(path, loop, end, streams, tuple(f for f, _ in inputs), tuple(p for _, p in inputs),
                      frozenset(fresh), after, tuple(rebuilt), tuple(sides), offset, last)
 
     def block_input(self, param: str, arg: str, streams: dict[str, str], loop: Loop,
-                    annotation: str | None = None, bl: BlockList | None = None) -> tuple[BlockInputFact, Producer]:
+                    annotation: str | None = None, bl: BlockList | None = None,
+                    path: str | None = None) -> tuple[BlockInputFact, Producer]:
         """The block parameter `param`, passed `arg`: its role, what produced it, the forward parameters it
         derives from and the sequence lengths read on the way. A module named like a position producer makes
-        an otherwise unrecognised input a position."""
+        an otherwise unrecognised input a position. `path`: the walked list's module path (`bl.attr`, or a
+        ModuleDict entry under it)."""
         role = "stream" if param in streams else "mask" if "mask" in param.lower() else (
             "position" if is_position(param) or is_position(arg) else "other")
         producer, in_loop = self.producer_of(arg, loop)
@@ -254,7 +267,7 @@ class _Flow:
         if role == "other" and producer.kind == "module" and is_position(producer.name or ""):
             role = "position"
         at = Evidence(str(self.src.path), producer.line, producer.code[:80]) if producer.line else None
-        table = None if role == "stream" or bl is None else indexed_by_position(self.tree, f"{bl.attr}.0", param)
+        table = None if role == "stream" or bl is None else indexed_by_position(self.tree, f"{path or bl.attr}.0", param)
         fact = BlockInputFact(param=param, arg=arg, role=role, producer_kind=producer.kind, producer=producer.name,
                               producer_at=at, producer_outputs=producer.outputs, producer_ndims=producer.ndims,
                               in_loop=in_loop,

@@ -30,6 +30,7 @@ from .modules import Node, Tree, module_tree
 from .ndim import last_assignment, ndim_of
 from .records import (
     AttentionFact,
+    BlockList,
     BlockStructure,
     LinearRole,
     MaskFact,
@@ -75,7 +76,7 @@ def parallel_facts(gate: GateReport, ws: Workspace, transformer: TransformerFact
     blocks = []
     for bl in transformer.block_lists:
         if bl.is_blocks:
-            blocks.append(block_structure(ws, tree, bl.attr, bl.block_class))
+            blocks += [block_structure(ws, tree, path, bl.block_class) for path in list_paths(tree, bl)]
     seq = sequence_facts(ws, t_src, cls, tree, transformer.block_lists)
     top = tuple(_module_fact(n, "") for p, n in tree.nodes.items() if p and "." not in p)
     cp_plan, cp_at = declared_cp_plan(ws, t_src, cls)
@@ -102,6 +103,15 @@ def parallel_facts(gate: GateReport, ws: Workspace, transformer: TransformerFact
 
 
 # -- blocks ---------------------------------------------------------------------------------
+
+
+def list_paths(tree: Tree, bl: BlockList) -> list[str]:
+    """The module paths of the ModuleLists a block list stands for: its attribute, or for a ModuleDict of
+    ModuleLists each entry the module tree built (`mode_blocks.image`, `mode_blocks.image_cond`)."""
+    if bl.container != "ModuleDict of ModuleList":
+        return [bl.attr]
+    keyed = [p for p in tree.nodes if p.startswith(bl.attr + ".") and p.count(".") == bl.attr.count(".") + 1]
+    return keyed or [bl.attr]
 
 
 def block_structure(ws: Workspace, tree: Tree, attr: str, block_class: str | None) -> BlockStructure:

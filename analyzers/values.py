@@ -52,7 +52,9 @@ _COMPARE = {
     cst.In: lambda a, b: a in b,
     cst.NotIn: lambda a, b: a not in b,
 }
-_CALLS = {"int": int, "float": float, "max": max, "min": min, "len": len, "round": round, "bool": bool, "abs": abs}
+_CALLS = {"int": int, "float": float, "max": max, "min": min, "len": len, "round": round, "bool": bool, "abs": abs,
+          "list": list, "tuple": tuple, "sorted": sorted}
+_DICT_VIEWS = {"keys": lambda d: list(d.keys()), "values": lambda d: list(d.values()), "items": lambda d: list(d.items())}
 _SCALARS = (int, float, bool, str, type(None))
 
 
@@ -131,6 +133,19 @@ def _eval(e: cst.BaseExpression, env: dict[str, Any], attrs: dict[str, Any]) -> 
         if is_known(base) and is_known(index) and isinstance(base, list | tuple | dict):
             return base[index]
         return UNKNOWN
+    if isinstance(e, cst.Dict):  # keys must be known; a value may stay UNKNOWN (`{"image": in_channels}`)
+        out = {}
+        for el in e.elements:
+            key = _eval(el.key, env, attrs) if isinstance(el, cst.DictElement) else UNKNOWN
+            if not is_known(key) or not isinstance(key, _SCALARS):
+                return UNKNOWN
+            out[key] = _eval(el.value, env, attrs)
+        return out
+    if isinstance(e, cst.Call) and isinstance(e.func, cst.Attribute) and e.func.attr.value in _DICT_VIEWS:
+        base = _eval(e.func.value, env, attrs)
+        if e.args or not isinstance(base, dict):
+            return UNKNOWN
+        return _DICT_VIEWS[e.func.attr.value](base)
     if isinstance(e, cst.Call):
         fn = _CALLS.get(dotted(e.func) or "")
         if fn is None or any(a.keyword or a.star for a in e.args):
@@ -140,6 +155,37 @@ def _eval(e: cst.BaseExpression, env: dict[str, Any], attrs: dict[str, Any]) -> 
             return UNKNOWN
         return fn(*args)
     return UNKNOWN
+
+
+def comprehension_items(comp: cst.DictComp, env: dict[str, Any],
+                        attrs: dict[str, Any] | None = None) -> list[tuple[Any, dict[str, Any]]] | None:
+    """`{key: value for target in iterable}` with a single `for` and no `if`: each known key with the names
+    its value is evaluated under (`env` plus the target bound to that item); None when the iterable or a key
+    is not known."""
+    if comp.for_in.inner_for_in is not None or comp.for_in.ifs:
+        return None
+    items = evaluate(comp.for_in.iter, env, attrs)
+    if not is_known(items) or not isinstance(items, list | tuple | dict):
+        return None
+    out = []
+    for item in items:
+        bound = dict(env)
+        if not _bind_target(comp.for_in.target, item, bound):
+            return None
+        key = evaluate(comp.key, bound, attrs)
+        if not is_known(key) or not isinstance(key, _SCALARS):
+            return None
+        out.append((key, bound))
+    return out
+
+
+def _bind_target(target: cst.BaseExpression, item: Any, env: dict[str, Any]) -> bool:
+    if isinstance(target, cst.Name):
+        env[target.value] = item
+        return True
+    if isinstance(target, cst.Tuple | cst.List) and isinstance(item, list | tuple) and len(item) == len(target.elements):
+        return all(_bind_target(el.value, v, env) for el, v in zip(target.elements, item))
+    return False
 
 
 def jsonable(value: Any) -> Any:

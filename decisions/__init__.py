@@ -76,8 +76,8 @@ def make_plan(analysis: Analysis, crosscheck: CrossCheck) -> Plan:
         uncached=uncached,
         notes=cache_notes + tuple(f"{e.why} ({e.file.rsplit('/', 1)[-1]}:{e.line}); not generated"
                                   for e in analysis.pipeline.other_models),
-        needs_patch_functor=t.needs_patch_functor,
-        patch_functor_reasons=t.patch_functor_reasons,
+        needs_patch_functor=bool(patch_reasons(t, cached)),
+        patch_functor_reasons=patch_reasons(t, cached),
         has_separate_cfg=analysis.pipeline.has_separate_cfg,
         cfg_confidence=analysis.pipeline.confidence,
     )
@@ -146,7 +146,7 @@ def _long_enough(lists: list, analysis: Analysis) -> tuple[list, tuple[NotBlocks
     a shorter list (Lumina2's 2-block refiners beside its 26 layers) is left out and runs uncached. When
     every list is that short, all stay and the note says the cache config must lower the counts."""
     d, facts = analysis.cache_defaults, analysis.parallel
-    lengths = {b.attr: b.length for b in facts.blocks} if facts is not None else {}
+    lengths = _list_lengths(lists, facts)
     if d is None:
         return lists, (), ()
     need = max(d.fn_compute_blocks, d.bn_compute_blocks)
@@ -160,6 +160,24 @@ def _long_enough(lists: list, analysis: Analysis) -> tuple[list, tuple[NotBlocks
                            f"cache config whose counts fit ({', '.join(f'{bl.attr}: {lengths[bl.attr]}' for bl in lists)})",)
     return ([bl for bl in lists if bl not in short],
             tuple(NotBlocks(bl.attr, _short_why(lengths[bl.attr], d, where)) for bl in short), ())
+
+
+def patch_reasons(t, cached: list) -> tuple[str, ...]:
+    """The PatchFunctor's reasons for the lists the adapter caches (a list left out runs as the model wrote it)."""
+    attrs = {bl.attr for bl in cached}
+    return tuple(f"{f.attr}: {f.message}" for f in t.findings if f.patch and f.attr in attrs)
+
+
+def _list_lengths(lists: list, facts) -> dict[str, int | None]:
+    """{list attribute: its length}; for a ModuleDict of ModuleLists the longest entry's (each entry is a list
+    of its own: `mode_blocks.image`, `mode_blocks.image_cond`), None where any entry's length is not known."""
+    if facts is None:
+        return {}
+    out: dict[str, int | None] = {}
+    for bl in lists:
+        found = [b.length for b in facts.blocks if b.attr == bl.attr or b.attr.startswith(bl.attr + ".")]
+        out[bl.attr] = max(found) if found and all(isinstance(n, int) for n in found) else None
+    return out
 
 
 def _short_why(n: int, d, where: str) -> str:

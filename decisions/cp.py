@@ -74,6 +74,7 @@ class _Chart:
     unknowns: list[str] = field(default_factory=list)
     split_params: set[str] = field(default_factory=set)  # forward inputs split at the root
     root: bool = False
+    root_walks: set[str] = field(default_factory=set)  # later walks whose fresh streams the root split covers
     # attention modules inside a block list kept out of CP (`<list>.*.<path>`), with the text they read kept whole
     local: list[str] = field(default_factory=list)
 
@@ -455,32 +456,61 @@ def _lengths(c: _Chart) -> dict[str, int]:
 
 
 def _split_at_root(c: _Chart) -> None:
+    """Split forward's inputs when every op between them and the first walk acts per token; then the same for
+    each later walk on streams of its own (Flux3's image blocks after its text blocks) whose streams pass the
+    same check, so no hook has to reach into that walk."""
     seq = c.seq
     first = seq.lists[0]
     c.root = not seq.root_blockers and first.fresh
     if not c.root:
         return
     inputs: dict = {}
-    for var in first.streams.values():
-        param = seq.root_params.get(var)
+    if not _root_inputs(c, first, first.streams.values(), seq.root_params, inputs):
+        c.root = False  # the streams already split stay in split_params, as the later questions expect
+        return
+    c.plan[""] = inputs
+    c.why(None, None, "every op between forward's inputs and the first block acts per token: split at the root")
+    for lf in seq.lists[1:]:
+        fresh = [v for p, v in lf.streams.items() if p in lf.fresh_streams]
+        if not lf.fresh or lf.root_blockers or not all(v in lf.root_params for v in fresh):
+            continue
+        added: dict = {}
+        if any(lf.root_params[v] in seq.optional for v in fresh):
+            # `if image_cond_hidden_states is not None:`: a root hook on an input the call may leave out raises
+            c.why(None, lf, f"the walk over `{lf.attr}` at line {lf.loop_line} takes "
+                            f"{', '.join(f'`{lf.root_params[v]}`' for v in fresh)} from forward, which a call may "
+                            "leave out (default None): split at the walk's first block, not at the root")
+            continue
+        if _root_inputs(c, lf, fresh, lf.root_params, added):
+            inputs.update(added)
+            c.root_walks.add(lf.attr)
+            c.why(None, lf, f"the walk over `{lf.attr}` at line {lf.loop_line} takes "
+                            f"{', '.join(f'`{v}`' for v in fresh)} fresh from forward's inputs through per-token ops "
+                            "only: split those inputs at the root too")
+
+
+def _root_inputs(c: _Chart, lf: ListFlowFact, streams, origins: dict[str, str], inputs: dict) -> bool:
+    """Fill `inputs` with the root splits of a walk's `streams` (through `origins`, loop variable -> forward input)
+    and of the forward inputs its positions are built from; False when a stream has no forward input."""
+    for var in streams:
+        param = origins.get(var)
         if param is None:
-            c.root = False  # the streams already split stay in split_params, as the later questions expect
-            return
+            return False
         inputs[param] = STREAM
         c.split_params.add(param)
-    for bi in first.inputs:
+    for bi in lf.inputs:
         if bi.role == "position" and bi.producer_kind in ("module", "expression") and not bi.local_length:
             for p in bi.from_params:
-                if p not in inputs and not _tensor_param(c, p):
+                if p in inputs or p in c.split_params:
+                    continue
+                if not _tensor_param(c, p):
                     c.why(None, None, f"`{p}` feeds the positions of `{bi.param}` but is annotated "
                                       f"`{c.seq.annotations[p]}`, no tensor: not split (cache-dit's split hook "
                                       "raises on an input a call leaves out)")
                     continue
-                if p not in inputs:
-                    inputs[p] = _position_param_split(c, bi.param, p)
-                    c.split_params.add(p)
-    c.plan[""] = inputs
-    c.why(None, None, "every op between forward's inputs and the first block acts per token: split at the root")
+                inputs[p] = _position_param_split(c, bi.param, p)
+                c.split_params.add(p)
+    return True
 
 
 def _tensor_param(c: _Chart, p: str) -> bool:
@@ -570,7 +600,7 @@ def _one_per_row(seq: SequenceFact, param: str) -> bool:
 
 
 def _split_fresh_walk(c: _Chart, i: int, lf: ListFlowFact) -> None:
-    if not lf.fresh or (c.root and i == 0):
+    if not lf.fresh or (c.root and i == 0) or lf.attr in c.root_walks:
         return
     start = lf.offset if lf.offset is not None else "{start}"
     fresh = [p for p in lf.streams if p in lf.fresh_streams] or list(lf.streams)
@@ -615,7 +645,7 @@ def _split_positions(c: _Chart, i: int, lf: ListFlowFact) -> None:
             c.why(None, None, f"`{bi.arg}` arrives ready-made from the caller: cut it with the tokens at the root "
                               "(its layout is assumed; confirm in verify)")
             c.unknowns.append(f"layout of the position input `{bi.arg}` (which dim is the sequence)")
-        elif bi.producer_kind == "module" and not bi.in_loop:
+        elif bi.producer_kind == "module" and not bi.in_loop and not _called_on_split(c, bi):
             layout = c.facts.position_modules.get(bi.producer or "")
             n = (layout.outputs if layout else None) or 1
             entry = Split(split_dim=layout.split_dim if layout else 0,
@@ -663,6 +693,15 @@ def _split_positions(c: _Chart, i: int, lf: ListFlowFact) -> None:
                                       "can split: split it at every block's input")
             c.risks.append(f"`{bi.param}` ({lf.attr}): split at each block; if it is a nested tuple, hooks cannot "
                            f"split it and `{bi.producer}` needs a minimal patch instead")
+
+
+def _called_on_split(c: _Chart, bi) -> bool:
+    """Whether the module that builds position input `bi` is also called, for another walk, on forward inputs
+    the root already splits (Flux3's `pos_embed` on the text, image and reference ids): a hook on its output
+    would cut those calls' local outputs again."""
+    return any(other.producer == bi.producer and other.producer_kind == "module" and other is not bi
+               and set(other.from_params) & c.split_params
+               for lf in c.seq.lists for other in lf.inputs if other.role == "position")
 
 
 def _tuple_members(annotation: str | None) -> int:

@@ -130,7 +130,8 @@ def build(plan: Plan, approval: Approval, analysis: Analysis, ws: Workspace, src
 def _patch_functor(b: _Build) -> None:
     if not b.plan.cache.needs_patch_functor:
         return
-    findings = [f for f in b.analysis.transformer.findings if f.patch]
+    cached = {cl.attr for cl in b.plan.cache.block_lists}  # a list left out of the adapter runs as written
+    findings = [f for f in b.analysis.transformer.findings if f.patch and f.attr in cached]
     patch = patch_forward(b.ws, b.src, b.cls, b.analysis.transformer.block_lists)
     handled = _handled(findings, patch)
     left = [f for f in findings if f not in handled]
@@ -326,7 +327,10 @@ def _cp_planner(b: _Build) -> str | None:
             local_attention=list(cp.local_attention),
             kv_expand=[(str(escape.dotted(x.module)), str(escape.ident(x.function))) for x in cp.kv_expand],
             mask_mend=[(str(escape.dotted(x.module)), str(escape.ident(x.function))) for x in cp.mask_mend],
-            mask_prepared=[p for x in cp.mask_mend for p in x.prepared])
+            mask_prepared=[p for x in cp.mask_mend for p in x.prepared],
+            module_dicts=[str(escape.ident(bl.attr)) for bl in b.analysis.transformer.block_lists
+                          if bl.container == "ModuleDict of ModuleList"
+                          and any(k.startswith(bl.attr + ".") for k in cp.plan)])
     b.registered["cp_planner"] = b.m.transformer_class
     if cp.rope_drift_fix.needed:
         b.manual.append("RoPE drift fix: positions are computed from a local length after a root split")

@@ -1,7 +1,7 @@
 """A generated CP planner's hook keys name modules of the transformer it runs on, whatever its config.
 
-The plan is made from the full config (Flux3's `txt_mode_blocks` has 5 blocks, so its last block is
-`txt_mode_blocks.4`); the planner runs on any config of the class, the tiny one of verify included. Real
+The plan is made from the full config (StableAudio3's `transformer_blocks` has 24 blocks, so its last block
+is `transformer_blocks.23`); the planner runs on any config of the class, the tiny one of verify included. Real
 runs: the installed diffusers 0.42.1, the generated plugin imported in a fresh process.
 """
 
@@ -49,14 +49,15 @@ def _keys(tmp_path, model_args: list[str], cls: str) -> dict:
 
 
 def test_a_last_block_key_follows_the_config_the_planner_runs_on(tmp_path):
-    model = tmp_path / "flux3"
+    model = tmp_path / "stable_audio3"
     (model / "transformer").mkdir(parents=True)
-    (model / "transformer" / "config.json").write_text(json.dumps({"_class_name": "Flux3Transformer2DModel",
+    (model / "transformer" / "config.json").write_text(json.dumps({"_class_name": "StableAudio3DiTModel",
                                                                    "_diffusers_version": "0.42.1"}))
-    got = _keys(tmp_path, [str(model), "--no-pipeline", "--separate-cfg", "no"], "Flux3Transformer2DModel")
-    assert got["lengths"]["txt_mode_blocks"] == 5  # the plan's index came from the full config
+    got = _keys(tmp_path, [str(model), "--no-pipeline", "--separate-cfg", "no"], "StableAudio3DiTModel")
+    assert got["lengths"]["transformer_blocks"] == 24  # the plan's index came from the full config
     assert not got["missing"], got
-    assert "txt_mode_blocks.1" in got["keys"]  # the tiny model's last block (2 blocks)
+    last = [k for k in got["keys"] if k.startswith("transformer_blocks.") and k.split(".")[1].isdigit()]
+    assert last and all(k != "transformer_blocks.23" for k in last), got  # moved to the tiny model's last block
 
 
 def test_keys_of_blocks_the_patch_functor_moves_still_resolve(tmp_path):

@@ -51,7 +51,7 @@ class DenoiseTensorParallelismPlanner(TensorParallelismPlanner):
         styles = _styles()
         layer_plans = []
         for attr, plan in LAYER_PLANS.items():
-            blocks = list(getattr(transformer, attr))
+            blocks = list(transformer.get_submodule(attr))  # `blocks`, or a ModuleDict's list `mode_blocks.image`
             for block in blocks:
                 for path, attrs in SHARD_DIV_ATTR[attr].items():
                     for name in attrs:

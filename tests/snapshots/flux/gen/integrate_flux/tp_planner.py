@@ -85,7 +85,7 @@ class FluxTensorParallelismPlanner(TensorParallelismPlanner):
         styles = _styles()
         layer_plans = []
         for attr, plan in LAYER_PLANS.items():
-            blocks = list(getattr(transformer, attr))
+            blocks = list(transformer.get_submodule(attr))  # `blocks`, or a ModuleDict's list `mode_blocks.image`
             for block in blocks:
                 norms = DISTRIBUTED_NORMS.get(attr, []) + [f"{a}.{n}" for a in SHARD_DIV_ATTR[attr] for n in QK_NORMS]
                 over_heads = [path for path in dict.fromkeys(norms) if _over_heads(block, path)]

@@ -86,7 +86,7 @@ class MotifVideoTensorParallelismPlanner(TensorParallelismPlanner):
         styles = _styles()
         layer_plans = []
         for attr, plan in LAYER_PLANS.items():
-            blocks = list(getattr(transformer, attr))
+            blocks = list(transformer.get_submodule(attr))  # `blocks`, or a ModuleDict's list `mode_blocks.image`
             for part in SPLIT_OFF.get(attr, []):  # blocks the PatchFunctor moved (cache on)
                 blocks += list(getattr(transformer, part, None) or [])
             for block in blocks:
