@@ -681,18 +681,33 @@ def _split_positions(c: _Chart, i: int, lf: ListFlowFact) -> None:
                                       "input (" + (", ".join("[S, D]" if r == 2 else "[B, S, D]" for r in ranks)
                                                    + ", ranks read from the code that builds them)" if read else
                                                    "as [B, S, D]; assumed, confirm in verify)"))
+        elif bi.producer_kind == "module" and not bi.in_loop and (layout := c.facts.position_modules.get(bi.producer)):
+            # its output hook is withheld (`_called_on_split`): the same cut, in the module's layout, at the blocks
+            entry = Split(split_dim=layout.split_dim, expected_dims=layout.expected_dims, split_output=False)
+            n = layout.outputs or 1
+            c.inputs(f"{lf.attr}.*")[bi.param] = tuple(entry for _ in range(n)) if n > 1 else entry
+            c.why(bi.producer_at, lf, f"`{bi.param}` comes from module `{bi.producer}`, {_unhooked(c, bi)}: split "
+                                      f"{'each of its ' + str(n) + ' outputs' if n > 1 else 'it'} at every block's "
+                                      f"input as the module's output would have been ({layout.why})")
         elif (n := _tuple_members(bi.annotation)) and bi.role == "position":
             # the block takes a tuple of tables (`freqs_cis: tuple[torch.Tensor, torch.Tensor]`): one spec each
             c.inputs(f"{lf.attr}.*")[bi.param] = tuple(TABLE for _ in range(n))
-            c.why(bi.producer_at, lf, f"`{bi.param}` comes from {bi.producer_kind} `{bi.producer}`, which no hook can "
-                                      f"split, and the block takes it as `{bi.annotation}`: split each of its {n} "
+            c.why(bi.producer_at, lf, f"`{bi.param}` comes from {bi.producer_kind} `{bi.producer}`, {_unhooked(c, bi)}"
+                                      f", and the block takes it as `{bi.annotation}`: split each of its {n} "
                                       "[S, D] tables at every block's input (layout assumed; confirm in verify)")
         else:
             c.inputs(f"{lf.attr}.*")[bi.param] = STREAM
-            c.why(bi.producer_at, lf, f"`{bi.param}` comes from {bi.producer_kind} `{bi.producer}`, which no hook "
-                                      "can split: split it at every block's input")
+            c.why(bi.producer_at, lf, f"`{bi.param}` comes from {bi.producer_kind} `{bi.producer}`, {_unhooked(c, bi)}"
+                                      ": split it at every block's input")
             c.risks.append(f"`{bi.param}` ({lf.attr}): split at each block; if it is a nested tuple, hooks cannot "
                            f"split it and `{bi.producer}` needs a minimal patch instead")
+
+
+def _unhooked(c: _Chart, bi) -> str:
+    """Why the producer of a position input gets no output hook, in words."""
+    if bi.producer_kind == "module" and _called_on_split(c, bi):
+        return "whose output hook would also cut its calls on inputs the root already splits"
+    return "which no hook can split"
 
 
 def _called_on_split(c: _Chart, bi) -> bool:

@@ -57,7 +57,10 @@ def test_a_later_walk_on_its_own_stream_is_split_at_the_root_and_an_optional_one
                                                                  "split_output": False}}
     assert any("`ref_hidden_states`" in w and "default None" in w for w in why), why
     # `pos_embed` also builds the text's and the image's positions from ids the root splits: no output hook
-    assert "pos_embed" not in cp["plan"] and "rope" in cp["plan"]["kind_blocks.ref.*"]
+    assert "pos_embed" not in cp["plan"]
+    # ... so the reference walk's positions are cut at its blocks, in the module's layout (a pair, positions first)
+    assert [e["split_dim"] for e in cp["plan"]["kind_blocks.ref.*"]["rope"]] == [0, 0]
+    assert any("whose output hook would also cut its calls on inputs the root already splits" in w for w in why)
     assert not cp["blocked_by"] and "proj_out" in cp["plan"]
     lists = {b["attr"]: b for b in data["parallelism"]["tp"]["block_lists"]}
     assert {"kind_blocks.image", "kind_blocks.ref", "text_blocks"} <= set(lists)  # each entry gets its TP plan
