@@ -62,6 +62,7 @@ class _Reading:
     gqa: tuple[int, str] | None = None  # (line, code) of a kernel call's `enable_gqa` other than False
     gqa_global: tuple[str, str] | None = None  # (module, name): that call's callee, a global of a known module
     kernel_global: tuple[str, str] | None = None  # (module, name): the first kernel call's callee, likewise
+    sdpa_global: tuple[str, str] | None = None  # (module, alias): that callee is `<alias>.scaled_dot_product_attention`
     backend: tuple[int, str] | None = None  # (line, code) of a dispatcher call's `backend=` other than None
     mask_after: tuple[str, int] | None = None  # (mask parameter, line) read after the kernel, outside its call
     joins: tuple[int, bool, str] | None = None  # (line, text first, code): the processor joins its own and text keys
@@ -211,6 +212,7 @@ def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFi
                             f"`backend={reading.backend[1][:60]}`") if reading.backend else None,
         backend=_backend_member(reading.backend[1]) if reading.backend else None,
         kernel_global=reading.kernel_global,
+        sdpa_global=reading.sdpa_global,
         mask_after_param=reading.mask_after[0] if reading.mask_after else None,
         mask_after_inputs=fed_by)
 
@@ -222,6 +224,22 @@ def _module_global(src: SourceFile, name: str) -> tuple[str, str] | None:
     if "." in name or not name or src.dotted_name is None:
         return None
     return (src.dotted_name, name) if name in src.imports or name in src.functions else None
+
+
+_FUNCTIONAL = "torch.nn.functional"
+
+
+def _sdpa_global(src: SourceFile, name: str) -> tuple[str, str] | None:
+    """(module, alias) when the callee `name` is torch's `scaled_dot_product_attention` reached through a module-level
+    alias of torch.nn.functional (`import torch.nn.functional as F` or `from torch.nn import functional as F`) and the
+    file's import name is known: code that replaces that global in the module then changes what the call reaches,
+    and nothing else the module does (every other attribute passes through). None otherwise."""
+    alias, _, attr = name.partition(".")
+    found = src.imports.get(alias) if attr == "scaled_dot_product_attention" else None
+    if found is None or src.dotted_name is None:
+        return None
+    target = found.module if found.name is None else f"{found.module}.{found.name}"
+    return (src.dotted_name, alias) if target == _FUNCTIONAL else None
 
 
 def _cross_local(reading: _Reading, where: str) -> Evidence | None:
@@ -338,6 +356,7 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
                 kernel_line = src.line(call)
                 reading.kernel = (name, kernel_line)
                 reading.kernel_global = _module_global(src, name)
+                reading.sdpa_global = _sdpa_global(src, name)
         if last == "dispatch_attention_fn":
             reading.cross_cp.append((_cross_cp(call), src.line(call)))
     nested = _callers_of_params(fn)

@@ -229,6 +229,10 @@ class AttentionFact:
     # the block's calls of this attention module (keyword, or position of the module's forward); () when not read
     mask_after_param: str | None = None
     mask_after_inputs: tuple[str, ...] = ()
+    # 1.11: that first kernel is torch's `scaled_dot_product_attention` reached as an attribute of a module-level
+    # alias of torch.nn.functional: (module, alias), the global a generated planner replaces so that, under CP, the
+    # call goes through cache-dit's dispatcher (None otherwise)
+    sdpa_global: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from .records import (
     Hook,
     HybridPatch,
     KvExpand,
+    KernelMend,
     MaskMend,
     MaskReorder,
     MaskSite,
@@ -130,13 +131,22 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
         confidence = "low"
     if c.root:
         c.risks += [f"{r.why} ({r.file.rsplit('/', 1)[-1]}:{r.line})" for r in seq.root_risks]
+        if "return_dict" in seq.forward_params:
+            c.risks.append("a root split hooks the transformer itself, and cache-dit's split hook raises on an output "
+                           "that is no tensor or tuple: call it with `return_dict=False` (as diffusers' pipelines do)")
     evidence = list(dict.fromkeys(c.evidence))  # first occurrence of each (file, line, why)
     kept = frozenset(c.local)  # attention the planner keeps out of CP: nothing CP's attention refuses applies
     mends, mended = _mend_masks(c, [lf for lf in lists if lf.attr not in per_module], kept)
     evidence += [e for m in mends for e in m.at]
     legacy = _legacy_masks(facts, seq, lists, kept | mended)
     causal, after = _causal(facts, lists, kept), _masks_after(facts, lists, kept | mended)
-    direct, fixed = _direct_kernels(facts, lists, kept), _local_backends(facts, lists, kept)
+    sdpa = _sdpa_mends(facts, [lf for lf in lists if lf.attr not in per_module], kept)
+    routed = frozenset(p for x in sdpa for p in x.attentions)
+    direct, fixed = _direct_kernels(facts, lists, kept, routed), _local_backends(facts, lists, kept)
+    for x in sdpa:
+        evidence += [Evidence(e.file, e.line, f"{e.why}: under CP the planner routes it through cache-dit's "
+                              f"dispatcher (it replaces `{x.alias}` in `{x.module}` with torch.nn.functional whose "
+                              "`scaled_dot_product_attention` does so while those processors run)") for e in x.at]
     kernelless = _no_kernel(facts, [lf for lf in lists if lf.attr not in per_module], kept)
     gqa, kv_expand = _gqa(facts, lists, kept)
     for x in kv_expand:
@@ -173,7 +183,8 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
                                                               if k in seq.outside_attention)]
     return CpPlan("hook", shape, c.plan, confidence, tuple(evidence), tuple(c.risks + extra_risks),
                   tuple(c.unknowns), mask, rope, uaa, NO_HYBRID, _compare(facts, c.plan), _lengths(c), blocked,
-                  _ring_masks(facts, lists, kept), local_attention=local, kv_expand=kv_expand, mask_mend=mends)
+                  _ring_masks(facts, lists, kept), local_attention=local, kv_expand=kv_expand, mask_mend=mends,
+                  sdpa_mend=sdpa)
 
 
 def _local_attention(seq: SequenceFact, shape: str) -> tuple[str, ...]:
@@ -335,8 +346,8 @@ def _causal(facts: ParallelFacts, lists: list[ListFlowFact],
 _DISPATCH = ("dispatch_attention_fn", "_dispatch_attention_fn")  # diffusers' and cache-dit's dispatchers
 
 
-def _direct_kernels(facts: ParallelFacts, lists: list[ListFlowFact],
-                    local: frozenset[str] = frozenset()) -> tuple[Evidence, ...]:
+def _direct_kernels(facts: ParallelFacts, lists: list[ListFlowFact], local: frozenset[str] = frozenset(),
+                    mended: frozenset[str] = frozenset()) -> tuple[Evidence, ...]:
     """Attentions in a walked list whose kernel is a plain call (`F.scaled_dot_product_attention`, a repository's
     own `attention(q, k, v)`), not diffusers' `dispatch_attention_fn`: context parallelism reaches attention only
     through a dispatcher given the module's parallel config, so with the sequence split each rank would attend
@@ -348,11 +359,36 @@ def _direct_kernels(facts: ParallelFacts, lists: list[ListFlowFact],
         name = a.kernel_name
         if a.block_list not in walked or a.kernel is None or not name or name.rsplit(".", 1)[-1] in _DISPATCH:
             continue
+        if f"{a.block_list}.*.{a.path}" in mended:  # routed through the dispatcher (`_sdpa_mends`)
+            continue
         out.append(Evidence(a.kernel.file, a.kernel.line,
                             f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}) calls `{name}` directly: "
                             "cache-dit's context-parallel attention is reached only through a dispatcher given the "
                             "parallel config; patch the processor to call cache-dit's `_dispatch_attention_fn`"))
     return tuple(dict.fromkeys(out))
+
+
+def _sdpa_mends(facts: ParallelFacts, lists: list[ListFlowFact],
+                local: frozenset[str] = frozenset()) -> tuple[KernelMend, ...]:
+    """The direct kernel calls a generated planner can route through cache-dit's dispatcher: torch's
+    `scaled_dot_product_attention` reached as `<alias>.scaled_dot_product_attention` of a module-level alias of
+    torch.nn.functional (CogVideoX's, DiT's, CogView's processors), one record per (module, alias). Not where the
+    processor takes a mask in a walk whose blocks are passed one: the routed call does not fit a mask to the
+    rank's keys, so that stays a refusal."""
+    walked = {lf.attr for lf in lists}
+    masked = _masked_lists(facts, lists, in_kwargs=True)
+    found: dict[tuple[str, str], tuple[list[str], list[Evidence]]] = {}
+    for a in facts_attention(facts, local):
+        if a.block_list not in walked or a.kernel is None or a.sdpa_global is None:
+            continue
+        if a.mask_at is not None and a.block_list in masked:
+            continue
+        paths, at = found.setdefault(a.sdpa_global, ([], []))
+        paths.append(f"{a.block_list}.*.{a.path}")
+        at.append(Evidence(a.kernel.file, a.kernel.line, f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}) "
+                                                         f"calls `{a.kernel_name}` directly"))
+    return tuple(KernelMend(module, alias, tuple(dict.fromkeys(paths)), tuple(dict.fromkeys(at)))
+                 for (module, alias), (paths, at) in found.items())
 
 
 def _no_kernel(facts: ParallelFacts, lists: list[ListFlowFact],

@@ -150,6 +150,20 @@ class MaskMend:
 
 
 @dataclass(frozen=True)
+class KernelMend:
+    """1.12: processors that call torch's `scaled_dot_product_attention` through `alias`, a module-level alias of
+    torch.nn.functional in `module`, which no hook reaches. The generated planner replaces that global with one
+    whose `scaled_dot_product_attention`, while one of `attentions`' processors runs with a parallel config, calls
+    cache-dit's dispatcher instead (the same attention: heads moved behind the sequence and back), and is torch's
+    own everywhere else. A mask reaching such a call under CP is not fitted: the call raises rather than guess."""
+
+    module: str
+    alias: str
+    attentions: tuple[str, ...]  # `<list>.*.<path>`
+    at: tuple[Evidence, ...]
+
+
+@dataclass(frozen=True)
 class RopeDriftFix:
     needed: bool
     evidence: tuple[Evidence, ...]
@@ -215,6 +229,7 @@ class CpPlan:
     kv_expand: tuple[KvExpand, ...] = ()
     # 1.11: dispatchers the planner wraps so masks fit the keys and heads each rank's kernel sees under Ulysses
     mask_mend: tuple[MaskMend, ...] = ()
+    sdpa_mend: tuple[KernelMend, ...] = ()  # 1.12
 
 
 # -- tensor parallelism ----------------------------------------------------------------------------

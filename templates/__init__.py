@@ -313,6 +313,9 @@ def _cp_planner(b: _Build) -> str | None:
         imports += [("inspect", None), ("torch", None), ("torch.distributed as dist", None)]
     if cp.local_attention:
         imports.append(("copy", None))
+    if cp.sdpa_mend:
+        imports += [("contextvars", None), ("copy", None), ("importlib", None), ("types", None),
+                    ("cache_dit.attention", "_dispatch_attention_fn")]
     if cp.kv_expand or cp.mask_mend:
         imports += [("functools", None), ("importlib", None), ("inspect", None)]
     if cp.mask_mend:
@@ -328,6 +331,8 @@ def _cp_planner(b: _Build) -> str | None:
             kv_expand=[(str(escape.dotted(x.module)), str(escape.ident(x.function))) for x in cp.kv_expand],
             mask_mend=[(str(escape.dotted(x.module)), str(escape.ident(x.function))) for x in cp.mask_mend],
             mask_prepared=[p for x in cp.mask_mend for p in x.prepared],
+            sdpa_mend=[(str(escape.dotted(x.module)), str(escape.ident(x.alias)), list(x.attentions))
+                       for x in cp.sdpa_mend],
             module_dicts=[str(escape.ident(bl.attr)) for bl in b.analysis.transformer.block_lists
                           if bl.container == "ModuleDict of ModuleList"
                           and any(k.startswith(bl.attr + ".") for k in cp.plan)])

@@ -162,3 +162,44 @@ def test_the_cp_proof_passes_with_a_legacy_text_mask_mended_and_fails_without_it
     broken = to_json(api.verify(plan_dir, out, proofs=("cp",)))["cp"]
     assert broken["status"] in ("fail", "error"), broken
     assert broken["variants"]["ulysses2"]["first_divergence"]["module"].endswith(".attn2"), broken
+
+
+def test_a_direct_sdpa_call_through_an_alias_of_torch_functional_is_routed_not_refused(tmp_path):
+    """CogVideoX's processor calls `F.scaled_dot_product_attention` itself, where no hook reaches; cache-dit's own
+    planner rewrites the processor by hand to call its dispatcher. The plan finds the alias (`F`, bound to
+    torch.nn.functional in diffusers' attention_processor.py) and routes the call instead of refusing CP. A
+    processor whose walk is passed a mask keeps the refusal (the routed call fits no mask): Lumina2's; a legacy
+    `prepare_attention_mask` keeps its own (PixArt)."""
+    cp = _cp(tmp_path, "CogVideoXPipeline", "CogVideoXTransformer3DModel")
+    assert not cp.blocked_by, [e.why for e in cp.blocked_by]
+    (mend,) = cp.sdpa_mend
+    assert (mend.module, mend.alias, mend.attentions) == ("diffusers.models.attention_processor", "F",
+                                                          ("transformer_blocks.*.attn1",))
+    assert mend.at[0].file.endswith("attention_processor.py") and mend.at[0].line > 0
+    lumina = _cp(tmp_path, "Lumina2Pipeline", "Lumina2Transformer2DModel")
+    assert any("calls `F.scaled_dot_product_attention` directly" in e.why for e in lumina.blocked_by)
+    assert not any(p.startswith("layers.") for x in lumina.sdpa_mend for p in x.attentions)
+    pixart = _cp(tmp_path, "PixArtSigmaPipeline", "PixArtTransformer2DModel")
+    assert any("prepare_attention_mask" in e.why for e in pixart.blocked_by)
+
+
+def test_the_cp_proof_passes_with_the_sdpa_call_routed_and_fails_without_it(tmp_path):
+    """DiT's blocks run diffusers' AttnProcessor2_0, whose kernel is `F.scaled_dot_product_attention`. Our planner
+    replaces cache-dit's own (which rewrites that processor by hand). Routed, the Ulysses run agrees with the
+    1-process run; with the routing switched off each rank attends within its own half of the tokens and the
+    proof fails at the first attention."""
+    from integrate.records import to_json
+
+    model = make_model_dir(tmp_path / "dit", "DiTPipeline", "DiTTransformer2DModel")
+    plan_dir, out = tmp_path / "plan", tmp_path / "out"
+    api.write_plan(api.plan(api.flags_for(str(model)), probe=False), plan_dir)
+    api.approve(plan_dir, "test")
+    api.generate(plan_dir, out=out, replace_builtin=True)
+    planner = next(out.glob("integrate_*/cp_planner.py"))
+    assert "SDPA_MEND = " in planner.read_text()
+    report = to_json(api.verify(plan_dir, out, proofs=("cp",)))["cp"]
+    assert report["variants"]["ulysses2"]["status"] == "pass", report
+    planner.write_text(planner.read_text().replace("        _mend_sdpa(transformer, SDPA_MEND)\n", ""))
+    broken = to_json(api.verify(plan_dir, out, proofs=("cp",)))["cp"]
+    assert broken["variants"]["ulysses2"]["status"] in ("fail", "error"), broken
+    assert ".attn1" in broken["variants"]["ulysses2"]["first_divergence"]["module"], broken

@@ -99,7 +99,8 @@ def test_a_position_tuple_a_method_builds_is_split_per_element_and_a_two_stream_
     """HunyuanVideoFramepack builds its RoPE pair in `self._pack_history_states` (a method no hook can split)
     and its blocks take `freqs_cis: tuple[torch.Tensor, torch.Tensor]`: each [S, D] table gets its own spec
     (one stream spec on the tuple raised `'_ContextParallelInput' has no len()` in the CP proof). A direct
-    kernel call elsewhere (SD3's processor calls F.scaled_dot_product_attention) refuses CP with its line."""
+    kernel call elsewhere (SD3's processor calls F.scaled_dot_product_attention, with no mask passed to its
+    blocks) is routed through cache-dit's dispatcher by the planner, with its line."""
     from integrate.decisions.cp import TABLE
 
     from integrate.decisions.cp import GATHER
@@ -110,7 +111,8 @@ def test_a_position_tuple_a_method_builds_is_split_per_element_and_a_two_stream_
     # gather on the last block takes one spec per returned stream
     assert plan.parallelism.cp.plan["single_transformer_blocks.39"] == (GATHER, GATHER)
     sd3 = _plan(tmp_path, "StableDiffusion3Pipeline", "SD3Transformer2DModel").parallelism.cp
-    assert sd3.blocked_by and "scaled_dot_product_attention" in sd3.blocked_by[0].why
+    assert not sd3.blocked_by and sd3.sdpa_mend and sd3.sdpa_mend[0].attentions == ("transformer_blocks.*.attn",)
+    assert "F.scaled_dot_product_attention" in sd3.sdpa_mend[0].at[0].why
     flux = _plan(tmp_path, "FluxPipeline", "FluxTransformer2DModel").parallelism.cp
     assert not flux.blocked_by  # its processor goes through dispatch_attention_fn
 

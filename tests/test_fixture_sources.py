@@ -150,7 +150,11 @@ def test_a_model_test_file_comes_first_and_keeps_two_blocks_per_list(motif, tmp_
     assert fx["status"] == "derived" and fx["source"] == "test-file" and fx["tried"] == [], fx
     assert fx["changes"] == {"num_layers": [1, 2]}  # the authors' config, a one-block list made two
     assert fx["text_tokens"] == 10 and fx["image_tokens"] == 2 * 4 * 4
-    assert "from the model test test_models_transformer_motif_video.py" in (copy / "verify_fixture.py").read_text()
+    text = (copy / "verify_fixture.py").read_text()
+    assert "from the model test test_models_transformer_motif_video.py" in text
+    # the test leaves `return_dict` at True; the fixture asks for a tuple, as pipelines do (a root split hook
+    # raises on a `Transformer2DModelOutput`)
+    assert "the output as a tuple, as pipelines ask" in text
     assert rc == 0 and r["cache"]["status"] == "pass", r["cache"].get("why")
 
 

@@ -258,9 +258,12 @@ def _from_test_file(cls, job: dict, static: dict) -> dict:
     torch.save(calls, path)
     text_len = next((int(v.shape[1]) for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.ndim == 3
                      and k != main and any(w in k for w in ("encoder", "text", "context", "prompt"))), 0)
-    derived = {"config": config, "changes": changes, "parameters": None,
-               "slots": [{"name": k, "expr": f"_saved(step, {k!r})", "why": "the model test's dummy input"}
-                         for k in calls[0]],
+    slots = [{"name": k, "expr": f"_saved(step, {k!r})", "why": "the model test's dummy input"} for k in calls[0]]
+    if "return_dict" in params and "return_dict" not in calls[0]:
+        # as a pipeline calls the transformer (and as the static fixture does): cache-dit's split hook on the root
+        # module raises on an output that is no tensor or tuple (a `Transformer2DModelOutput`)
+        slots.append({"name": "return_dict", "expr": "False", "why": "the output as a tuple, as pipelines ask"})
+    derived = {"config": config, "changes": changes, "parameters": None, "slots": slots,
                "image_tokens": image_tokens(calls[0], config), "text_tokens": text_len}
     failure = plain_forward(cls, _module_from_text(_render_check(job, {**static, **derived}), path.with_suffix(".py")))
     if failure is not None:
