@@ -7,8 +7,10 @@ revision that makes the failing proof pass. It never approves the plan: the prop
 2. Rank the plan's alternatives (`plan.alternatives`): those of the failing proof's kind whose modules
    (`touches`) hold or lie inside the divergent module first, then the rest of that kind.
 3. For each candidate, in a scratch folder: the plan revised with it, approved as an automatic trial (never
-   the user's plan), generated, and only the failing proof run again. The first that passes is the proposal
-   for that proof (every candidate is one decision, so the first to pass is a smallest revision).
+   the user's plan), generated, and only the failing proof run again: its failing variants only, against the
+   plain model's run kept from step 1 (same fixture, so it is not run again). A candidate that passes them has
+   the proof's every variant run once more; the first that passes that too is the proposal for that proof
+   (every candidate is one decision, so the first to pass is a smallest revision).
 4. Within `max_candidates` trials and `max_seconds`; what was tried and where each candidate diverged is
    reported either way.
 
@@ -127,19 +129,22 @@ def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = REPAIRA
     proofs = tuple(p for p in REPAIRABLE if p in proofs)
     if not proofs:
         raise InputError(f"repair acts on the proofs {', '.join(REPAIRABLE)}")
-    progress(f"verifying the generated code as it stands ({', '.join(proofs)})")
-    before = api.verify(plan_dir, generated, proofs=proofs, trust_code=trust_code, progress=progress)
-    if before.fixture.status in ("needs-edit", "error"):
-        raise InputError(f"the fixture does not run ({before.fixture.status}): repair needs the plain model to run "
-                         "on it first (see `integrate verify --fixture-only`)")
-    failing = {p: (getattr(before, p).first_divergence.module if getattr(before, p).first_divergence else None)
-               for p in proofs if getattr(before, p).status in ("fail", "error")}
-    trials: list[Trial] = []
-    passing: dict[str, int] = {}
-    stopped: str | Omit = OMIT
     with tempfile.TemporaryDirectory(prefix="integrate-repair-") as tmp:
         work = Path(tmp)
+        baseline = work / "baseline"  # the plain model's run, kept by this verify for every trial's
+        progress(f"verifying the generated code as it stands ({', '.join(proofs)})")
+        before = api.verify(plan_dir, generated, proofs=proofs, trust_code=trust_code, progress=progress,
+                            baseline=baseline)
+        if before.fixture.status in ("needs-edit", "error"):
+            raise InputError(f"the fixture does not run ({before.fixture.status}): repair needs the plain model to "
+                             "run on it first (see `integrate verify --fixture-only`)")
+        failing = {p: (getattr(before, p).first_divergence.module if getattr(before, p).first_divergence else None)
+                   for p in proofs if getattr(before, p).status in ("fail", "error")}
+        trials: list[Trial] = []
+        passing: dict[str, int] = {}
+        stopped: str | Omit = OMIT
         for proof, module in failing.items():
+            failed = _failed_variants(getattr(before, proof))
             for i in candidates(plan, proof, module):
                 if len(trials) >= max_candidates:
                     stopped = f"--max-candidates {max_candidates} reached"
@@ -149,7 +154,12 @@ def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = REPAIRA
                     break
                 alt = plan.alternatives[i]
                 progress(f"[{len(trials) + 1}/{max_candidates}] {proof}: {alt.decision} -> {alt.instead}")
-                trials.append(_trial(plan_dir, generated, work / f"t{len(trials)}", plan, proof, i, trust_code))
+                trials.append(_trial(plan_dir, generated, work / f"t{len(trials)}", plan, proof, i, trust_code,
+                                     baseline, failed))
+                if trials[-1].status == "pass" and failed:  # the variants that failed pass: now all of them
+                    progress(f"[{len(trials)}/{max_candidates}] {proof}: every variant with it")
+                    trials[-1] = _trial(plan_dir, generated, work / f"t{len(trials)}-all", plan, proof, i, trust_code,
+                                        baseline, None)
                 if trials[-1].status == "pass":
                     passing[proof] = i
                     break
@@ -188,8 +198,20 @@ def _adopt_fixture(generated: Path, out: Path) -> None:
             shutil.copy2(source, (out / FILENAME).with_suffix(suffix))
 
 
-def _trial(plan_dir: Path, generated: Path, work: Path, plan, proof: str, index: int, trust_code: bool) -> Trial:
-    """Revise a scratch copy with one alternative, approve it as a trial, generate, and run `proof` alone."""
+def _failed_variants(result) -> tuple[str, ...] | None:
+    """The names of a parallel proof's variants that failed or stopped with an error; None (run them all) for a
+    proof without variants (cache) or where none is named."""
+    variants = getattr(result, "variants", None)
+    if not isinstance(variants, dict):
+        return None
+    names = tuple(name for name, v in variants.items() if getattr(v, "status", None) in ("fail", "error"))
+    return names or None
+
+
+def _trial(plan_dir: Path, generated: Path, work: Path, plan, proof: str, index: int, trust_code: bool,
+           baseline: Path | None = None, variants: tuple[str, ...] | None = None) -> Trial:
+    """Revise a scratch copy with one alternative, approve it as a trial, generate, and run `proof` alone (only
+    `variants` of it where named, against the plain model's run kept in `baseline`)."""
     alt = plan.alternatives[index]
     t0 = time.monotonic()
     base = dict(proof=proof, alternative=index, decision=alt.decision, instead=alt.instead)
@@ -198,7 +220,8 @@ def _trial(plan_dir: Path, generated: Path, work: Path, plan, proof: str, index:
         api.approve(scratch, TRIAL_REVIEWER)
         api.generate(scratch, out=work / "out")
         _adopt_fixture(generated, work / "out")
-        report = api.verify(scratch, work / "out", proofs=(proof,), trust_code=trust_code)
+        report = api.verify(scratch, work / "out", proofs=(proof,), trust_code=trust_code, baseline=baseline,
+                            variants=variants)
     except InputError as exc:
         return Trial(**base, status="error", diverged_at=None, why=str(exc)[:300],
                      seconds=round(time.monotonic() - t0, 1))

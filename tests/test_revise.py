@@ -192,3 +192,27 @@ def test_a_key_has_one_spelling_and_free_form_data_takes_any_key(planned):
     plan = json.loads((planned / "plan.json").read_text())
     assert [o["key"] for o in plan["overrides"]] == ["cache.has_separate_cfg", "facts.config.num_layers"]
     assert plan["facts"]["config"]["num_layers"] == 3
+
+
+def test_a_repair_trial_reads_the_kept_baseline_and_runs_only_the_variants_named(tmp_path):
+    """`integrate repair` verifies once, keeping the plain model's run, then runs each candidate's failing variants
+    only: a trial costs the variants that failed instead of the baseline plus every variant again. The kept run
+    is read back, not redone (its files stay as the first verify wrote them)."""
+    from integrate import api
+    from integrate.records import to_json
+
+    model = tmp_path / "m" / "transformer"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"_class_name": "Flux3Transformer2DModel",
+                                                    "_diffusers_version": "0.42.1"}))
+    plan_dir, out, kept = tmp_path / "plan", tmp_path / "out", tmp_path / "baseline"
+    api.write_plan(api.plan(api.flags_for(str(tmp_path / "m"), no_pipeline=True, separate_cfg="no"), probe=False),
+                   plan_dir)
+    api.approve(plan_dir, "test")
+    api.generate(plan_dir, out=out)
+    first = to_json(api.verify(plan_dir, out, proofs=("cp",), baseline=kept))["cp"]
+    assert {"ulysses2", "ulysses2+cache"} <= set(first["variants"]) and (kept / "rank0.npz").is_file()
+    stamp = (kept / "rank0.npz").stat().st_mtime_ns
+    again = to_json(api.verify(plan_dir, out, proofs=("cp",), baseline=kept, variants=("ulysses2",)))["cp"]
+    assert set(again["variants"]) == {"ulysses2"} and again["status"] == "pass", again
+    assert (kept / "rank0.npz").stat().st_mtime_ns == stamp

@@ -8,6 +8,7 @@ A proof that fails is followed module by module against the baseline to the firs
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -40,8 +41,12 @@ from .records import (
 class Verifier:
     def __init__(self, plan_dir: Path, generated: Path, *, trust_code: bool = False,
                  proofs: tuple[str, ...] | None = None, fixture_only: bool = False, fixture_from: Path | None = None,
-                 cache_dit_own: bool = False, progress: Callable[[str], None] | None = None) -> None:
+                 cache_dit_own: bool = False, progress: Callable[[str], None] | None = None,
+                 baseline: Path | None = None, variants: tuple[str, ...] | None = None) -> None:
         self.cache_dit_own = cache_dit_own  # prove cache-dit's own integration: the plugin is never imported
+        # `integrate repair`'s trials: the plain model's run kept in `baseline` (made there by the first verify of
+        # the same fixture, read back by the later ones) and only the named parallel `variants` run
+        self.baseline, self.only = baseline, set(variants) if variants else None
         self.plan_dir, self.generated = plan_dir, generated
         self.proofs = () if fixture_only else tuple(proofs or registry.CHOICES)
         # proofs that run the model follow: their fork server starts with the fixture, which is forked from it too
@@ -103,13 +108,20 @@ class Verifier:
         return [processes.load_rank(out, r) for r in range(2)], tails
 
     def _first_runs(self, work: Path):
-        """The baseline, and the cache proof's process beside it."""
+        """The baseline, and the cache proof's process beside it. A baseline kept from an earlier verify of the
+        same fixture (`self.baseline`) is read back instead of run; one run here is kept there."""
+        kept = processes.load_rank(self.baseline, 0) if self.baseline is not None else (None, {})
+        if kept[0] is not None and cache_proof.NAME not in self.proofs:
+            self._cache_dir = work / "cache"
+            return kept[0], kept[1], [""]
         procs = [self._single("baseline", work / "baseline", plugin=False)]
         if cache_proof.NAME in self.proofs and self.stub is None:
             procs.append(self._single("cache", work / "cache", plugin=True))
         tails = processes.wait(procs, grace=processes.PROCESS_TIMEOUT)
         self._cache_dir = work / "cache"
         base_rep, base = processes.load_rank(work / "baseline", 0)
+        if self.baseline is not None and base_rep is not None:
+            shutil.copytree(work / "baseline", self.baseline, dirs_exist_ok=True)
         return base_rep, base, tails
 
     def _pair_runs(self, variants: list[dict], work: Path) -> dict[str, tuple[list, list, list]]:
@@ -179,7 +191,7 @@ class Verifier:
                 if unplanned:  # the plugin has nothing to prove here: said, not run into an error
                     results[proof.NAME] = proof.RECORD("skipped", why=unplanned)
                     continue
-                variants = proof.variants(self.plan)
+                variants = [v for v in proof.variants(self.plan) if self.only is None or v["name"] in self.only]
                 waiting = [v for v in variants if v.get("cache") and self.stub is not None]
                 variants = [v for v in variants if v not in waiting]  # the adapter calls the stub
                 self.progress(proof.progress(variants))
