@@ -373,15 +373,18 @@ def _sdpa_mends(facts: ParallelFacts, lists: list[ListFlowFact],
     """The direct kernel calls a generated planner can route through cache-dit's dispatcher: torch's
     `scaled_dot_product_attention` reached as `<alias>.scaled_dot_product_attention` of a module-level alias of
     torch.nn.functional (CogVideoX's, DiT's, CogView's processors), one record per (module, alias). Not where the
-    processor takes a mask in a walk whose blocks are passed one: the routed call does not fit a mask to the
-    rank's keys, so that stays a refusal."""
+    processor takes a mask in a walk whose blocks are passed one (the routed call does not fit a mask to the
+    rank's keys), nor where no processor makes the call (an attention module's own forward: cache-dit gives its
+    parallel config to processors only): those stay refusals."""
     walked = {lf.attr for lf in lists}
     masked = _masked_lists(facts, lists, in_kwargs=True)
     found: dict[tuple[str, str], tuple[list[str], list[Evidence]]] = {}
     for a in facts_attention(facts, local):
         if a.block_list not in walked or a.kernel is None or a.sdpa_global is None:
             continue
-        if a.mask_at is not None and a.block_list in masked:
+        if a.processor is None or (a.mask_at is not None and a.block_list in masked):
+            # the routing keys on a processor's call (cache-dit hands its parallel config to processors): a module
+            # whose own forward calls the kernel has none; nor can it fit a mask
             continue
         paths, at = found.setdefault(a.sdpa_global, ([], []))
         paths.append(f"{a.block_list}.*.{a.path}")

@@ -203,3 +203,19 @@ def test_the_cp_proof_passes_with_the_sdpa_call_routed_and_fails_without_it(tmp_
     broken = to_json(api.verify(plan_dir, out, proofs=("cp",)))["cp"]
     assert broken["variants"]["ulysses2"]["status"] in ("fail", "error"), broken
     assert ".attn1" in broken["variants"]["ulysses2"]["first_divergence"]["module"], broken
+
+
+def test_an_attention_module_whose_own_forward_calls_sdpa_is_not_routed(tmp_path):
+    """A reference model's attention module calls `F.scaled_dot_product_attention` in its own forward, with no
+    processor: cache-dit hands its parallel config to processors only, so nothing could switch the routed call on,
+    and each rank would attend within its shard. The plan keeps the refusal, with the line."""
+    from conftest import ROOT, run_cli
+
+    src = ROOT / "tests" / "fixtures" / "ropetable" / "model.py"
+    out = run_cli("plan", str(src), "--model-path", str(tmp_path), "--transformer-class", "TableDiT",
+                  "--pipeline-class", "sample", "--pipeline-file", str(src), "--out", str(tmp_path / "plan"),
+                  "--no-probe", "--json")
+    assert out.returncode == 0, out.stderr
+    cp = json.loads(out.stdout)["parallelism"]["cp"]
+    assert cp["sdpa_mend"] == []
+    assert any("calls `F.scaled_dot_product_attention` directly" in e["why"] for e in cp["blocked_by"])

@@ -17,6 +17,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from integrate.verify.tiny import build, model_config
+
 sys.stdout, _REAL = sys.stderr, sys.stdout  # library chatter goes to stderr, the JSON to stdout
 os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
 os.environ.setdefault("CACHE_DIT_LOG_LEVEL", "error")
@@ -76,8 +78,8 @@ def derive(job: dict) -> dict:
 
     def synthesised(config: dict) -> dict:
         with torch.device("meta"):
-            model = cls.from_config(config)
-        syn = synthesize(model, dict(model.config), dict(job.get("passed", {})), job.get("shapes") or {})
+            model = build(cls, config)
+        syn = synthesize(model, model_config(model, config), dict(job.get("passed", {})), job.get("shapes") or {})
         return {"slots": [dataclasses.asdict(s) for s in syn.slots], "image_tokens": syn.image_tokens,
                 "text_tokens": syn.text_tokens}
 
@@ -168,7 +170,7 @@ def _from_pipeline(cls, job: dict, config: dict, static: dict) -> dict:
     first = None
     for share in (1, 2, 3, 4):
         torch.manual_seed(0)
-        model = cls.from_config(config).eval()
+        model = build(cls, config).eval()
         _randomize(model, 0)
         notes: list[str] = []
         try:
@@ -242,7 +244,7 @@ def _from_test_file(cls, job: dict, static: dict) -> dict:
     try:
         config, changes, inputs = load(job["fixture_from"], cls)
         with torch.device("meta"):
-            cls.from_config(config)
+            build(cls, config)
     except NotFromTestFile as exc:
         return {"ok": False, "why": str(exc)}
     except Exception as exc:  # noqa: BLE001 - the model's constructor on the test's config
@@ -271,7 +273,7 @@ def _from_test_file(cls, job: dict, static: dict) -> dict:
         return {"ok": False, "why": f"the plain model does not run on the test's config and inputs: "
                                     f"{failure['type']}: {failure['message']}"}
     with torch.device("meta"):
-        derived["parameters"] = sum(p.numel() for p in cls.from_config(config).parameters())
+        derived["parameters"] = sum(p.numel() for p in build(cls, config).parameters())
     return {"ok": True, "derived": derived}
 
 
@@ -318,7 +320,7 @@ def plain_forward(cls, fx) -> dict | None:
     torch.manual_seed(fx.SEED)
     recorder = None
     try:
-        model = cls.from_config(fx.CONFIG).eval()
+        model = build(cls, fx.CONFIG).eval()
         _randomize(model, fx.SEED)
         recorder = Recorder({id(m): n for n, m in model.named_modules()})
         recorder.attach(model)
@@ -362,7 +364,7 @@ def full_size(job: dict) -> dict:
                                if k != "self" and v.default is not inspect.Parameter.empty}
     try:
         with torch.device("meta"):
-            model = cls.from_config(config)
+            model = build(cls, config)
     except Exception as exc:  # noqa: BLE001 - the model's constructor on its own config
         return {"error": f"building {cls.__name__} from its config on the meta device failed: "
                          f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"}
@@ -609,7 +611,7 @@ def run(job: dict) -> dict:
         key = variant["name"]
         rec = report["variants"][key] = {}
         torch.manual_seed(fx.SEED)
-        model = cls.from_config(fx.CONFIG).eval()
+        model = build(cls, fx.CONFIG).eval()
         _randomize(model, fx.SEED)
         names = {id(m): n for n, m in model.named_modules()}
         recorder = Recorder(names)

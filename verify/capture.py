@@ -22,7 +22,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from integrate.verify.tiny import TEXT_TOKENS  # even, and never the image token count (16 per frame below)
+from integrate.verify.tiny import TEXT_TOKENS, build  # even, and never the image token count (16 per frame below)
 
 PROMPT = "a small test prompt"  # what a stand-in text encoder encodes, where the pipeline takes no embeddings
 _TEXT_INPUT = ("encoder_hidden", "text", "prompt", "context", "caption", "cap_")  # a transformer's text input
@@ -170,10 +170,10 @@ def _component(name: str, param: inspect.Parameter, cls: type | None, configs: d
                 if narrowed is not None:
                     return narrowed
             with torch.device(device):
-                return cls.from_config(config) if hasattr(cls, "from_config") else cls(**config)
+                return build(cls, config)
         if "guidance_scale" in inspect.signature(cls.__init__).parameters:
             config["guidance_scale"] = 1.0
-        return cls.from_config(config) if hasattr(cls, "from_config") else cls(**config)
+        return build(cls, config)
     except Exception as exc:  # noqa: BLE001 - the component's own constructor: report, fall back
         why = f"building the pipeline's `{name}` ({cls.__name__}) failed: {type(exc).__name__}: " \
               f"{(str(exc).splitlines() or [''])[0][:200]}"

@@ -200,12 +200,24 @@ def size_on_meta(cls, config: dict[str, Any]) -> int:
     return _on_meta(cls, config)[0]
 
 
+def build(cls, config: dict[str, Any]):
+    """`cls` made from `config`: diffusers' `from_config`, or, for a model of another library's or a plain
+    `nn.Module` (a reference repository's), its constructor with the config's fields as keywords."""
+    return cls.from_config(config) if hasattr(cls, "from_config") else cls(**config)
+
+
+def model_config(model, given: dict[str, Any]) -> dict[str, Any]:
+    """The config a built model records (diffusers' `model.config`), else the one it was built from."""
+    recorded = getattr(model, "config", None)
+    return dict(recorded) if recorded is not None and hasattr(recorded, "keys") else dict(given)
+
+
 def _on_meta(cls, config: dict[str, Any]) -> tuple[int, str | None]:
     """(parameter count, the first layer with a weight 0 wide) of `cls` built from `config` on the meta device."""
     import torch
 
     with torch.device("meta"):
-        model = cls.from_config(config) if hasattr(cls, "from_config") else cls(**config)
+        model = build(cls, config)
     empty = next((name for name, m in model.named_modules() if isinstance(getattr(m, "weight", None), torch.Tensor)
                   and m.weight.dim() >= 2 and 0 in m.weight.shape), None)
     return sum(p.numel() for p in model.parameters()), empty
