@@ -413,3 +413,18 @@ def test_an_attention_the_block_calls_inline_has_its_projections_named_and_kept_
     assert all(tp["layer_plan"][p] == "colwise(output=replicate)" for p in "qkvo")
     assert (tp["layer_plan"]["fc1"], tp["layer_plan"]["fc2"]) == ("colwise", "rowwise")
     assert not tp["shard_div_attr"]
+
+
+def test_a_plain_nn_module_gets_a_fixture_the_plain_model_runs_on(tmp_path):
+    """A reference repository's model is a plain `nn.Module` with no `from_config`: verify builds it with its
+    constructor and the config's fields, derives the fixture and runs the plain model on it."""
+    src = ROOT / "tests" / "fixtures" / "ropetable" / "model.py"
+    plan, out = tmp_path / "plan", tmp_path / "out"
+    assert run_cli("plan", str(src), "--model-path", str(tmp_path), "--transformer-class", "TableDiT",
+                   "--pipeline-class", "sample", "--pipeline-file", str(src), "--out", str(plan),
+                   "--no-probe").returncode == 0
+    assert run_cli("approve", str(plan), "--reviewer", "Ada").returncode == 0
+    assert run_cli("generate", str(plan), "--out", str(out)).returncode in (0, 1)
+    proc = run_cli("verify", str(plan), "--generated", str(out), "--fixture-only", "--trust-code", "--json")
+    fx = json.loads(proc.stdout)["fixture"]
+    assert proc.returncode == 0 and fx["status"] == "derived" and fx["parameters"] > 0, fx
