@@ -4,9 +4,9 @@ Styles use cache-dit's torch ParallelStyles: "colwise" (ColwiseParallel), "rowwi
 (RowwiseParallel), "colwise(output=replicate)" and "rowwise(input=replicate)".
 
 1. Kernels that assume whole tensors (flash_attn, triton, custom ops) are patched first.
-2. A projection split into equal Q/K/V parts -> the replicate strategy for that attention (no
-   `shard_div_attr`); a projection split into Q/K/V *and* MLP parts -> rearrange its weight, then
-   shard it normally and divide every size attribute its split reads.
+2. A fused projection -> the replicate strategy for that attention (no `shard_div_attr`): split into
+   equal Q/K/V parts, or into Q/K/V *and* MLP parts of different sizes (sharding that one would need its
+   rows rearranged part by part, which the generated planner does not do: kept whole, said so).
 3. GQA with KV heads that do not divide the TP size -> FFN-only (attention left whole).
 4. Otherwise the standard plan: attention inputs column-wise, outputs row-wise, FFN up column-wise,
    down row-wise, modulation column-wise with a replicated output; divide the head count and every
@@ -57,8 +57,10 @@ def _plan_list(b: BlockStructure) -> TpList:
     if gqa_blocked:
         strategy = "ffn-only"
     for a in b.attentions:
-        replicate = bool(a.fused) and a.fused_equal_split
-        rearranged = bool(a.fused) and not a.fused_equal_split
+        # a projection fused from parts of different sizes (Q/K/V and MLP rows) would need its rows rearranged
+        # part by part before sharding, which the generated planner does not do: such an attention is kept whole
+        # (replicated), like one fused from equal parts, instead of sharded wrongly
+        replicate = bool(a.fused)
         if a in gqa_blocked:
             notes.append(f"`{a.path}` left whole: {a.kv_heads[0]}={a.kv_heads[1]} KV heads do not divide TP 2 "
                          "(a replicate plan is correct but usually slower on long sequences: benchmark before using)")
@@ -70,16 +72,17 @@ def _plan_list(b: BlockStructure) -> TpList:
             for p in a.out_projs:
                 layer_plan[p] = "rowwise(input=replicate)"
             for p, how in a.fused.items():
+                why = ("is split into equal parts by" if a.fused_equal_split else
+                       "packs parts of different sizes (Q/K/V and MLP rows), split by")
                 evidence.append(Evidence(a.processor_at.file if a.processor_at else a.kernel.file if a.kernel else "",
                                          a.processor_at.line if a.processor_at else 0,
-                                         f"`{p}` is split into equal parts by {how}: shard it with a replicated "
-                                         "output so the processor sees whole Q/K/V; do not divide the head count"))
+                                         f"`{p}` {why} {how}: shard it with a replicated output so the processor "
+                                         f"sees whole {'Q/K/V' if a.fused_equal_split else 'parts'}; do not divide "
+                                         "the head count"))
+                if not a.fused_equal_split:
+                    notes.append(f"`{p}`: sharding it would need its rows rearranged part by part (parts of "
+                                 "different sizes), which the generated planner does not do: kept whole")
             continue
-        if rearranged:
-            strategy = "fused-weight rearrangement"
-            for p, how in a.fused.items():
-                risks.append(f"`{p}` packs Q/K/V and MLP rows ({how}): reorder its rows so each rank gets its own "
-                             "slice of every part before sharding")
         for p in a.in_projs:
             layer_plan[p] = "colwise"
         for p in a.out_projs:

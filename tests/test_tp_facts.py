@@ -196,3 +196,20 @@ def test_rope_applied_before_the_heads_are_split_is_cut_with_them_and_the_tp_pro
     assert run_cli("generate", str(plan_dir), "--out", str(out)).returncode in (0, 1)
     report = to_json(api.verify(plan_dir, out, proofs=("tp",)))
     assert report["tp"]["status"] == "pass", report["tp"]
+
+
+def test_an_attention_fused_from_parts_of_different_sizes_is_kept_whole_not_sharded_wrongly():
+    """Flux2's single blocks project Q/K/V and the MLP in one Linear (`to_qkv_mlp_proj`) and split its output into
+    parts of different sizes (`torch.split(h, [3 * inner_dim, mlp_hidden_dim * factor])`). Sharding it column-wise
+    would need its rows rearranged part by part, which the generated planner does not do: the TP proof failed
+    (max-abs 2.19 from `single_transformer_blocks.0`). It is kept whole with a replicated output, its output
+    projection takes a replicated input, no head count is divided, and a note says why; the double blocks keep
+    their sharded plan."""
+    plan = _plan("Flux2Pipeline", "Flux2Transformer2DModel")
+    lists = {x.attr: x for x in plan.parallelism.tp.block_lists}
+    single = lists["single_transformer_blocks"]
+    assert single.layer_plan == {"attn.to_qkv_mlp_proj": "colwise(output=replicate)",
+                                 "attn.to_out": "rowwise(input=replicate)"}
+    assert "attn" not in single.shard_div_attr
+    assert any("rearranged part by part" in n for n in single.notes)
+    assert lists["transformer_blocks"].layer_plan["attn.to_q"] == "colwise"
