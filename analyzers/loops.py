@@ -143,9 +143,11 @@ def find_list_uses(src: SourceFile, cls: cst.ClassDef, attrs: list[str]) -> dict
                     uses[attr].notes.append((src.line(comp), "comprehension",
                                              f"`{src.code(comp)[:80]}` (reads `{src.code(reads[0])}` of each "
                                              f"block) in {fn.name.value}"))
-        # len(list), list[i] outside loop headers
+        # len(list), list[i] outside loop headers; a length only tested for emptiness (`if len(self.blocks) > 0`)
+        # is the same for the wrapper cache-dit leaves there (one element for a list that had some)
+        emptiness = _emptiness_tests(fn)
         for call in find_all(fn.body, cst.Call):
-            if dotted(call.func) == "len" and call.args:
+            if dotted(call.func) == "len" and call.args and id(call) not in emptiness:
                 for attr in attrs:
                     if _refers(call.args[0].value, attr, aliases[attr])[0]:
                         uses[attr].notes.append((src.line(call), "len", f"`{src.code(call)}` in {fn.name.value}"))
@@ -159,6 +161,36 @@ def find_list_uses(src: SourceFile, cls: cst.ClassDef, attrs: list[str]) -> dict
                     what = "sliced" if sliced else "indexed"
                     uses[attr].notes.append((src.line(sub), what, f"{what} as `{src.code(sub)}` in {fn.name.value}"))
     return uses
+
+
+def _is_len(node) -> bool:
+    return isinstance(node, cst.Call) and dotted(node.func) == "len" and bool(node.args)
+
+
+def _emptiness_tests(fn: cst.FunctionDef) -> set[int]:
+    """ids of the `len(x)` calls `fn` uses only to ask whether x is empty: `len(x) > 0`, `len(x) != 0`,
+    `len(x) >= 1`, `0 < len(x)`, `if len(x):`, `not len(x)`, `bool(len(x))`."""
+    out: set[int] = set()
+    nonempty = {(cst.GreaterThan, 0), (cst.NotEqual, 0), (cst.GreaterThanEqual, 1), (cst.Equal, 0)}
+    flipped = {(cst.LessThan, 0), (cst.NotEqual, 0), (cst.LessThanEqual, 1), (cst.Equal, 0)}
+    for cmp in find_all(fn.body, cst.Comparison):
+        if len(cmp.comparisons) != 1:
+            continue
+        op, right = cmp.comparisons[0].operator, cmp.comparisons[0].comparator
+        if _is_len(cmp.left) and isinstance(right, cst.Integer) and (type(op), int(right.value)) in nonempty:
+            out.add(id(cmp.left))
+        elif _is_len(right) and isinstance(cmp.left, cst.Integer) and (type(op), int(cmp.left.value)) in flipped:
+            out.add(id(right))
+    for node in find_all(fn.body, (cst.If, cst.While, cst.IfExp)):
+        if _is_len(node.test):
+            out.add(id(node.test))
+    for op in find_all(fn.body, cst.UnaryOperation):
+        if isinstance(op.operator, cst.Not) and _is_len(op.expression):
+            out.add(id(op.expression))
+    for call in find_all(fn.body, cst.Call):
+        if dotted(call.func) == "bool" and len(call.args) == 1 and _is_len(call.args[0].value):
+            out.add(id(call.args[0].value))
+    return out
 
 
 def _make_loop(src, fn, loop, attr, iterables, expr, enumerated, sliced, keys, others) -> Loop:

@@ -810,7 +810,9 @@ class _Flow:
                         targets, value = _targets_value(small)
                         if value is None or not (targets & closure):
                             continue
-                        new = names_read(value) - {"self"} - closure
+                        # what flows into a side module's input: not a name read for its device or dtype, and
+                        # not a stream itself (already split; its own producers are no side modules)
+                        new = names_read(value, data_only=True) - {"self"} - closure - streams
                         if new:
                             closure |= new
                             grew = True

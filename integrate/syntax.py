@@ -14,8 +14,13 @@ import libcst as cst
 from integrate.source import dotted
 
 
-def names_read(node: cst.CSTNode | None) -> set[str]:
-    """Names an expression or statement reads (`a.b` reads a; `f(k=v)` reads v, not k)."""
+# attributes that describe a tensor without reading its values: `x.to(device=y.device)` takes no data from y
+TENSOR_METADATA = frozenset({"device", "dtype", "shape", "ndim"})
+
+
+def names_read(node: cst.CSTNode | None, *, data_only: bool = False) -> set[str]:
+    """Names an expression or statement reads (`a.b` reads a; `f(k=v)` reads v, not k). `data_only`: leave out a
+    name read only for its metadata (`y.device`, `y.dtype`, `y.shape`, `y.ndim`)."""
     out: set[str] = set()
     stack = [node] if node is not None else []
     while stack:
@@ -23,7 +28,8 @@ def names_read(node: cst.CSTNode | None) -> set[str]:
         if isinstance(n, cst.Name):
             out.add(n.value)
         elif isinstance(n, cst.Attribute):
-            stack.append(n.value)
+            if not (data_only and n.attr.value in TENSOR_METADATA and isinstance(n.value, cst.Name)):
+                stack.append(n.value)
         elif isinstance(n, cst.Arg):
             stack.append(n.value)
         elif not isinstance(n, cst.Lambda):

@@ -425,3 +425,14 @@ def test_a_position_module_whose_layout_is_not_read_is_split_on_dim_0_without_a_
     assert (spec.split_dim, spec.expected_dims, spec.split_output) == (0, None, True)
     wan = _plan(tmp_path, "WanPipeline", "WanTransformer3DModel").parallelism.cp.plan["rope"]["0"]
     assert (wan.split_dim, wan.expected_dims) == (1, 4)
+
+
+def test_a_side_module_is_traced_through_data_not_through_a_device_or_dtype_read(tmp_path):
+    """ConsisID's loop joins `perceiver_cross_attention[i](valid_face_emb, hidden_states)` into the stream, and
+    `valid_face_emb` comes from `id_cond.to(device=hidden_states.device, dtype=hidden_states.dtype)`: reading
+    `hidden_states.device` takes no data from the stream, yet the trace followed it back to the stream's own
+    producers (`patch_embed`, `embedding_dropout`) and split their outputs on top of the split at block 0 (the
+    CP proof failed in the final reshape). The stream's producers are no side modules: only the face extractor is."""
+    cp = _plan(tmp_path, "ConsisIDPipeline", "ConsisIDTransformer3DModel").parallelism.cp
+    assert "patch_embed" not in cp.plan and "embedding_dropout" not in cp.plan
+    assert set(cp.plan["transformer_blocks.0"]) == {"hidden_states", "encoder_hidden_states"}

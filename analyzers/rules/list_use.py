@@ -32,7 +32,10 @@ class ListUse(Rule):
              Example(transformer(INIT, "sizes = [s.shape for s in (hidden_states, temb)]\n" + LOOP)),
              # inactive on a default call (`extra` defaults to None): a note, not a change to make
              Example(transformer(INIT, "if extra is not None:\n    temb = temb * len(self.blocks)\n" + LOOP,
-                                 params="hidden_states, temb, extra=None")))
+                                 params="hidden_states, temb, extra=None")),
+             # only asks whether the list is empty: the wrapper of a list that had blocks is one element, not none
+             Example(transformer(INIT, "if len(self.blocks) > 0:\n    " + LOOP.replace("\n", "\n    "))),
+             Example(transformer(INIT, "if not len(self.blocks):\n    return hidden_states\n" + LOOP)))
     INVALID = (
         Example(transformer(INIT, "temb = temb * len(self.blocks)\n" + LOOP), expect="`len(self.blocks)`"),
         Example(transformer(INIT, "first = self.blocks[0]\nhidden_states = first(hidden_states, temb)\n" + LOOP),
