@@ -129,12 +129,18 @@ def _tp_lists(plan_data: dict) -> dict[str, dict]:
     return {x["attr"]: x for x in plan_data["parallelism"]["tp"]["block_lists"]}
 
 
+# deliberate differences, each with its own test below: (transformer, list)
+_TP_DIFFERS = {("Flux2Transformer2DModel", "single_transformer_blocks")}
+
+
 @pytest.mark.parametrize("pipeline,transformer", TP_MODELS)
 def test_tp_layer_plans_match_cache_dit(oracle, plan, pipeline, transformer):
     expected = oracle[transformer]
     assert expected["tp_error"] is None, expected["tp_error"]
     ours = _tp_lists(plan(pipeline, transformer))
     for attr, theirs in expected["tp"].items():
+        if (transformer, attr) in _TP_DIFFERS:
+            continue
         assert attr in ours, f"cache-dit parallelises `{attr}`; we planned {sorted(ours)}"
         mine = ours[attr]["layer_plan"]
         extra = {k: v for k, v in mine.items() if k not in theirs["layer_plan"]}
@@ -148,11 +154,24 @@ def test_tp_layer_plans_match_cache_dit(oracle, plan, pipeline, transformer):
 def test_tp_shard_div_attr_matches_cache_dit(oracle, plan, pipeline, transformer):
     ours = _tp_lists(plan(pipeline, transformer))
     for attr, theirs in oracle[transformer]["tp"].items():
+        if (transformer, attr) in _TP_DIFFERS:
+            continue
         mine = ours[attr]["shard_div_attr"]
         for path, attrs in theirs["shard_div_attr"].items():
             if path == "":  # an attribute of the block itself (Ovis' fused single block): not read yet
                 continue
             assert mine.get(path) == attrs, (attr, path)
+
+
+def test_flux2s_fused_qkv_mlp_projection_is_kept_whole_where_cache_dit_rearranges_it(oracle, plan):
+    """Deliberate difference: cache-dit's Flux2 planner shards the single blocks' `to_qkv_mlp_proj` after
+    rearranging its rows part by part in its own code; our generated planner does not rearrange parts of different
+    sizes, so it keeps that attention whole (replicated), which is correct, where sharding it plainly was not."""
+    theirs = oracle["Flux2Transformer2DModel"]["tp"]["single_transformer_blocks"]["layer_plan"]
+    assert theirs["attn.to_qkv_mlp_proj"] == "colwise"
+    ours = _tp_lists(plan("Flux2Pipeline", "Flux2Transformer2DModel"))["single_transformer_blocks"]
+    assert ours["layer_plan"]["attn.to_qkv_mlp_proj"] == "colwise(output=replicate)"
+    assert "attn" not in ours["shard_div_attr"]
 
 
 def test_qwen_divides_inner_dim_because_its_processor_derives_head_dim_from_it(plan):
