@@ -7,8 +7,8 @@ revision that makes the failing proof pass. It never approves the plan: the prop
 2. Rank the plan's alternatives (`plan.alternatives`): those of the failing proof's kind whose modules
    (`touches`) hold or lie inside the divergent module first, then the rest of that kind.
 3. For each candidate, in a scratch folder: the plan revised with it, approved as an automatic trial (never
-   the user's plan), generated, and only the failing proof run again: its failing variants only, against the
-   plain model's run kept from step 1 (same fixture, so it is not run again). A candidate that passes them has
+   the user's plan), generated, and only the failing proof run again: its first failing variant only, against
+   the plain model's run kept from step 1 (same fixture, so it is not run again). A candidate that passes it has
    the proof's every variant run once more; the first that passes that too is the proposal for that proof
    (every candidate is one decision, so the first to pass is a smallest revision).
 4. Within `max_candidates` trials and `max_seconds`; what was tried and where each candidate diverged is
@@ -155,11 +155,11 @@ def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = REPAIRA
                 alt = plan.alternatives[i]
                 progress(f"[{len(trials) + 1}/{max_candidates}] {proof}: {alt.decision} -> {alt.instead}")
                 trials.append(_trial(plan_dir, generated, work / f"t{len(trials)}", plan, proof, i, trust_code,
-                                     baseline, failed))
+                                     baseline, failed, progress))
                 if trials[-1].status == "pass" and failed:  # the variants that failed pass: now all of them
                     progress(f"[{len(trials)}/{max_candidates}] {proof}: every variant with it")
                     trials[-1] = _trial(plan_dir, generated, work / f"t{len(trials)}-all", plan, proof, i, trust_code,
-                                        baseline, None)
+                                        baseline, None, progress)
                 if trials[-1].status == "pass":
                     passing[proof] = i
                     break
@@ -199,17 +199,19 @@ def _adopt_fixture(generated: Path, out: Path) -> None:
 
 
 def _failed_variants(result) -> tuple[str, ...] | None:
-    """The names of a parallel proof's variants that failed or stopped with an error; None (run them all) for a
-    proof without variants (cache) or where none is named."""
+    """The first of a parallel proof's variants that failed or stopped with an error (the plain one before its
+    cached twin, which fails with it): a candidate is tried on it alone, and the one that passes it on every
+    variant. None (run them all) for a proof without variants (cache) or where none is named."""
     variants = getattr(result, "variants", None)
     if not isinstance(variants, dict):
         return None
     names = tuple(name for name, v in variants.items() if getattr(v, "status", None) in ("fail", "error"))
-    return names or None
+    return names[:1] or None
 
 
 def _trial(plan_dir: Path, generated: Path, work: Path, plan, proof: str, index: int, trust_code: bool,
-           baseline: Path | None = None, variants: tuple[str, ...] | None = None) -> Trial:
+           baseline: Path | None = None, variants: tuple[str, ...] | None = None,
+           progress: Callable[[str], None] = lambda line: None) -> Trial:
     """Revise a scratch copy with one alternative, approve it as a trial, generate, and run `proof` alone (only
     `variants` of it where named, against the plain model's run kept in `baseline`)."""
     alt = plan.alternatives[index]
@@ -221,7 +223,7 @@ def _trial(plan_dir: Path, generated: Path, work: Path, plan, proof: str, index:
         api.generate(scratch, out=work / "out")
         _adopt_fixture(generated, work / "out")
         report = api.verify(scratch, work / "out", proofs=(proof,), trust_code=trust_code, baseline=baseline,
-                            variants=variants)
+                            variants=variants, progress=lambda line: progress(f"  {line}"))
     except InputError as exc:
         return Trial(**base, status="error", diverged_at=None, why=str(exc)[:300],
                      seconds=round(time.monotonic() - t0, 1))

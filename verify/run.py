@@ -167,8 +167,11 @@ class Verifier:
             return self._report(head, fx, started, results=results)
         with tempfile.TemporaryDirectory(prefix="integrate-verify-") as tmp:
             work = Path(tmp)
-            self.progress("baseline: the plain model, one process" + (" | cache: the adapter, one process"
-                                                                      if cache_proof.NAME in self.proofs else ""))
+            kept = self.baseline is not None and (self.baseline / "rank0.json").is_file() \
+                and cache_proof.NAME not in self.proofs
+            self.progress("baseline: the plain model's run, kept from an earlier verify of this fixture" if kept else
+                          "baseline: the plain model, one process" + (" | cache: the adapter, one process"
+                                                                       if cache_proof.NAME in self.proofs else ""))
             base_rep, base, tails = self._first_runs(work)
             if base_rep is None or "error" in base_rep["variants"]["baseline"]:
                 why = (base_rep["variants"]["baseline"]["error"] if base_rep else {"message": tails[0]})
