@@ -141,7 +141,7 @@ def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree
         gather_at=Evidence(file, gather.line, gather.code[:80]) if gather and gather.line else None,
         gather_blocked=tuple(blocked), gather_blocked_unless_root=tuple(blocked_unless_root),
         masks=tuple(flow.masks()), batch_dropped=flow.batch_dropped(),
-        optional=tuple(p.name.value for p in params_of(fwd) if p.default is not None and src.code(p.default) == "None"),
+        optional=tuple(name for name, default in flow.defaults.items() if default == "None"),
         annotations={p.name.value: src.code(p.annotation.annotation) for p in params_of(fwd)
                      if p.annotation is not None},
         documented={k: dims for k, (dims, _) in documented_shapes(src, fwd).items()},

@@ -162,10 +162,15 @@ def _long_enough(lists: list, analysis: Analysis) -> tuple[list, tuple[NotBlocks
             tuple(NotBlocks(bl.attr, _short_why(lengths[bl.attr], d, where)) for bl in short), ())
 
 
+def patch_findings(t, cached: set[str]) -> list:
+    """The findings a PatchFunctor answers, on the lists the adapter caches (`cached`: their attributes; a list
+    left out runs as the model wrote it)."""
+    return [f for f in t.findings if f.patch and f.attr in cached]
+
+
 def patch_reasons(t, cached: list) -> tuple[str, ...]:
-    """The PatchFunctor's reasons for the lists the adapter caches (a list left out runs as the model wrote it)."""
-    attrs = {bl.attr for bl in cached}
-    return tuple(f"{f.attr}: {f.message}" for f in t.findings if f.patch and f.attr in attrs)
+    """The PatchFunctor's reasons, as the plan states them."""
+    return tuple(f"{f.attr}: {f.message}" for f in patch_findings(t, {bl.attr for bl in cached}))
 
 
 def _list_lengths(lists: list, facts) -> dict[str, int | None]:

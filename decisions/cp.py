@@ -388,7 +388,7 @@ def _sdpa_mends(facts: ParallelFacts, lists: list[ListFlowFact],
             continue
         paths, at = found.setdefault(a.sdpa_global, ([], []))
         paths.append(f"{a.block_list}.*.{a.path}")
-        at.append(Evidence(a.kernel.file, a.kernel.line, f"`{a.block_list}[i].{a.path}` ({a.processor or a.cls}) "
+        at.append(Evidence(a.kernel.file, a.kernel.line, f"`{a.block_list}[i].{a.path}` ({a.processor}) "
                                                          f"calls `{a.kernel_name}` directly"))
     return tuple(KernelMend(module, alias, tuple(dict.fromkeys(paths)), tuple(dict.fromkeys(at)))
                  for (module, alias), (paths, at) in found.items())

@@ -21,6 +21,7 @@ from typing import Any
 import jinja2
 import libcst as cst
 from integrate.analyzers.records import Analysis, Finding
+from integrate.decisions import patch_findings
 from integrate.decisions.cp import TEXT_STREAMS
 from integrate.decisions.records import Approval, Plan
 
@@ -130,8 +131,7 @@ def build(plan: Plan, approval: Approval, analysis: Analysis, ws: Workspace, src
 def _patch_functor(b: _Build) -> None:
     if not b.plan.cache.needs_patch_functor:
         return
-    cached = {cl.attr for cl in b.plan.cache.block_lists}  # a list left out of the adapter runs as written
-    findings = [f for f in b.analysis.transformer.findings if f.patch and f.attr in cached]
+    findings = patch_findings(b.analysis.transformer, {cl.attr for cl in b.plan.cache.block_lists})
     patch = patch_forward(b.ws, b.src, b.cls, b.analysis.transformer.block_lists)
     handled = _handled(findings, patch)
     left = [f for f in findings if f not in handled]

@@ -107,13 +107,18 @@ class Verifier:
         tails = processes.wait(procs)
         return [processes.load_rank(out, r) for r in range(2)], tails
 
+    def _reads_kept_baseline(self) -> bool:
+        """A baseline kept by an earlier verify of this fixture serves (the cache proof runs its own beside one)."""
+        return (self.baseline is not None and (self.baseline / "rank0.json").is_file()
+                and cache_proof.NAME not in self.proofs)
+
     def _first_runs(self, work: Path):
         """The baseline, and the cache proof's process beside it. A baseline kept from an earlier verify of the
         same fixture (`self.baseline`) is read back instead of run; one run here is kept there."""
-        kept = processes.load_rank(self.baseline, 0) if self.baseline is not None else (None, {})
-        if kept[0] is not None and cache_proof.NAME not in self.proofs:
+        if self._reads_kept_baseline():
             self._cache_dir = work / "cache"
-            return kept[0], kept[1], [""]
+            rep, arrays = processes.load_rank(self.baseline, 0)
+            return rep, arrays, [""]
         procs = [self._single("baseline", work / "baseline", plugin=False)]
         if cache_proof.NAME in self.proofs and self.stub is None:
             procs.append(self._single("cache", work / "cache", plugin=True))
@@ -167,9 +172,8 @@ class Verifier:
             return self._report(head, fx, started, results=results)
         with tempfile.TemporaryDirectory(prefix="integrate-verify-") as tmp:
             work = Path(tmp)
-            kept = self.baseline is not None and (self.baseline / "rank0.json").is_file() \
-                and cache_proof.NAME not in self.proofs
-            self.progress("baseline: the plain model's run, kept from an earlier verify of this fixture" if kept else
+            self.progress("baseline: the plain model's run, kept from an earlier verify of this fixture"
+                          if self._reads_kept_baseline() else
                           "baseline: the plain model, one process" + (" | cache: the adapter, one process"
                                                                        if cache_proof.NAME in self.proofs else ""))
             base_rep, base, tails = self._first_runs(work)
