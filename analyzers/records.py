@@ -14,7 +14,7 @@ from integrate.gate.records import GateReport
 
 from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
-ANALYSIS_SCHEMA_VERSION = "1.11"
+ANALYSIS_SCHEMA_VERSION = "1.12"
 
 
 @dataclass(frozen=True)
@@ -433,6 +433,12 @@ class ParallelFacts:
     # 1.7: diffusers' attention backends registered without context-parallel support, read from the installed
     # diffusers' dispatcher: {AttentionBackendName member: its registration}
     cp_local_backends: dict[str, Evidence] = field(default_factory=dict)
+    # 1.12: is the transformer class a diffusers ModelMixin, its bases traced (None: a base is not traced), and
+    # where that was read (the class line; why names the chain or the base)
+    model_mixin: bool | None = None
+    model_mixin_at: Evidence | None = None
+    # 1.12: where the installed cache-dit's tensor parallelism asserts a ModelMixin; None when not found there
+    tp_requires_model_mixin: Evidence | None = None
 
 
 @dataclass(frozen=True)

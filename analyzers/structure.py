@@ -23,6 +23,7 @@ from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method
 from integrate.syntax import find_all, params_of, self_member, target_names
 
+from .bases import model_mixin
 from .attention import attention_facts, int_value, is_attention, is_kernel_call
 from .encoders import text_encoder_facts, vae_facts
 from .forward import documented_ranks, documented_shapes
@@ -42,7 +43,7 @@ from .records import (
     TransformerFacts,
 )
 from .sequence import mask_kind, sequence_facts
-from .support import cp_local_backends, cp_refuses_gqa, ring_refuses_masks
+from .support import cp_local_backends, cp_refuses_gqa, ring_refuses_masks, tp_requires_model_mixin
 from .values import evaluate, jsonable
 
 _KERNEL_MODULES = ("flash_attn", "triton", "apex", "xformers", "liger_kernel", "flashinfer", "sageattention")
@@ -83,6 +84,7 @@ def parallel_facts(gate: GateReport, ws: Workspace, transformer: TransformerFact
     index = read_model_index(model_path)
     ndims = {**documented_ndims(t_src, cls), **pipeline_arg_ndims(ws, gate)}
     mp = Path(model_path) if model_path else None
+    is_model, model_why = model_mixin(ws, t_src, cls)
     return ParallelFacts(
         config={k: v for k, v in config.items() if jsonable(v) is not None},
         blocks=tuple(blocks),
@@ -99,6 +101,9 @@ def parallel_facts(gate: GateReport, ws: Workspace, transformer: TransformerFact
         ring_refuses_masks=ring_refuses_masks(ws),
         cp_refuses_gqa=cp_refuses_gqa(ws),
         cp_local_backends=cp_local_backends(ws),
+        model_mixin=is_model,
+        model_mixin_at=Evidence(str(t_src.path), t_src.line(cls), model_why),
+        tp_requires_model_mixin=tp_requires_model_mixin(ws),
     )
 
 

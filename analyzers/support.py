@@ -162,6 +162,26 @@ def cp_refuses_gqa(ws: Workspace) -> Evidence | None:
     return None
 
 
+def tp_requires_model_mixin(ws: Workspace) -> Evidence | None:
+    """Where the installed cache-dit's tensor-parallel entry asserts that the transformer is a diffusers
+    `ModelMixin` (`assert isinstance(transformer, ModelMixin)`, the class alone, not in a tuple with
+    `torch.nn.Module`), read from its source: a plain torch module is refused there. None when not found (a
+    cache-dit that takes any module)."""
+    from integrate.records import Evidence
+
+    src = _cache_dit_module(ws, "cache_dit.distributed.transformers.dispatch")
+    for name, fn in src.functions.items() if src is not None else ():
+        if "tensor" not in name and not name.endswith("_tp"):
+            continue
+        for check in find_all(fn, cst.Assert):
+            test = check.test
+            if (isinstance(test, cst.Call) and dotted(test.func) == "isinstance" and len(test.args) == 2
+                    and (dotted(test.args[1].value) or "").rpartition(".")[2] == "ModelMixin"):
+                return Evidence(str(src.path), src.line(check), "cache-dit's tensor parallelism asserts that the "
+                                "transformer is a diffusers ModelMixin: a plain torch module is refused")
+    return None
+
+
 def cp_local_backends(ws: Workspace) -> dict[str, Evidence]:
     """diffusers' attention backends that its dispatcher registers without context-parallel support: each
     `@_AttentionBackendRegistry.register(AttentionBackendName.<member>, ...)` not given

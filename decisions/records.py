@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.12"
+PLAN_SCHEMA_VERSION = "1.13"
 
 
 @dataclass(frozen=True)
@@ -275,6 +275,8 @@ class TpPlan:
     strategy: str
     patch_kernels_first: tuple[Evidence, ...]
     confidence: Confidence
+    # 1.13: why cache-dit's tensor parallelism cannot take this transformer at all (no TP planner is written)
+    blocked_by: tuple[Evidence, ...] = ()
 
 
 @dataclass(frozen=True)

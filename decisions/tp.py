@@ -34,7 +34,19 @@ def decide_tp(facts: ParallelFacts) -> TpPlan:
         strategy=strategy[0] if len(strategy) == 1 else "mixed" if strategy else "unknown",
         patch_kernels_first=tuple(e for b in facts.blocks for e in b.kernels),
         confidence=min((x.confidence for x in lists), key=_rank, default="unknown"),
+        blocked_by=_not_a_model(facts),
     )
+
+
+def _not_a_model(facts: ParallelFacts) -> tuple[Evidence, ...]:
+    """cache-dit's TP entry asserts a diffusers ModelMixin (read from its source): a transformer whose bases were
+    all traced and lead elsewhere (a plain `nn.Module`) cannot be handed to it. Unknown bases do not block: the
+    plan stands, with its proof to tell."""
+    required, at = facts.tp_requires_model_mixin, facts.model_mixin_at
+    if required is None or facts.model_mixin is not False or at is None:
+        return ()
+    return (Evidence(at.file, at.line, f"the transformer is not a diffusers ModelMixin ({at.why}); "
+                     f"{required.why} ({required.file.rsplit('/', 1)[-1]}:{required.line})"),)
 
 
 def _rank(c: str) -> int:

@@ -20,6 +20,7 @@ from typing import Any
 
 import jinja2
 import libcst as cst
+from integrate.analyzers.bases import diffusion_pipeline
 from integrate.analyzers.records import Analysis, Finding
 from integrate.decisions import patch_findings
 from integrate.decisions.cp import TEXT_STREAMS
@@ -228,12 +229,19 @@ def _adapter(b: _Build) -> dict:
                  for e in b.analysis.pipeline.other_models]
     separate = cache.has_separate_cfg
     style = "calls the transformer separately for CFG" if separate else "batches CFG in one call"
+    p_cls = (b.m.pipeline_class or "").split(".")[0]
+    p_src = b.ws.load(Path(b.m.pipeline_file)) if b.m.pipeline_file and not b.m.no_pipeline else None
+    p_node = p_src.classes.get(p_cls) if p_src is not None else None
+    is_class = p_node is not None and "." not in (b.m.pipeline_class or "")
+    # not a diffusers pipeline (a sampler function, a reference repository's own class): cache-dit cannot be
+    # handed it, and a registry entry under its short names (`Flux`, `Sampler`) would lose to a built-in one or
+    # claim other models; the adapter is transformer-only, given to `cache_dit.enable_cache` by the caller
+    third_party = p_src is not None and (p_node is None or diffusion_pipeline(b.ws, p_src, p_node)[0] is False)
     if b.m.no_pipeline:  # transformer-only: cache-dit looks the adapter up by the transformer's class name
         prefix = b.m.transformer_class
         cfg_why = f"declared with --separate-cfg {'yes' if separate else 'no'}: the caller {style}"
     else:
-        prefix = b.m.pipeline_class.split(".")[0]
-        prefix = prefix[: -len("Pipeline")] if prefix.endswith("Pipeline") else prefix
+        prefix = p_cls.removesuffix("Pipeline")
         cfg_why = f"the pipeline's denoising loop {style} (confidence {cache.cfg_confidence})"
     if any(o.key == "cache.has_separate_cfg" for o in b.plan.overrides):
         cfg_why = f"the reviewer's override: the caller {style}"
@@ -246,10 +254,8 @@ def _adapter(b: _Build) -> dict:
     # where that does not start with the pipeline's prefix (Kandinsky6TI2VAPipeline, Kandinsky6Transformer3DModel),
     # the adapter is registered under both (only for a pipeline class: a third-party loop's short class names,
     # `Flux`, would claim other models)
-    p_cls = (b.m.pipeline_class or "").split(".")[0]
-    is_class = bool(b.m.pipeline_file) and "." not in (b.m.pipeline_class or "") and \
-        p_cls in b.ws.load(Path(b.m.pipeline_file)).classes
-    also = b.m.transformer_class if is_class and not b.m.transformer_class.startswith(prefix) else None
+    also = b.m.transformer_class if is_class and not third_party and \
+        not b.m.transformer_class.startswith(prefix) else None
     # where the pipeline holds the transformer, as its __init__ says; a transformer looked up alone comes in
     # cache-dit's stand-in pipeline, which holds it as `transformer`
     pipe_facts = b.analysis.pipeline
@@ -262,7 +268,8 @@ def _adapter(b: _Build) -> dict:
     adapter = {
         "holder": holder if elsewhere else None,
         "holder_at": f"{Path(at.file).name}:{at.line}" if at is not None else "",
-        "prefix": prefix, "also": also, "func": f"{b.name}_adapter", "blocks": blocks,
+        "prefix": None if third_party else prefix, "also": also, "func": f"{b.name}_adapter", "blocks": blocks,
+        "third_party": third_party,
         "has_separate_cfg": bool(separate), "cfg_why": cfg_why,
         "check_forward_pattern": all(x.check_forward_pattern for x in cache.block_lists),
         "check_why": "cache-dit's name/annotation check cannot read these blocks (see the plan's cache section)",
@@ -272,7 +279,9 @@ def _adapter(b: _Build) -> dict:
     }
     imports = [("cache_dit.caching.block_adapters.block_adapters", "BlockAdapter"),
                ("cache_dit.caching.forward_pattern", "ForwardPattern")]
-    if not b.common["supported"]:  # registered only when cache-dit's own adapter does not accept the model
+    if third_party:
+        imports.append(("torch", None))
+    elif not b.common["supported"]:  # registered only when cache-dit's own adapter does not accept the model
         imports.append(("cache_dit.caching.block_adapters.block_registers", "BlockAdapterRegister"))
     if b.functor:
         imports.append((b.functor["module"], b.functor["cls"]))
@@ -282,7 +291,11 @@ def _adapter(b: _Build) -> dict:
         b.piece("adapter", "adapter", adapter["func"], "adapter.py.j2", adapter=adapter, functor=b.functor,
                 manual_patch=b.manual_patch,
                 imports=import_block(imports, (b.import_name,)))
-        if b.common["supported"]:
+        if third_party:
+            b.notes.append(f"{b.m.pipeline_class} is not a diffusers pipeline: the adapter is transformer-only and "
+                           f"registered nowhere; hand it to cache-dit yourself: "
+                           f"`cache_dit.enable_cache({adapter['func']}(model), ...)`")
+        elif b.common["supported"]:
             b.notes.append(f"cache-dit's own adapter accepts {b.m.transformer_class}: the plugin registers no "
                            "adapter over it, and its planners only where cache-dit has none")
         else:
@@ -347,6 +360,11 @@ def _cp_planner(b: _Build) -> str | None:
 def _tp_planner(b: _Build) -> str | None:
     tp = b.plan.parallelism.tp
     if not tp.block_lists:
+        return None
+    if tp.blocked_by:  # cache-dit would refuse the model before any planner ran
+        e = tp.blocked_by[0]
+        # a fact of cache-dit, not a part left to write: said, and verify reports TP skipped for it
+        b.notes.append(f"TP not written: {e.why} ({Path(e.file).name}:{e.line})")
         return None
     tp_cls = f"{b.base}TensorParallelismPlanner"
     rearrange, norms, chunked = _joined_inputs(b.plan), distributed_norms(b.plan), chunked_outputs(b.plan)

@@ -256,8 +256,8 @@ def test_namespace_linears_einops_fused_qkv_and_a_plain_attention_function(tmp_p
 def test_a_sampler_that_holds_its_model_as_self_model_gets_an_adapter_that_reads_it_there(tmp_path):
     """A reference repository's sampler class keeps the model as `self.model` (no `transformer` attribute):
     the analysis reads that from its `__init__` (`self.model = model`, the parameter annotated `TinyDiT`) and
-    the adapter takes the transformer from there; looked up alone (cache-dit's stand-in pipeline holds it as
-    `transformer`) it still finds it. A subclass that inherits `__init__` is read through its base. A diffusers
+    the adapter, transformer-only as the sampler is no diffusers pipeline, takes the transformer from there or
+    is given it. A subclass that inherits `__init__` is read through its base. A diffusers
     pipeline's `register_modules(transformer=...)` reads as `transformer`."""
     import subprocess
     import sys
@@ -279,15 +279,16 @@ def test_a_sampler_that_holds_its_model_as_self_model_gets_an_adapter_that_reads
     assert inherited["transformer_attr"] == "model" and inherited["transformer_attr_at"]["line"] == 36
     assert run_cli("approve", str(plan), "--reviewer", "x").returncode == 0
     assert run_cli("generate", str(plan), "--out", str(tmp_path / "out")).returncode == 0
-    assert 'pipe.model if hasattr(pipe, "model") else pipe.transformer' in \
+    assert "pipe if isinstance(pipe, torch.nn.Module) else pipe.model" in \
         (tmp_path / "out" / "integrate_sampler" / "adapter.py").read_text()
+    # Sampler is no diffusers pipeline: the adapter is transformer-only, registered under no name
     code = ("import sampler\n"
             "from cache_dit.caching.block_adapters.block_registers import BlockAdapterRegister\n"
-            "from integrate_sampler.adapter import sampler_adapter\n"
+            "from integrate_sampler import ADAPTER\n"
             "s = sampler.Sampler(sampler.TinyDiT())\n"
-            "print(sampler_adapter(s).transformer is s.model)\n"
+            "print(ADAPTER(s).transformer is s.model)\n"
             "alone = sampler.TinyDiT()\n"
-            "print(BlockAdapterRegister.get_adapter(alone).transformer is alone)\n")
+            "print(ADAPTER(alone).transformer is alone and BlockAdapterRegister.get_adapter(alone) is None)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={"PYTHONPATH": f"{tmp_path / 'out'}:{src.parent}", "PATH": "/usr/bin:/bin"})
     said = [line for line in proc.stdout.splitlines() if line in ("True", "False")]  # cache-dit logs there too
@@ -428,3 +429,30 @@ def test_a_plain_nn_module_gets_a_fixture_the_plain_model_runs_on(tmp_path):
     proc = run_cli("verify", str(plan), "--generated", str(out), "--fixture-only", "--trust-code", "--json")
     fx = json.loads(proc.stdout)["fixture"]
     assert proc.returncode == 0 and fx["status"] == "derived" and fx["parameters"] > 0, fx
+
+
+def test_a_sampler_function_registers_the_adapter_under_the_transformer_and_tp_is_refused_for_a_plain_module(
+        tmp_path):
+    """A sampler that is a function is no diffusers pipeline: the adapter is transformer-only and registered
+    under no name (it was registered under the function's name, where nothing looked it up; a short class name
+    would lose to a built-in prefix); verify's cache proof hands it to cache-dit as the plugin exports it.
+    cache-dit's TP asserts a diffusers ModelMixin (read from its source): a plain `nn.Module` gets no TP
+    planner, with both lines as evidence, and verify says TP is skipped for that reason."""
+    src = ROOT / "tests" / "fixtures" / "ropetable" / "model.py"
+    plan, out = tmp_path / "plan", tmp_path / "out"
+    assert run_cli("plan", str(src), "--model-path", str(tmp_path), "--transformer-class", "TableDiT",
+                   "--pipeline-class", "sample", "--pipeline-file", str(src), "--out", str(plan),
+                   "--no-probe").returncode == 0
+    tp = json.loads((plan / "plan.json").read_text())["parallelism"]["tp"]
+    (why,) = [e["why"] for e in tp["blocked_by"]]
+    assert "torch.nn.Module" in why and "ModelMixin" in why and "dispatch.py:" in why, why
+    assert "No TP planner is written" in (plan / "PLAN.md").read_text()
+    assert run_cli("approve", str(plan), "--reviewer", "Ada").returncode == 0
+    proc = run_cli("generate", str(plan), "--out", str(out), "--json")
+    gen = json.loads(proc.stdout or "null") or proc.stderr
+    assert gen["registered"] == {} and any("transformer-only" in n for n in gen["notes"]), gen
+    assert not (out / "integrate_sample" / "tp_planner.py").exists()
+    proc = run_cli("verify", str(plan), "--generated", str(out), "--trust-code", "--proof", "cache", "--proof", "tp", "--json")
+    report = json.loads(proc.stdout)
+    assert report["cache"]["status"] == "pass", report["cache"]
+    assert report["tp"]["status"] == "skipped" and "ModelMixin" in report["tp"]["why"], report["tp"]

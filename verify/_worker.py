@@ -622,7 +622,8 @@ def run(job: dict) -> dict:
             if kind == "baseline":
                 rec["state_dict"] = _signature(model)
             if job.get("plugin"):
-                importlib.import_module(job["plugin"]["import_name"])
+                plugin = importlib.import_module(job["plugin"]["import_name"])
+                _ADAPTER[:] = [getattr(plugin, "ADAPTER", None)]
                 rec["state_dict_import"] = _signature(model)
             stage = "set up the integration"
             if kind == "cache":
@@ -699,17 +700,29 @@ def _uneven_all_gather(dist) -> None:
     dist.all_gather = all_gather  # the module attribute cache-dit's `dist.all_gather(...)` looks up
 
 
+_ADAPTER: list = []  # the plugin's transformer-only adapter (a model no diffusers pipeline runs), if it has one
+
+
+def _adapter_for(model):
+    """The plugin's transformer-only adapter applied to `model`, else the one cache-dit's registry looks up."""
+    from cache_dit.caching.block_adapters.block_registers import BlockAdapterRegister
+
+    if _ADAPTER and _ADAPTER[0] is not None:
+        return _ADAPTER[0](model)
+    adapter = BlockAdapterRegister.get_adapter(model)
+    if adapter is None:
+        raise LookupError(f"no BlockAdapter is registered for {type(model).__name__}")
+    return adapter
+
+
 def _setup_cache(model, rec: dict, fx, recorder, arrays, key) -> int:
     """The adapter (and its PatchFunctor) applied, block contracts observed on a plain forward, then
     caching enabled with a threshold of 0 (nothing cached). Returns the calls per step (2 with CFG)."""
     import cache_dit
     import numpy as np
     import torch
-    from cache_dit.caching.block_adapters.block_registers import BlockAdapterRegister
 
-    adapter = BlockAdapterRegister.get_adapter(model)
-    if adapter is None:
-        raise LookupError(f"no BlockAdapter is registered for {type(model).__name__}")
+    adapter = _adapter_for(model)
     rec["state_dict_patched"] = _signature(model)
     rec["has_separate_cfg"] = bool(adapter.has_separate_cfg)
     seen, handles = _pattern_hooks(adapter)
@@ -729,7 +742,9 @@ def _setup_cache(model, rec: dict, fx, recorder, arrays, key) -> int:
     rec["patterns"] = seen
     rec["block_counts"] = [len(b) for b in _lists(adapter)]
     calls = 2 if adapter.has_separate_cfg else 1
-    cache_dit.enable_cache(model, cache_config=_cache_config(0.0, fx.STEPS, fx.STEPS))
+    # a transformer-only adapter is handed over as it is (no registry has it); else cache-dit looks it up
+    target = _adapter_for(model) if _ADAPTER and _ADAPTER[0] is not None else model
+    cache_dit.enable_cache(target, cache_config=_cache_config(0.0, fx.STEPS, fx.STEPS))
     return calls
 
 
@@ -796,9 +811,7 @@ def _setup_parallel(model, variant: dict, fx) -> None:
     pc = ParallelismConfig(**cfg)
     if variant.get("cache"):
         # through the adapter: cache-dit's transformer-only path cannot add parallelism after caching
-        from cache_dit.caching.block_adapters.block_registers import BlockAdapterRegister
-
-        adapter = BlockAdapterRegister.get_adapter(model)
+        adapter = _adapter_for(model)
         # `bn`: the plan's `cache_bn_min` (a gather on a cached list's last block keeps that block among the last)
         config = _cache_config(0.0, fx.STEPS, fx.STEPS, variant.get("bn", 0))
         cache_dit.enable_cache(adapter, cache_config=config, parallelism_config=pc)

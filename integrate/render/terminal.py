@@ -103,6 +103,8 @@ def plan(data: dict, out_dir) -> str:
     lines = [f"plan written to {out_dir}/PLAN.md and plan.json",
              f"  CP: {cp['approach']}, {cp['shape']}: " + ", ".join(cp["plan"]),
              f"  TP: {tp['strategy']}: " + ", ".join(f"{x['attr']} ({x['strategy']})" for x in tp["block_lists"])]
+    if tp.get("blocked_by"):
+        lines.append(f"  TP not planned: {tp['blocked_by'][0]['why']}")
     if data["unknowns"]:
         lines.append(f"  {len(data['unknowns'])} open question(s): see PLAN.md")
     lines.append(f"next: review PLAN.md, then `integrate approve {out_dir} --reviewer <name>`")

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import libcst as cst
 
-from integrate.errors import InputError
-from integrate.resolve import External, Resolved, Unresolved, Workspace
-from integrate.source import base_names
+from integrate.analyzers.bases import model_mixin
+from integrate.resolve import Workspace
 
 
 class TrackingWorkspace(Workspace):
@@ -97,27 +96,8 @@ def _top_level(body):
                 yield from _top_level(block)
 
 
-def is_model(ws: Workspace, src, cls: cst.ClassDef, depth: int = 0) -> bool:
+def is_model(ws: Workspace, src, cls: cst.ClassDef) -> bool:
     """Do the class's bases lead to ModelMixin (through imports, within the analysed packages)?"""
-    if depth > 8:
-        return False
-    for base in base_names(cls):
-        if base.rsplit(".", 1)[-1] == "ModelMixin":
-            return True
-    for base in base_names(cls):
-        found = ws.resolve(src, base)
-        if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef):
-            if is_model(ws, found.src, found.node, depth + 1):
-                return True
-        elif isinstance(found, External) and found.qualname.startswith("diffusers."):
-            try:  # a third-party class built on a diffusers model, e.g. `class My(FluxTransformer2DModel)`
-                where = ws.locate_class("diffusers", found.qualname.rsplit(".", 1)[-1])
-            except InputError:
-                continue
-            if isinstance(where.node, cst.ClassDef) and is_model(ws, where.src, where.node, depth + 1):
-                return True
-        elif isinstance(found, Unresolved):
-            continue
-    return False
+    return model_mixin(ws, src, cls)[0] is True
 
 

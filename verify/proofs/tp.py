@@ -17,7 +17,11 @@ SUMMARY = "TP over 2 gloo processes against the 1-process run"
 
 def not_planned(plan: Plan) -> str | None:
     """Why the generated plugin has no TP planner to prove (None: it has one)."""
-    return None if plan.parallelism.tp.block_lists else "the plan has no TP block lists"
+    tp = plan.parallelism.tp
+    if tp.blocked_by:
+        e = tp.blocked_by[0]
+        return f"the plan writes no TP planner: {e.why} ({e.file.rsplit('/', 1)[-1]}:{e.line})"
+    return None if tp.block_lists else "the plan has no TP block lists"
 
 
 def variants(plan: Plan) -> list[dict]:
