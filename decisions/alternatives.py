@@ -13,6 +13,13 @@ divergent module leads to the decisions that touch it. What is listed:
 - TP: a column-wise linear that is not part of an attention or FFN pair (modulation, a block input) with
   its output replicated instead of sharded, or kept whole.
 
+Read from a run rather than the plan (`observed_ranks`, offered by `integrate repair`): a CP split that
+cache-dit skipped because the tensor it met had another rank than the plan expected ("Expected input tensor to
+have N dimensions, but got M"), at the rank the run met, its sequence axis where it was counted from the front
+or from the back (features last). A skipped split does nothing, so the proof ran with that tensor whole. And (`observed_lengths`) an input of the
+module where a proof first diverged that a rank still holds at the sequence's full length, while the stream
+beside it was cut: split along that axis at the module's hook.
+
 Not listed yet: the CP gather module (the output chain has one candidate the analysis trusts), and TP
 attention projections kept whole (the head count would be divided for a projection that is not sharded).
 """
@@ -25,7 +32,7 @@ from integrate.analyzers.records import ParallelFacts
 
 from integrate.records import to_json
 
-from .records import Alternative, Plan
+from .records import Alternative, Plan, Split
 from .revise import join_key
 
 _HIGH = "high"
@@ -134,3 +141,100 @@ def applied(alt: Alternative) -> list[tuple[str, Any]]:
     from .revise import UNSET
 
     return [*alt.sets.items(), *((k, UNSET) for k in alt.unsets)]
+
+
+Shapes = dict[str, dict[str, tuple[tuple[int, ...] | None, tuple[int, ...]]]]  # module -> input -> (whole, rank)
+
+
+def observed_ranks(plan: Plan, skipped: list[tuple[str, int, int]], shapes: Shapes | None = None
+                   ) -> tuple[Alternative, ...]:
+    """Alternatives for the CP splits a run saw cache-dit skip: `skipped` holds (module the run was in, rank the
+    plan expected, rank the tensor had). Each split planned at a hook that bears on that module (the root's only
+    on "forward's inputs") with the expected rank gets the run's rank. Its axis: where the tensor, as the run
+    recorded it there (`shapes`), is as long as the sequence the run cut; unrecorded, the planned axis counted
+    from the front and, if another, from the back (features last)."""
+    cp = plan.parallelism.cp
+    full = _full_length(plan, shapes or {})
+    out: dict[str, Alternative] = {}
+    for module, expected, got in dict.fromkeys(skipped):
+        for hook, value in cp.plan.items():
+            root = module == "forward's inputs"
+            if (hook == "") != root or not root and not _bears(hook, module) or not isinstance(value, dict):
+                continue
+            for param, split in value.items():
+                if not isinstance(split, Split) or split.expected_dims != expected:
+                    continue
+                key = join_key(("parallelism", "cp", "plan", hook, param))
+                what = f"output {param}" if param.isdigit() else f"`{param}`"
+                whole = ((shapes or {}).get(module, {}).get(param) or (None,))[0]
+                if whole is not None and len(whole) != got:  # recorded at another rank: not the skipped one
+                    continue
+                if whole is not None and full is not None:
+                    dims = tuple(d for d, n in enumerate(whole) if n == full)
+                else:
+                    dims = (split.split_dim, split.split_dim + got - expected)
+                for dim in dict.fromkeys(dims):
+                    if not 0 <= dim < got or f"{key}={dim}" in out:
+                        continue
+                    out[f"{key}={dim}"] = Alternative(
+                        f"CP split of {what} at `{hook or 'forward'}`", f"dim {split.split_dim} of {expected}",
+                        f"dim {dim} of {got} (the rank the run met)",
+                        {key: to_json(Split(dim, got, split.split_output))}, (), "low", (hook,),
+                        f"cache-dit skipped this split in `{module}`: it expected {expected} dimensions and met "
+                        f"{got}, so the tensor stayed whole")
+    return tuple(out.values())
+
+
+def _full_length(plan: Plan, shapes: Shapes) -> int | None:
+    """The sequence's whole length, where the inputs cut at these modules were all cut along axes of one length:
+    those a rank already received shorter (cut before the module; one length there is the answer), else those a
+    hook bearing on the module cuts as it is called (a split whose rank is the tensor's: the run records a
+    module's inputs before its hooks)."""
+    cut = {w[d] for inputs in shapes.values() for w, r in inputs.values() if w is not None and len(w) == len(r)
+           for d in range(len(w)) if w[d] > r[d] > 0 and w[d] % r[d] == 0}
+    if len(cut) == 1:  # seen cut by the run: that length, over one the hooks would cut (a text stream's)
+        return next(iter(cut))
+    for module, inputs in shapes.items():
+        for hook, value in plan.parallelism.cp.plan.items():
+            if not _bears(hook, module) or not isinstance(value, dict):
+                continue
+            for name, split in value.items():
+                whole = inputs.get(name, (None, ()))[0]
+                if isinstance(split, Split) and whole is not None and split.expected_dims == len(whole) \
+                        and split.split_dim < len(whole):
+                    cut.add(whole[split.split_dim])
+    return next(iter(cut)) if len(cut) == 1 else None
+
+
+def _bears(hook: str, module: str) -> bool:
+    """Is `module` (`blocks.0`) the hook's module, or one of its blocks (`blocks.*`)?"""
+    a, b = hook.split("."), module.split(".")
+    return len(a) == len(b) and all(x == y or x == "*" and y.isdigit() for x, y in zip(a, b))
+
+
+def observed_lengths(plan: Plan, shapes: Shapes) -> tuple[Alternative, ...]:
+    """Alternatives for the module where a CP proof first diverged and the modules it runs in, from their tensor
+    inputs' shapes (`shapes`: module -> input -> (shape in the 1-process run, shape on a rank)): the inputs the
+    plan cut give the sequence's full length; an input not planned at any hook that bears on its module, whole
+    on the rank and as long as that along an axis, is offered split there, at every block of its list."""
+    full = _full_length(plan, shapes)
+    if full is None:  # no stream cut here, or several lengths: nothing tells which axis is the sequence
+        return ()
+    out = []
+    for module, inputs in shapes.items():
+        hook = ".".join("*" if part.isdigit() else part for part in module.split("."))
+        planned = {p for h, v in plan.parallelism.cp.plan.items() if _bears(h, module) and isinstance(v, dict)
+                   for p in v}
+        for name, (whole, rank) in inputs.items():
+            if not name.isidentifier() or name in planned or whole != rank:
+                continue
+            for dim in (d for d, n in enumerate(rank) if n == full):
+                split = to_json(Split(dim, len(rank), False))
+                out.append(Alternative(
+                    f"CP split of `{name}` at `{hook}`", "whole on every rank", f"split dim {dim} of {len(rank)}",
+                    {join_key(("parallelism", "cp", "plan", hook, name)): split}
+                    if hook in plan.parallelism.cp.plan else  # a hook the plan lacks is set whole
+                    {join_key(("parallelism", "cp", "plan", hook)): {name: split}}, (),
+                    "low", (hook,), f"`{module}` diverged with `{name}` whole on each rank at the sequence's full "
+                    f"length {full} (shape {list(rank)}) while the inputs beside it were cut"))
+    return tuple(out)

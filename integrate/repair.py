@@ -4,8 +4,10 @@ revision that makes the failing proof pass. It never approves the plan: the prop
 
 1. Verify the generated code as it stands (the proofs repair can act on: cache, cp, tp; `--proof` picks) and
    read each failing proof's first divergent module.
-2. Rank the plan's alternatives (`plan.alternatives`): those of the failing proof's kind whose modules
-   (`touches`) hold or lie inside the divergent module first, then the rest of that kind.
+2. Rank the candidates: first those the run itself points at (a CP split cache-dit skipped because the tensor
+   had another rank: the split at the rank the run met, `decisions.alternatives.observed_ranks`), then the plan's
+   alternatives (`plan.alternatives`) of the failing proof's kind whose modules (`touches`) hold or lie inside the
+   divergent module, then the rest of that kind.
 3. For each candidate, in a scratch folder: the plan revised with it, approved as an automatic trial (never
    the user's plan), generated, and only the failing proof run again: its first failing variant only, against
    the plain model's run kept from step 1 (same fixture, so it is not run again). A candidate that passes it has
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -31,10 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from integrate import api
+from integrate.decisions.alternatives import observed_lengths, observed_ranks
+from integrate.decisions.approval import load_plan
+from integrate.decisions.records import Alternative
 from integrate.errors import InputError
 from integrate.records import OMIT, Omit, to_json
 
-REPAIR_SCHEMA_VERSION = "1.0"
+REPAIR_SCHEMA_VERSION = "1.1"
 REPAIRABLE = ("cache", "cp", "tp")
 TRIAL_REVIEWER = "integrate repair (automatic: a trial of a candidate revision, not a human review)"
 _KIND = {"cache": ("ForwardPattern", "CFG"), "cp": ("CP",), "tp": ("TP",)}
@@ -43,10 +49,12 @@ _KIND = {"cache": ("ForwardPattern", "CFG"), "cp": ("CP",), "tp": ("TP",)}
 @dataclass(frozen=True)
 class Trial:
     proof: str
-    alternative: int  # its index in plan.json's `alternatives`
+    alternative: int  # its index in plan.json's `alternatives`, then (1.1) in the report's `observed`
     decision: str
     instead: str
     status: str  # the proof's status with the alternative taken ("pass", "fail", "error", "skipped")
+    on: tuple[int, ...]  # 1.1: the steps it was tried on top of (candidates read from the run that answered
+    # the evidence they came from; indexed as `alternative`)
     diverged_at: str | None  # the first divergent module, where it still failed
     why: str | Omit = OMIT  # what stopped the trial before the proof ran (generate refused, ...)
     seconds: float = 0.0
@@ -56,7 +64,7 @@ class Trial:
 class Proposal:
     sets: dict[str, Any]
     unsets: tuple[str, ...]
-    alternatives: tuple[int, ...]  # the alternatives it takes
+    alternatives: tuple[int, ...]  # the alternatives it takes (indexed as a trial's `alternative`)
     command: str  # the `integrate revise` command that takes it (shell words quoted)
 
 
@@ -65,6 +73,7 @@ class RepairReport:
     schema_version: str
     plan_dir: str
     failing: dict[str, str | None]  # proof -> its first divergent module before repair (null: none named)
+    observed: tuple[Alternative, ...]  # 1.1: candidates read from the failing run, not from the plan
     trials: tuple[Trial, ...]
     proposal: Proposal | None  # null when nothing failed or no candidate passed
     files: tuple[str, ...]  # what was written beside the plan (proposal.json, PLAN.md.diff)
@@ -88,29 +97,48 @@ def _matches(touch: str, module: str | None) -> bool:
     return all(x == y or x == "*" and y.isdigit() for x, y in zip(a[:n], b[:n]))
 
 
-def candidates(plan, proof: str, module: str | None) -> list[int]:
-    """Indices of the plan's alternatives for a failing `proof`, those that bear on `module` first."""
-    kind = [i for i, a in enumerate(plan.alternatives) if a.decision.startswith(_KIND[proof])]
-    near = [i for i in kind if any(_matches(t, module) for t in plan.alternatives[i].touches)]
-    return near + [i for i in kind if i not in near]
+def candidates(pool: list[Alternative], proof: str, module: str | None, first: range = range(0)) -> list[int]:
+    """Indices into `pool` for a failing `proof`: those at `first` (read from the run), then those that bear on
+    `module`, then the rest of the proof's kind."""
+    kind = [i for i, a in enumerate(pool) if a.decision.startswith(_KIND[proof]) and i not in first]
+    near = [i for i in kind if any(_matches(t, module) for t in pool[i].touches)]
+    return [i for i in first if pool[i].decision.startswith(_KIND[proof])] + near + [i for i in kind if i not in near]
 
 
-def _merged(plan, indices: list[int]) -> tuple[dict[str, Any], tuple[str, ...]]:
+_RANKS = re.compile(r"have (\d+) dimensions, but got (\d+) dimensions")
+
+
+def _skipped(result) -> list[tuple[str, int, int]]:
+    """(module, rank planned, rank met) for each split cache-dit said it skipped in a proof's variants (verify
+    keeps its warning as "<module>: Expected input tensor to have N dimensions, but got M ...")."""
+    out = []
+    variants = getattr(result, "variants", None)
+    for v in variants.values() if isinstance(variants, dict) else ():
+        lines = getattr(v, "skipped_splits", None)
+        for line in lines if isinstance(lines, tuple | list) else ():
+            module, _, message = line.partition(": ")
+            found = _RANKS.search(message)
+            if found:
+                out.append((module, int(found[1]), int(found[2])))
+    return out
+
+
+def _merged(pool: list[Alternative], indices: list[int]) -> tuple[dict[str, Any], tuple[str, ...]]:
     """The sets and unsets of the alternatives at `indices`, together."""
     sets: dict[str, Any] = {}
     unsets: list[str] = []
     for i in indices:
-        sets.update(plan.alternatives[i].sets)
-        unsets += plan.alternatives[i].unsets
+        sets.update(pool[i].sets)
+        unsets += pool[i].unsets
     return sets, tuple(unsets)
 
 
-def _scratch_plan(plan_dir: Path, into: Path, indices: list[int], plan) -> Path:
+def _scratch_plan(plan_dir: Path, into: Path, indices: list[int], pool: list[Alternative]) -> Path:
     """A copy of the plan folder with the alternatives at `indices` taken (plan.json and PLAN.md only)."""
     into.mkdir(parents=True)
     for name in ("plan.json", "PLAN.md"):
         shutil.copy2(plan_dir / name, into / name)
-    sets, unsets = _merged(plan, indices)
+    sets, unsets = _merged(pool, indices)
     api.revise(into, [f"{k}={json.dumps(v)}" for k, v in sets.items()], unsets=list(unsets),
                why="integrate repair: a candidate", reviewer=TRIAL_REVIEWER)
     return into
@@ -141,50 +169,74 @@ def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = REPAIRA
         failing = {p: (getattr(before, p).first_divergence.module if getattr(before, p).first_divergence else None)
                    for p in proofs if getattr(before, p).status in ("fail", "error")}
         trials: list[Trial] = []
-        passing: dict[str, int] = {}
+        passing: dict[str, list[int]] = {}
         stopped: str | Omit = OMIT
+        pool = list(plan.alternatives)
         for proof, module in failing.items():
-            failed = _failed_variants(getattr(before, proof))
-            for i in candidates(plan, proof, module):
-                if len(trials) >= max_candidates:
-                    stopped = f"--max-candidates {max_candidates} reached"
+            result, steps, current = getattr(before, proof), [], plan
+            failed = _failed_variants(result)
+            tried: set[tuple[int, ...]] = set()
+            while stopped is OMIT and proof not in passing:
+                fresh = _observed(pool, current, proof, result)
+                order = [i for i in candidates(pool, proof, module, fresh) if (*steps, i) not in tried
+                         and i not in steps]
+                if not order:
                     break
-                if time.monotonic() - started > max_seconds:
-                    stopped = f"--max-seconds {max_seconds:g} reached"
+                advanced = False
+                for i in order:
+                    if len(trials) >= max_candidates:
+                        stopped = f"--max-candidates {max_candidates} reached"
+                        break
+                    if time.monotonic() - started > max_seconds:
+                        stopped = f"--max-seconds {max_seconds:g} reached"
+                        break
+                    alt, taking = pool[i], [*steps, i]
+                    tried.add(tuple(taking))
+                    on = f" (on {len(steps)} step(s) taken)" if steps else ""
+                    progress(f"[{len(trials) + 1}/{max_candidates}] {proof}: {alt.decision} -> {alt.instead}{on}")
+                    trial, got = _trial(plan_dir, generated, work / f"t{len(trials)}", pool, proof, taking, trust_code,
+                                        baseline, failed, progress)
+                    trials.append(trial)
+                    if trial.status == "pass" and failed:  # the variants that failed pass: now all of them
+                        progress(f"[{len(trials)}/{max_candidates}] {proof}: every variant with it")
+                        trial, got = _trial(plan_dir, generated, work / f"t{len(trials)}-all", pool, proof, taking,
+                                            trust_code, baseline, None, progress)
+                        trials[-1] = trial
+                    if trial.status == "pass":
+                        passing[proof] = taking
+                        break
+                    if i in fresh and got is not None and _answered(alt, result, got):
+                        # read from the run and the evidence it answered is gone: a step; search on from it
+                        progress(f"  a step: {alt.decision} -> {alt.instead} (the run's evidence for it is gone)")
+                        steps, result = taking, got
+                        module = got.first_divergence.module if got.first_divergence else module
+                        current = load_plan(work / f"t{len(trials) - 1}" / "plan")
+                        failed = _failed_variants(result) or failed
+                        advanced = True
+                        break
+                if not advanced:
                     break
-                alt = plan.alternatives[i]
-                progress(f"[{len(trials) + 1}/{max_candidates}] {proof}: {alt.decision} -> {alt.instead}")
-                trials.append(_trial(plan_dir, generated, work / f"t{len(trials)}", plan, proof, i, trust_code,
-                                     baseline, failed, progress))
-                if trials[-1].status == "pass" and failed:  # the variants that failed pass: now all of them
-                    progress(f"[{len(trials)}/{max_candidates}] {proof}: every variant with it")
-                    trials[-1] = _trial(plan_dir, generated, work / f"t{len(trials)}-all", plan, proof, i, trust_code,
-                                        baseline, None, progress)
-                if trials[-1].status == "pass":
-                    passing[proof] = i
-                    break
-            if stopped is not OMIT:
-                break
+        observed = tuple(pool[len(plan.alternatives):])
         proposal, files = None, ()
         if passing:
             from integrate.escape import sh
             from integrate.render.markdown import revise_words
 
-            indices = sorted(set(passing.values()))
-            sets, unsets = _merged(plan, indices)
+            indices = sorted({i for taken in passing.values() for i in taken})
+            sets, unsets = _merged(pool, indices)
             proposal = Proposal(sets, unsets, tuple(indices), revise_words(
                 str(sh(str(plan_dir))), sets, unsets, "integrate repair: the failing proof passes with it"))
-            revised = _scratch_plan(plan_dir, work / "proposal", indices, plan)
+            revised = _scratch_plan(plan_dir, work / "proposal", indices, pool)
             diff = "".join(difflib.unified_diff((plan_dir / "PLAN.md").read_text().splitlines(keepends=True),
                                                 (revised / "PLAN.md").read_text().splitlines(keepends=True),
                                                 "PLAN.md", "PLAN.md (proposed)"))
             named = (str(plan_dir / "repair" / "proposal.json"), str(plan_dir / "repair" / "PLAN.md.diff"))
-            report = RepairReport(REPAIR_SCHEMA_VERSION, str(plan_dir), failing, tuple(trials), proposal, named,
-                                  stopped, round(time.monotonic() - started, 1))
+            report = RepairReport(REPAIR_SCHEMA_VERSION, str(plan_dir), failing, observed, tuple(trials), proposal,
+                                  named, stopped, round(time.monotonic() - started, 1))
             files = tuple(write_tree(plan_dir / "repair", {
                 "proposal.json": json.dumps(to_json(report), indent=2) + "\n", "PLAN.md.diff": diff}))
-    return RepairReport(REPAIR_SCHEMA_VERSION, str(plan_dir), failing, tuple(trials), proposal, files, stopped,
-                        round(time.monotonic() - started, 1))
+    return RepairReport(REPAIR_SCHEMA_VERSION, str(plan_dir), failing, observed, tuple(trials), proposal, files,
+                        stopped, round(time.monotonic() - started, 1))
 
 
 def _adopt_fixture(generated: Path, out: Path) -> None:
@@ -209,16 +261,66 @@ def _failed_variants(result) -> tuple[str, ...] | None:
     return names[:1] or None
 
 
-def _trial(plan_dir: Path, generated: Path, work: Path, plan, proof: str, index: int, trust_code: bool,
-           baseline: Path | None = None, variants: tuple[str, ...] | None = None,
-           progress: Callable[[str], None] = lambda line: None) -> Trial:
-    """Revise a scratch copy with one alternative, approve it as a trial, generate, and run `proof` alone (only
-    `variants` of it where named, against the plain model's run kept in `baseline`)."""
-    alt = plan.alternatives[index]
+def _observed(pool: list[Alternative], plan, proof: str, result) -> range:
+    """Add to `pool` the candidates a failed CP run points at (splits cache-dit skipped for another rank; inputs of
+    the divergent module still at the sequence's full length); returns the indices of those it holds."""
+    if proof != "cp":
+        return range(0)
+    div = result.first_divergence
+    inputs = div.inputs if div is not None and isinstance(div.inputs, dict) else {}
+    shapes = {m: {k: (v.whole, v.rank) for k, v in ins.items()} for m, ins in inputs.items()}
+    found = [*observed_ranks(plan, _skipped(result), shapes), *observed_lengths(plan, shapes)]
+    known = {(a.decision, a.instead, json.dumps(a.sets, sort_keys=True)): i for i, a in enumerate(pool)}
+    at = []
+    for alt in found:
+        key = (alt.decision, alt.instead, json.dumps(alt.sets, sort_keys=True))
+        if key not in known:
+            known[key] = len(pool)
+            pool.append(alt)
+        at.append(known[key])
+    return at
+
+
+def _answered(alt: Alternative, before, after) -> bool:
+    """Did the run with `alt` taken lose the evidence `alt` was read from: fewer skipped splits (a rank), or the
+    proof no longer first diverging in the same module with the same error (a full-length input)?"""
+    if not _not_worse(before, after):
+        return False
+    if "the rank the run met" in alt.instead:
+        return len(_skipped(after)) < len(_skipped(before))
+    a, b = before.first_divergence, after.first_divergence
+    if a is None or b is None:
+        return b is None
+    same_error = (a.error.message if a.error else None) == (b.error.message if b.error else None)
+    return a.module != b.module or not same_error
+
+
+def _not_worse(before, after) -> bool:
+    """A run that fails no sooner: not an error where there was a numeric difference, nor a first divergence in a
+    module that ran before the one where it diverged (the earlier run's table lists the modules in order)."""
+    severity = {"error": 0, "fail": 1}
+    if severity.get(after.status, 2) < severity.get(before.status, 2):
+        return False
+    a, b = before.first_divergence, after.first_divergence
+    if a is None or b is None or a.module is None or b.module is None or after.status != before.status:
+        return True
+    order = [row.module for row in a.table]
+    return not (b.module in order and a.module in order and order.index(b.module) < order.index(a.module))
+
+
+def _trial(plan_dir: Path, generated: Path, work: Path, pool: list[Alternative], proof: str, taking: list[int],
+           trust_code: bool, baseline: Path | None = None, variants: tuple[str, ...] | None = None,
+           progress: Callable[[str], None] = lambda line: None):
+    """Revise a scratch copy with the alternatives `taking` (the steps taken, then the candidate), approve it as a
+    trial, generate, and run `proof` alone (only `variants` of it where named, against the plain model's run kept
+    in `baseline`). Returns the trial and the proof's result (None where it did not run)."""
+    index = taking[-1]
+    alt = pool[index]
     t0 = time.monotonic()
-    base = dict(proof=proof, alternative=index, decision=alt.decision, instead=alt.instead)
+    base = {"proof": proof, "alternative": index, "decision": alt.decision, "instead": alt.instead,
+            "on": tuple(taking[:-1])}
     try:
-        scratch = _scratch_plan(plan_dir, work / "plan", [index], plan)
+        scratch = _scratch_plan(plan_dir, work / "plan", taking, pool)
         api.approve(scratch, TRIAL_REVIEWER)
         api.generate(scratch, out=work / "out")
         _adopt_fixture(generated, work / "out")
@@ -226,7 +328,7 @@ def _trial(plan_dir: Path, generated: Path, work: Path, plan, proof: str, index:
                             variants=variants, progress=lambda line: progress(f"  {line}"))
     except InputError as exc:
         return Trial(**base, status="error", diverged_at=None, why=str(exc)[:300],
-                     seconds=round(time.monotonic() - t0, 1))
+                     seconds=round(time.monotonic() - t0, 1)), None
     result = getattr(report, proof)
     where = result.first_divergence.module if result.first_divergence else None
-    return Trial(**base, status=result.status, diverged_at=where, seconds=round(time.monotonic() - t0, 1))
+    return Trial(**base, status=result.status, diverged_at=where, seconds=round(time.monotonic() - t0, 1)), result

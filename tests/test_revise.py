@@ -153,9 +153,9 @@ def test_every_alternative_is_a_revision_that_fits_the_plan(tmp_path):
     from integrate.repair import candidates
 
     wan = plans["WanAnimateTransformer3DModel"]
-    first = wan.alternatives[candidates(wan, "cp", "motion_encoder.conv.0")[0]]
+    first = wan.alternatives[candidates(list(wan.alternatives), "cp", "motion_encoder.conv.0")[0]]
     assert first.touches == ("motion_encoder",)
-    assert candidates(wan, "tp", "blocks.0.attn1.to_q") == [i for i, a in enumerate(wan.alternatives)
+    assert candidates(list(wan.alternatives), "tp", "blocks.0.attn1.to_q") == [i for i, a in enumerate(wan.alternatives)
                                                              if a.decision.startswith("TP")]
 
 
@@ -216,3 +216,34 @@ def test_a_repair_trial_reads_the_kept_baseline_and_runs_only_the_variants_named
     again = to_json(api.verify(plan_dir, out, proofs=("cp",), baseline=kept, variants=("ulysses2",)))["cp"]
     assert set(again["variants"]) == {"ulysses2"} and again["status"] == "pass", again
     assert (kept / "rank0.npz").stat().st_mtime_ns == stamp
+
+
+def test_repair_reads_candidates_from_the_run_and_builds_on_one_that_answers_its_evidence(tmp_path):
+    """QwenImage21 (installed diffusers, its pipeline's fixture): the plan splits its RoPE table as a [B, S, D]
+    stream, but the table is [S, D]; cache-dit skips the split ("expected 3 dimensions, got 2") and the CP proof
+    fails in the first block. Repair reads that warning and the shapes the run recorded: it offers the table
+    split at dim 0 of 2 (where it is as long as the cut sequence; not dim 1), finds the skip gone with it (a
+    step), and from that run offers the per-token `target_token_mask` the block still holds whole, on top of the
+    step. (The proof still fails after: its attention slices block-causal segments of the local sequence.)"""
+    from integrate import api
+    from integrate.records import to_json
+
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "model_index.json").write_text(json.dumps({
+        "_class_name": "QwenImage21Pipeline", "_diffusers_version": "0.42.1",
+        "transformer": ["diffusers", "QwenImage21Transformer2DModel"]}))
+    plan_dir, out = tmp_path / "plan", tmp_path / "out"
+    api.write_plan(api.plan(api.flags_for(str(model)), probe=False), plan_dir)
+    api.approve(plan_dir, "test")
+    api.generate(plan_dir, out=out)
+    report = to_json(api.repair(plan_dir, out, proofs=("cp",), max_candidates=4))
+    observed = {(a["decision"], a["instead"]) for a in report["observed"]}
+    table = ("CP split of `rotary_emb` at `transformer_blocks.*`", "dim 0 of 2 (the rank the run met)")
+    assert table in observed and (table[0], "dim 1 of 2 (the rank the run met)") not in observed, observed
+    first = report["trials"][0]
+    assert (first["decision"], first["instead"]) == table and first["on"] == [], report["trials"]
+    on_step = [t for t in report["trials"] if t["on"] == [first["alternative"]]]
+    assert any(t["decision"] == "CP split of `target_token_mask` at `transformer_blocks.*`" for t in on_step), \
+        report["trials"]
+    assert report["proposal"] is None and not (plan_dir / "repair").exists()

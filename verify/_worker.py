@@ -436,12 +436,14 @@ def _tensors(value) -> list:
 
 class Recorder:
     """Forward hooks on the original modules, under their original paths: the first output of each
-    module in the recorded call, the order modules finished in, and the module an exception left."""
+    module in the recorded call, the shapes of its tensor inputs (by parameter name), the order modules finished
+    in, and the module an exception left."""
 
     def __init__(self, names: dict[int, str]) -> None:
         self.names, self.stack, self.order = names, [], []
         self.last: str | None = None  # the module that finished last
         self.acts: dict[str, object] = {}
+        self.inputs: dict[str, dict[str, list[int]]] = {}
         self.active = False
         self.handles = []
 
@@ -450,12 +452,14 @@ class Recorder:
             path = self.names.get(id(module))
             if path is None or path == "":
                 continue
-            self.handles.append(module.register_forward_pre_hook(self._pre(path)))
+            self.handles.append(module.register_forward_pre_hook(self._pre(path), with_kwargs=True))
             self.handles.append(module.register_forward_hook(self._post(path)))
 
     def _pre(self, path):
-        def hook(module, args):
+        def hook(module, args, kwargs):
             self.stack.append(path)
+            if self.active and path not in self.inputs:
+                self.inputs[path] = _input_shapes(module, args, kwargs)
         return hook
 
     def _post(self, path):
@@ -469,6 +473,26 @@ class Recorder:
                     self.order.append(path)
                     self.acts[path] = [_plain(t).numpy() for t in ts]
         return hook
+
+
+def _input_shapes(module, args, kwargs) -> dict[str, list[int]]:
+    """{parameter name (its position where the signature does not bind): shape} of a call's tensor inputs."""
+    import inspect
+
+    import torch
+
+    signature = None
+    try:  # the class's own forward: an instance's may be a wrapper taking (*args, **kwargs)
+        signature = inspect.signature(type(module).forward)
+        bound = dict(signature.bind_partial(module, *args, **kwargs).arguments)
+        bound.pop(next(iter(signature.parameters)), None)  # self
+    except (TypeError, ValueError, StopIteration):
+        bound = {**{str(i): a for i, a in enumerate(args)}, **kwargs}
+    for name, value in list(bound.items()):  # what a `**kwargs` parameter gathered, by its own names
+        if isinstance(value, dict) and signature is not None and signature.parameters.get(name) is not None \
+                and signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            bound.update(bound.pop(name))
+    return {name: list(value.shape) for name, value in bound.items() if isinstance(value, torch.Tensor)}
 
 
 class _SkippedSplits:
@@ -652,6 +676,7 @@ def run(job: dict) -> dict:
                             "type": type(exc).__name__, "message": str(exc).splitlines()[0][:300] if str(exc) else "",
                             "trace": traceback.format_exc().splitlines()[-6:]}
         rec["order"] = recorder.order
+        rec["input_shapes"] = recorder.inputs
         if skipped is not None:
             skipped.close()
             if skipped.seen:

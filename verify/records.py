@@ -12,7 +12,7 @@ from typing import Any, Literal
 from integrate.records import OMIT, Omit
 
 VERIFY_SCHEMA = "integrate.verify"
-VERIFY_SCHEMA_VERSION = "1.3"
+VERIFY_SCHEMA_VERSION = "1.4"
 GPU_SCHEMA = "integrate.verify.gpu"
 GPU_SCHEMA_VERSION = "1.0"
 
@@ -43,6 +43,15 @@ class LayerRow:
 
 
 @dataclass(frozen=True)
+class InputShape:
+    """A tensor input's shape in the 1-process run (`whole`: null where that run did not record it) and on a
+    rank: a sequence cut by the plan is shorter on the rank; one the plan left whole is not."""
+
+    whole: tuple[int, ...] | None
+    rank: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Divergence:
     """The first module whose output differs from the 1-process run, with the per-layer table around it."""
 
@@ -54,6 +63,9 @@ class Divergence:
     cosine: float | Omit = OMIT
     error: WorkerError | Omit = OMIT
     raised: str | Omit = OMIT  # where it was raised, in words
+    # a parallel proof's: the tensor inputs of the divergent module and of each module it runs inside, their
+    # shapes in the 1-process run and on rank 0 ({module: {parameter: shapes}}, innermost first)
+    inputs: dict[str, dict[str, InputShape]] | Omit = OMIT
 
 
 @dataclass(frozen=True)

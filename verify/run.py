@@ -198,7 +198,12 @@ class Verifier:
                 if unplanned:  # the plugin has nothing to prove here: said, not run into an error
                     results[proof.NAME] = proof.RECORD("skipped", why=unplanned)
                     continue
-                variants = [v for v in proof.variants(self.plan) if self.only is None or v["name"] in self.only]
+                planned = proof.variants(self.plan)
+                # the named variants, or what they were retried from (`ulysses2+anything` of `ulysses2`); every
+                # variant where none of them is this plan's (a revision changed its variants)
+                named = [v for v in planned if self.only is None or v["name"] in self.only
+                         or any(n.startswith(f"{v['name']}+") for n in self.only)]
+                variants = named or planned
                 waiting = [v for v in variants if v.get("cache") and self.stub is not None]
                 variants = [v for v in variants if v not in waiting]  # the adapter calls the stub
                 self.progress(proof.progress(variants))

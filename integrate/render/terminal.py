@@ -134,7 +134,9 @@ def repair(data: dict) -> str:
     lines = ["failing: " + ", ".join(f"{p} (first divergence: {m or 'not named'})" for p, m in data["failing"].items())]
     for t in data["trials"]:
         where = f", diverged at {t['diverged_at']}" if t.get("diverged_at") else ""
-        lines.append(f"  tried {t['proof']}: {t['decision']} -> {t['instead']}: {t['status']}{where}"
+        on = f" (on top of candidate(s) {', '.join(str(i) for i in t['on'])})" if t.get("on") else ""
+        lines.append(f"  tried {t['proof']} [{t['alternative']}]{on}: {t['decision']} -> {t['instead']}: "
+                     f"{t['status']}{where}"
                      + (f" ({t['why']})" if t.get("why") else "") + f" [{t['seconds']} s]")
     if data.get("stopped"):
         lines.append(f"  stopped: {data['stopped']}")

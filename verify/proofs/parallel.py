@@ -7,8 +7,10 @@ is `skipped`, never a verdict on the integration.
 
 from __future__ import annotations
 
+import dataclasses
+
 from .. import compare
-from ..records import ParallelProof, Variant, WorkerError
+from ..records import Divergence, InputShape, ParallelProof, Variant, WorkerError
 from .locate import Baseline, worker_error
 
 
@@ -65,21 +67,24 @@ def judge(base: Baseline, variants: list[dict], runs: dict[str, tuple[list, list
                 rows[key] = Variant("skipped", why=f"{cpu_only}: run this configuration on GPUs", error=err)
             else:
                 good = [a for a, r in zip(arrays, reps) if r is not None and "error" not in r] or arrays[:1]
-                rows[key] = Variant("error", error=err, first_divergence=base.locate(good, key, err),
+                rows[key] = Variant("error", error=err,
+                                    first_divergence=_with_inputs(base, base.locate(good, key, err), reps),
                                     **_noted(reps, why))
             continue
         shapes = {tuple(a[f"{key}/out"].shape) for a in arrays}
         if shapes != {tuple(base.out.shape)}:  # not gathered back whole: no element-wise comparison to make
             why = (f"the output's shape {sorted(shapes)[0]} is not the 1-process run's {tuple(base.out.shape)}: "
                    "the sequence was not put back whole")
-            rows[key] = Variant("fail", first_divergence=_located(base, arrays, key), **_noted(reps, why))
+            rows[key] = Variant("fail", first_divergence=_with_inputs(base, _located(base, arrays, key), reps),
+                                **_noted(reps, why))
             continue
         f = [compare.figures(base.out, a[f"{key}/out"]) for a in arrays]
         worst = max(f, key=lambda x: x.max_abs).as_dict()
         if worst["ok"]:
             rows[key] = Variant("pass", **worst, **_noted(reps, None, "agrees, but "))
         else:
-            rows[key] = Variant("fail", **worst, first_divergence=base.locate(arrays, key, None), **_noted(
+            rows[key] = Variant("fail", **worst, first_divergence=_with_inputs(base, base.locate(arrays, key, None),
+                                                                              reps), **_noted(
                 reps, None, f"differs from the 1-process run (max-abs {worst['max_abs']:.3g}); "))
     statuses = [v.status for v in rows.values()]
     status = ("error" if "error" in statuses else "fail" if "fail" in statuses else
@@ -91,6 +96,24 @@ def judge(base: Baseline, variants: list[dict], runs: dict[str, tuple[list, list
     if status == "skipped":
         return ParallelProof(status, why=next(v.why for v in rows.values()), variants=rows)
     return ParallelProof(status, variants=rows)
+
+
+def _with_inputs(base: Baseline, div: Divergence | None, reps: list) -> Divergence | None:
+    """The divergence with the tensor inputs of its module and the modules around it, as the 1-process run and
+    rank 0 had them."""
+    rank = next((r for r in reps if r is not None), None)
+    if div is None or div.module is None or rank is None:
+        return div
+    parts = div.module.split(".")
+    here, whole = rank.get("input_shapes") or {}, base.report.get("input_shapes") or {}
+    found = {}
+    for n in range(len(parts), 0, -1):
+        path = ".".join(parts[:n])
+        if here.get(path):
+            w = whole.get(path) or {}
+            found[path] = {name: InputShape(tuple(w[name]) if name in w else None, tuple(shape))
+                           for name, shape in here[path].items()}
+    return dataclasses.replace(div, inputs=found) if found else div
 
 
 def _located(base: Baseline, arrays: list, key: str):
