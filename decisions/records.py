@@ -318,6 +318,9 @@ class PlanFacts:
     sequence: SequenceFact | None
     position_modules: dict[str, PositionLayout]
     crosscheck: CrossCheck
+    # 1.13: is the transformer a diffusers ModelMixin (bases traced; null: a base not traced), and the why
+    model_mixin: bool | None = None
+    model_mixin_at: Evidence | None = None
 
 
 @dataclass(frozen=True)

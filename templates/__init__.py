@@ -318,10 +318,13 @@ def _cp_planner(b: _Build) -> str | None:
     if cp.mask_reorder.needed and mask is None:
         b.manual.append("the mask reorder needs a joint (two-stream) block list: none found")
     evidence = [f"{e.why} ({Path(e.file).name}:{e.line})" for e in cp.evidence][:12]
+    # a plain torch module (bases traced, no ModelMixin): cache-dit is handed the plan, not asked to look it up
+    unregistered = b.plan.facts.model_mixin is False
     imports = [("cache_dit.distributed.core", "_ContextParallelInput"),
                ("cache_dit.distributed.core", "_ContextParallelOutput"),
-               ("cache_dit.distributed.transformers.register", "ContextParallelismPlanner"),
-               ("cache_dit.distributed.transformers.register", "ContextParallelismPlannerRegister")]
+               ("cache_dit.distributed.transformers.register", "ContextParallelismPlanner")]
+    if not unregistered:
+        imports.append(("cache_dit.distributed.transformers.register", "ContextParallelismPlannerRegister"))
     if mask:
         imports += [("inspect", None), ("torch", None), ("torch.distributed as dist", None)]
     if cp.local_attention:
@@ -340,7 +343,7 @@ def _cp_planner(b: _Build) -> str | None:
     b.piece("cp_planner", "cp_planner", cp_cls, "cp_planner.py.j2", cp=data, plan=data["plan"], mask=mask,
             evidence=evidence, patched_keys=moved, parts=_parts(b.patch), lengths=_rebased(cp, moved),
             imports=import_block(imports, (b.import_name,)), cp_prefix=b.m.transformer_class, cp_cls=cp_cls,
-            local_attention=list(cp.local_attention),
+            unregistered=unregistered, local_attention=list(cp.local_attention),
             kv_expand=[(str(escape.dotted(x.module)), str(escape.ident(x.function))) for x in cp.kv_expand],
             mask_mend=[(str(escape.dotted(x.module)), str(escape.ident(x.function))) for x in cp.mask_mend],
             mask_prepared=[p for x in cp.mask_mend for p in x.prepared],
@@ -349,7 +352,12 @@ def _cp_planner(b: _Build) -> str | None:
             module_dicts=[str(escape.ident(bl.attr)) for bl in b.analysis.transformer.block_lists
                           if bl.container == "ModuleDict of ModuleList"
                           and any(k.startswith(bl.attr + ".") for k in cp.plan)])
-    b.registered["cp_planner"] = b.m.transformer_class
+    if unregistered:
+        b.notes.append(f"{b.m.transformer_class} is no diffusers model: the CP planner is registered nowhere (a "
+                       "short class name would answer for cache-dit's own models by prefix); hand its plan over: "
+                       f"`config.cp_plan = {cp_cls}().apply(transformer=model, parallelism_config=config)`")
+    else:
+        b.registered["cp_planner"] = b.m.transformer_class
     if cp.rope_drift_fix.needed:
         b.manual.append("RoPE drift fix: positions are computed from a local length after a root split")
     if any("{" in k for k in cp.plan):
@@ -489,6 +497,7 @@ def _package(b: _Build, adapter: dict, cp_cls: str | None, tp_cls: str | None, t
     b.extra[f"{import_name}/__init__.py"] = _render(
         "plugin_init.py.j2", contents=contents, package_imports=_package_imports(modules), approval=b.approval,
         modules=modules, import_name=import_name, adapter=adapter, cp_cls=cp_cls, cp_module="cp_planner",
+        cp_unregistered=b.plan.facts.model_mixin is False,
         tp_cls=tp_cls, tp_module="tp_planner", te_modules=te_modules, **b.common)
     inputs = list(b.plan.example_inputs) if "example" in b.registered else []
     launcher = import_block([("cache_dit._utils", "entrypoint")] + (

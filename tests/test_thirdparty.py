@@ -456,3 +456,27 @@ def test_a_sampler_function_registers_the_adapter_under_the_transformer_and_tp_i
     report = json.loads(proc.stdout)
     assert report["cache"]["status"] == "pass", report["cache"]
     assert report["tp"]["status"] == "skipped" and "ModelMixin" in report["tp"]["why"], report["tp"]
+
+
+def test_a_plain_module_under_a_sampler_class_is_proved_with_nothing_registered(tmp_path):
+    """A reference repository's sampler class and plain `nn.Module` (tests/fixtures/heldas): no registry entry
+    is made under their short names (cache-dit looks adapters and planners up by name prefix, so `TinyDiT` or
+    `Flux` would answer for other models). The plugin exports the transformer-only adapter and the CP planner
+    marked registered nowhere; verify hands both to cache-dit as the plugin says to, and cache and CP pass."""
+    src = ROOT / "tests" / "fixtures" / "heldas" / "sampler.py"
+    plan, out = tmp_path / "plan", tmp_path / "out"
+    (tmp_path / "m").mkdir()
+    assert run_cli("plan", str(src), "--model-path", str(tmp_path / "m"), "--transformer-class", "TinyDiT",
+                   "--pipeline-class", "Sampler", "--pipeline-file", str(src), "--out", str(plan),
+                   "--no-probe").returncode == 0
+    assert json.loads((plan / "plan.json").read_text())["facts"]["model_mixin"] is False
+    assert run_cli("approve", str(plan), "--reviewer", "Ada").returncode == 0
+    gen = json.loads(run_cli("generate", str(plan), "--out", str(out), "--json").stdout)
+    assert gen["registered"] == {}, gen["registered"]
+    init = (out / "integrate_sampler" / "__init__.py").read_text()
+    assert "ADAPTER = adapter.sampler_adapter" in init and "CP_PLANNER_REGISTERED = False" in init
+    assert "Register.register" not in (out / "integrate_sampler" / "cp_planner.py").read_text()
+    proc = run_cli("verify", str(plan), "--generated", str(out), "--trust-code", "--proof", "cache", "--proof", "cp",
+                   "--json")
+    report = json.loads(proc.stdout)
+    assert report["cache"]["status"] == "pass" and report["cp"]["status"] == "pass", (report["cache"], report["cp"])

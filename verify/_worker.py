@@ -648,6 +648,8 @@ def run(job: dict) -> dict:
             if job.get("plugin"):
                 plugin = importlib.import_module(job["plugin"]["import_name"])
                 _ADAPTER[:] = [getattr(plugin, "ADAPTER", None)]
+                _CP_PLANNER[:] = [plugin.CP_PLANNER] if getattr(plugin, "CP_PLANNER_REGISTERED", True) is False \
+                    else []
                 rec["state_dict_import"] = _signature(model)
             stage = "set up the integration"
             if kind == "cache":
@@ -726,6 +728,7 @@ def _uneven_all_gather(dist) -> None:
 
 
 _ADAPTER: list = []  # the plugin's transformer-only adapter (a model no diffusers pipeline runs), if it has one
+_CP_PLANNER: list = []  # the plugin's CP planner where it is registered nowhere (a plain torch module)
 
 
 def _adapter_for(model):
@@ -834,6 +837,8 @@ def _setup_parallel(model, variant: dict, fx) -> None:
     if variant.get("anything"):
         cfg["ulysses_anything"] = True
     pc = ParallelismConfig(**cfg)
+    if _CP_PLANNER and (variant.get("ulysses") or variant.get("ring")):  # handed over, as the plugin says to
+        pc.cp_plan = _CP_PLANNER[0]().apply(transformer=model, parallelism_config=pc)
     if variant.get("cache"):
         # through the adapter: cache-dit's transformer-only path cannot add parallelism after caching
         adapter = _adapter_for(model)

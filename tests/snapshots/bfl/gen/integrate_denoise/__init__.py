@@ -1,6 +1,6 @@
 """cache-dit integration of denoise (Flux), as a plugin: importing this
-package registers everything below in cache-dit's own registries, without a fork of cache-dit; the
-adapter, transformer-only, is handed over by the caller (`ADAPTER` below).
+package registers everything below in cache-dit's own registries, without a fork of cache-dit, except
+what is marked "registered nowhere" below: the caller hands that to cache-dit.
 
 - patch_functor: `DenoisePatchFunctor` (patch_functor.py)
 - adapter: `denoise_adapter` (adapter.py)
@@ -17,3 +17,5 @@ IMPORT_NAME = "integrate_denoise"
 # transformer-only, registered nowhere: `cache_dit.enable_cache(ADAPTER(model), ...)`
 ADAPTER = adapter.denoise_adapter
 CP_PLANNER = cp_planner.DenoiseContextParallelismPlanner
+# registered nowhere: `config.cp_plan = CP_PLANNER().apply(transformer=model, parallelism_config=config)`
+CP_PLANNER_REGISTERED = False
