@@ -245,6 +245,9 @@ class LinearRole:
     fused_out_down: bool = False  # its input joins attention output and another projection's output
     feeds_rowwise: bool = False  # 1.2 (block_in): its output reaches a block-level row-wise Linear
     parts: int | Omit = OMIT  # 1.3 (ffn_in), only when set: its output is cut into this many equal parts (a GLU)
+    # 1.12: [path in the block, class] of the module that cuts it: another config may build another class there
+    # (Latte's `activation_fn`: GEGLU cuts, GELU does not), and the generated planner checks before reordering
+    parts_by: tuple[str, str] | Omit = OMIT
 
 
 @dataclass(frozen=True)

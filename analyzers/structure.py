@@ -303,9 +303,10 @@ def _forward(node: Node | None) -> tuple[SourceFile, cst.FunctionDef] | None:
     return (src, fwd) if fwd is not None else None
 
 
-def _chunked(tree: Tree, prefix: str, rel: str) -> tuple[int, str] | None:
-    """(n, where) when the module holding the Linear at `rel` cuts that Linear's output into n equal parts in
-    its forward (`h, gate = self.proj(x).chunk(2, dim=-1)`: a GLU's fused up-projection); None otherwise."""
+def _chunked(tree: Tree, prefix: str, rel: str) -> tuple[int, str, str] | None:
+    """(n, where, the cutting module's path under `prefix`) when the module holding the Linear at `rel`, or the
+    activation module it hands the output to, cuts that Linear's output into n equal parts in its forward
+    (`h, gate = self.proj(x).chunk(2, dim=-1)`: a GLU's fused up-projection); None otherwise."""
     owner_rel, _, leaf = rel.rpartition(".")
     found = _forward(tree.nodes.get(prefix + owner_rel) if owner_rel else None)
     if found is None:
@@ -322,7 +323,7 @@ def _chunked(tree: Tree, prefix: str, rel: str) -> tuple[int, str] | None:
 
     found = _cut(src, fwd, carries)
     if found is not None:
-        return found
+        return (*found, owner_rel)
     # the activation module it hands the output to cuts it (Flux2 / Flux3's SwiGLU: `x[..., :half]`, `x[..., half:]`)
     for call in find_all(fwd, cst.Call):
         sub = self_member(call.func)
@@ -337,7 +338,7 @@ def _chunked(tree: Tree, prefix: str, rel: str) -> tuple[int, str] | None:
             got = _cut(i_src, i_fwd, lambda value, line, first=names[0]: first in {n.value for n in find_all(
                 value, cst.Name)} and isinstance(value, cst.Name))
             if got is not None:
-                return got
+                return (*got, f"{owner_rel}.{sub}" if owner_rel else sub)
     return None
 
 
@@ -377,10 +378,12 @@ def _ffn_roles(tree: Tree, prefix: str, roles: dict, node: Node, child: str, inn
     for rel in inner:
         if rel != down:
             parts = _chunked(tree, prefix, rel)
+            cutter = tree.nodes.get(prefix + parts[2]) if parts else None
             roles.setdefault(rel, LinearRole(
                 rel, "ffn_in", f"{node.cls} `{child}`: projects up" + (
                     f"; its output is cut into {parts[0]} equal parts ({parts[1]})" if parts else ""),
-                parts=parts[0] if parts else OMIT))
+                parts=parts[0] if parts else OMIT,
+                parts_by=(parts[2], cutter.cls.rpartition(".")[2]) if cutter is not None else OMIT))
     roles.setdefault(down, LinearRole(down, "ffn_out", f"{node.cls} `{child}`: projects back down ({why})"))
 
 

@@ -604,13 +604,15 @@ def _image_first(plan: Plan, attr: str) -> bool | None:
     return None if att is None else not att.text_first
 
 
-def chunked_outputs(plan: Plan) -> dict[str, dict[str, int]]:
-    """{list: {column-wise Linear whose output is cut into n equal parts: n}} (a GLU's fused up-projection)."""
-    out: dict[str, dict[str, int]] = {}
+def chunked_outputs(plan: Plan) -> dict[str, dict[str, list]]:
+    """{list: {column-wise Linear whose output is cut into n equal parts: [n, the cutting module's path, its
+    class]}} (a GLU's fused up-projection; path and class null where not read)."""
+    out: dict[str, dict[str, list]] = {}
     for x in plan.parallelism.tp.block_lists:
         for r in plan.facts.linears.get(x.attr, ()):
             if isinstance(r.parts, int) and x.layer_plan.get(r.path) == "colwise":
-                out.setdefault(x.attr, {})[r.path] = r.parts
+                by = r.parts_by if isinstance(r.parts_by, tuple) else (None, None)
+                out.setdefault(x.attr, {})[r.path] = [r.parts, *by]
     return out
 
 

@@ -81,7 +81,8 @@ def test_a_glus_fused_up_projection_is_cut_into_parts_and_interleaved_before_sha
     assert ff.role == "ffn_in" and ff.parts == 2 and "transformer_stable_audio3.py:" in ff.why
     from integrate.templates import chunked_outputs
 
-    assert chunked_outputs(plan) == {"transformer_blocks": {"ff.proj_in": 2}}
+    (cut,) = chunked_outputs(plan)["transformer_blocks"].items()
+    assert cut[0] == "ff.proj_in" and cut[1][0] == 2 and cut[1][2] is not None, cut  # [parts, cutter, class]
 
     import integrate.templates
 
@@ -103,6 +104,19 @@ def test_a_glus_fused_up_projection_is_cut_into_parts_and_interleaved_before_sha
         assert torch.allclose(local_h, h[:, rank * 2:(rank + 1) * 2])
         assert torch.allclose(local_gate, gate[:, rank * 2:(rank + 1) * 2])
     namespace["_interleave_chunked_output"](block, "missing", 2, size)  # a block without it: left alone
+    # built at another config, the module the plan saw cut the output is another class: nothing is reordered
+    before = linear.weight.detach().clone()
+    namespace["_interleave_chunked_output"](block, "proj", 2, size, "proj", "GEGLU")
+    assert torch.equal(linear.weight, before)
+
+
+def test_a_glu_read_at_one_config_is_not_reordered_at_another():
+    """Latte's `activation_fn` defaults to "geglu" (GEGLU cuts `ff.net.0.proj`'s output in two), and its model
+    test builds it with "gelu-approximate" (GELU: no cut). The plan, at the defaults, records the cut with the
+    module and class that make it, so the generated planner reorders rows only where that module is a GEGLU."""
+    plan = _plan("LattePipeline", "LatteTransformer3DModel")
+    ff = next(r for r in plan.facts.linears["transformer_blocks"] if r.path == "ff.net.0.proj")
+    assert ff.parts == 2 and ff.parts_by == ("ff.net.0", "GEGLU"), ff
 
 
 def test_an_moe_router_is_kept_whole_and_a_shared_expert_is_an_ffn_of_its_own():
