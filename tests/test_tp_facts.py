@@ -227,3 +227,35 @@ def test_an_attention_fused_from_parts_of_different_sizes_is_kept_whole_not_shar
     assert "attn" not in single.shard_div_attr
     assert any("rearranged part by part" in n for n in single.notes)
     assert lists["transformer_blocks"].layer_plan["attn.to_q"] == "colwise"
+
+
+def test_an_attention_whose_kv_heads_do_not_divide_as_built_stays_whole_at_run_time(tmp_path):
+    """A diffusers model of our own (tests/fixtures/gqa `GqaModel`) planned at its defaults shards its attention
+    (2 key/value heads divide by 2). Built with one key/value head (a checkpoint at another config; Cosmos3Omni's
+    model test builds it so), cache-dit's `shard_div_attr` refused the count and the TP proof stopped with an
+    error; the generated planner keeps that attention whole in such a block (its projections, sizes and norms
+    left out), as the plan would have at that config, and TP 2 agrees with one process."""
+    import re
+
+    from conftest import ROOT
+
+    from integrate import api
+
+    src = ROOT / "tests" / "fixtures" / "gqa" / "model.py"
+    (tmp_path / "m").mkdir()
+    flags = api.flags_for(None, model_path=str(tmp_path / "m"), transformer_class="GqaModel",
+                          transformer_file=str(src), pipeline_class="sample", pipeline_file=str(src))
+    plan = api.plan(flags, probe=False)
+    (tp,) = plan.parallelism.tp.block_lists
+    assert tp.layer_plan.get("attn.to_out") == "rowwise" and "kv_heads" in tp.shard_div_attr["attn"], tp
+    plan_dir, out = tmp_path / "plan", tmp_path / "out"
+    api.write_plan(plan, plan_dir)
+    api.approve(plan_dir, "test")
+    api.generate(plan_dir, out=out)
+    assert api.verify(plan_dir, out, fixture_only=True, trust_code=True).fixture.status == "derived"
+    fixture = out / "verify_fixture.py"
+    text, n = re.subn(r"'kv_heads': \d+", "'kv_heads': 1", fixture.read_text())
+    assert n == 1, "the fixture's config names the key/value heads"
+    fixture.write_text(text)  # an edited fixture is used as it is
+    report = api.verify(plan_dir, out, proofs=("tp",), trust_code=True)
+    assert report.tp.status == "pass", report.tp

@@ -87,21 +87,38 @@ class FluxTensorParallelismPlanner(TensorParallelismPlanner):
         for attr, plan in LAYER_PLANS.items():
             blocks = list(transformer.get_submodule(attr))  # `blocks`, or a ModuleDict's list `mode_blocks.image`
             for block in blocks:
-                norms = DISTRIBUTED_NORMS.get(attr, []) + [f"{a}.{n}" for a in SHARD_DIV_ATTR[attr] for n in QK_NORMS]
-                over_heads = [path for path in dict.fromkeys(norms) if _over_heads(block, path)]
+                # an attention whose head counts do not divide the TP size as this block was built (another config
+                # than the plan's) stays whole, as the plan would have kept it: its layers and sizes are left out
+                whole = [path for path, attrs in SHARD_DIV_ATTR[attr].items()
+                         if _indivisible(block.get_submodule(path), attrs, size)]
+                here = {path: style for path, style in plan.items() if not _under(path, whole)}
+                divided = {path: attrs for path, attrs in SHARD_DIV_ATTR[attr].items() if path not in whole}
+                norms = DISTRIBUTED_NORMS.get(attr, []) + [f"{a}.{n}" for a in divided for n in QK_NORMS]
+                over_heads = [path for path in dict.fromkeys(norms) if not _under(path, whole) and _over_heads(block, path)]
                 for linear, first in JOINED_INPUTS.get(attr, {}).items():
                     _interleave_joined_input(block.get_submodule(linear), _size_of(block, first), size)
                 for path, projection in ROPE_SHARD.get(attr, {}).items():  # measured before anything is sharded
-                    _cut_rope(block.get_submodule(path), projection, tp_mesh)
-                for path, attrs in SHARD_DIV_ATTR[attr].items():
+                    if not _under(path, whole):
+                        _cut_rope(block.get_submodule(path), projection, tp_mesh)
+                for path, attrs in divided.items():
                     for name in attrs:
                         shard_div_attr(block.get_submodule(path), name, size)
-                layer_plan = {path: styles[style]() for path, style in plan.items()}
+                layer_plan = {path: styles[style]() for path, style in here.items()}
                 parallelize_module(module=block, device_mesh=tp_mesh, parallelize_plan=layer_plan)
                 for path in over_heads:
                     _distribute_norm(block, path, tp_mesh)
                 layer_plans.append(layer_plan)
         return transformer, layer_plans
+
+
+def _indivisible(attention, attrs, size: int) -> bool:
+    """Does one of the attention's divided sizes (heads, key/value heads, ...) not divide by the TP size?"""
+    values = [getattr(attention, name, None) for name in attrs]
+    return any(isinstance(v, int) and not isinstance(v, bool) and v % size for v in values)
+
+
+def _under(path: str, roots) -> bool:
+    return any(path == root or path.startswith(f"{root}.") for root in roots)
 
 
 # cache-dit supports FluxTransformer2DModel: its own planner stays in charge where it has one.
