@@ -378,7 +378,7 @@ def _tp_planner(b: _Build) -> str | None:
     rearrange, norms, chunked = _joined_inputs(b.plan), distributed_norms(b.plan), chunked_outputs(b.plan)
     scan = any(x.shard_div_attr for x in tp.block_lists)  # attention modules whose q/k norms are measured
     rope = {x.attr: dict(x.rope_shard) for x in tp.block_lists if x.rope_shard}
-    imports = [("torch", None)] if rearrange or scan or chunked or rope else []
+    imports = [("logging", None)] + ([("torch", None)] if rearrange or scan or chunked or rope else [])
     if rope:
         imports += [("copy", None), ("inspect", None)]
     imports += [("cache_dit.distributed.utils", "shard_div_attr"),
