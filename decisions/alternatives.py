@@ -13,12 +13,14 @@ divergent module leads to the decisions that touch it. What is listed:
 - TP: a column-wise linear that is not part of an attention or FFN pair (modulation, a block input) with
   its output replicated instead of sharded, or kept whole.
 
-Read from a run rather than the plan (`observed_ranks`, offered by `integrate repair`): a CP split that
-cache-dit skipped because the tensor it met had another rank than the plan expected ("Expected input tensor to
-have N dimensions, but got M"), at the rank the run met, its sequence axis where it was counted from the front
-or from the back (features last). A skipped split does nothing, so the proof ran with that tensor whole. And (`observed_lengths`) an input of the
-module where a proof first diverged that a rank still holds at the sequence's full length, while the stream
-beside it was cut: split along that axis at the module's hook.
+Read from a run rather than the plan (offered by `integrate repair`):
+- `observed_ranks`: a CP split that cache-dit skipped because the tensor it met had another rank than the plan
+  expected ("Expected input tensor to have N dimensions, but got M"; a skipped split does nothing, so the proof
+  ran with that tensor whole), at the rank the run met, along the axis as long as the sequence the run cut
+  (where the run recorded the tensor's shape; else the planned axis counted from the front or from the back).
+- `observed_lengths`: an input of the module where a proof first diverged (or of a module around it) that a rank
+  still holds whole at the sequence's full length while the stream beside it was cut: split along that axis at
+  the module's hook.
 
 Not listed yet: the CP gather module (the output chain has one candidate the analysis trusts), and TP
 attention projections kept whole (the head count would be divided for a projection that is not sharded).
@@ -36,6 +38,7 @@ from .records import Alternative, Plan, Split
 from .revise import join_key
 
 _HIGH = "high"
+RANK_MET = "(the rank the run met)"  # how an observed-rank alternative's `instead` ends
 
 
 def alternatives(plan: Plan, facts: ParallelFacts | None) -> tuple[Alternative, ...]:
@@ -178,7 +181,7 @@ def observed_ranks(plan: Plan, skipped: list[tuple[str, int, int]], shapes: Shap
                         continue
                     out[f"{key}={dim}"] = Alternative(
                         f"CP split of {what} at `{hook or 'forward'}`", f"dim {split.split_dim} of {expected}",
-                        f"dim {dim} of {got} (the rank the run met)",
+                        f"dim {dim} of {got} {RANK_MET}",
                         {key: to_json(Split(dim, got, split.split_output))}, (), "low", (hook,),
                         f"cache-dit skipped this split in `{module}`: it expected {expected} dimensions and met "
                         f"{got}, so the tensor stayed whole")

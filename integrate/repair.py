@@ -5,9 +5,11 @@ revision that makes the failing proof pass. It never approves the plan: the prop
 1. Verify the generated code as it stands (the proofs repair can act on: cache, cp, tp; `--proof` picks) and
    read each failing proof's first divergent module.
 2. Rank the candidates: first those the run itself points at (a CP split cache-dit skipped because the tensor
-   had another rank: the split at the rank the run met, `decisions.alternatives.observed_ranks`), then the plan's
-   alternatives (`plan.alternatives`) of the failing proof's kind whose modules (`touches`) hold or lie inside the
-   divergent module, then the rest of that kind.
+   had another rank, offered at that rank; an input still whole at the cut sequence's full length, offered
+   split: `decisions.alternatives.observed_ranks`, `observed_lengths`), then the plan's alternatives
+   (`plan.alternatives`) of the failing proof's kind whose modules (`touches`) hold or lie inside the divergent
+   module, then the rest of that kind. A candidate read from the run whose own run loses that evidence and fails
+   no sooner is a step: the search goes on from its run, on top of it (`Trial.on`).
 3. For each candidate, in a scratch folder: the plan revised with it, approved as an automatic trial (never
    the user's plan), generated, and only the failing proof run again: its first failing variant only, against
    the plain model's run kept from step 1 (same fixture, so it is not run again). A candidate that passes it has
@@ -16,7 +18,8 @@ revision that makes the failing proof pass. It never approves the plan: the prop
 4. Within `max_candidates` trials and `max_seconds`; what was tried and where each candidate diverged is
    reported either way.
 
-Not done: pairs of alternatives (a proof that needs two decisions changed at once), and a combined re-check
+Not done: pairs of the plan's alternatives (steps are taken only on candidates read from the run), and a
+combined re-check
 when several proofs each found their own revision (the proposal lists each; verify after taking them).
 """
 
@@ -28,13 +31,13 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from integrate import api
-from integrate.decisions.alternatives import observed_lengths, observed_ranks
+from integrate.decisions.alternatives import RANK_MET, observed_lengths, observed_ranks
 from integrate.decisions.approval import load_plan
 from integrate.decisions.records import Alternative
 from integrate.errors import InputError
@@ -97,7 +100,7 @@ def _matches(touch: str, module: str | None) -> bool:
     return all(x == y or x == "*" and y.isdigit() for x, y in zip(a[:n], b[:n]))
 
 
-def candidates(pool: list[Alternative], proof: str, module: str | None, first: range = range(0)) -> list[int]:
+def candidates(pool: list[Alternative], proof: str, module: str | None, first: Sequence[int] = ()) -> list[int]:
     """Indices into `pool` for a failing `proof`: those at `first` (read from the run), then those that bear on
     `module`, then the rest of the proof's kind."""
     kind = [i for i, a in enumerate(pool) if a.decision.startswith(_KIND[proof]) and i not in first]
@@ -261,11 +264,11 @@ def _failed_variants(result) -> tuple[str, ...] | None:
     return names[:1] or None
 
 
-def _observed(pool: list[Alternative], plan, proof: str, result) -> range:
+def _observed(pool: list[Alternative], plan, proof: str, result) -> list[int]:
     """Add to `pool` the candidates a failed CP run points at (splits cache-dit skipped for another rank; inputs of
     the divergent module still at the sequence's full length); returns the indices of those it holds."""
     if proof != "cp":
-        return range(0)
+        return []
     div = result.first_divergence
     inputs = div.inputs if div is not None and isinstance(div.inputs, dict) else {}
     shapes = {m: {k: (v.whole, v.rank) for k, v in ins.items()} for m, ins in inputs.items()}
@@ -286,7 +289,7 @@ def _answered(alt: Alternative, before, after) -> bool:
     proof no longer first diverging in the same module with the same error (a full-length input)?"""
     if not _not_worse(before, after):
         return False
-    if "the rank the run met" in alt.instead:
+    if alt.instead.endswith(RANK_MET):
         return len(_skipped(after)) < len(_skipped(before))
     a, b = before.first_divergence, after.first_divergence
     if a is None or b is None:
