@@ -354,14 +354,15 @@ def verify(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] | None = 
 
 
 def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = ("cache", "cp", "tp"),
-           max_candidates: int = 8, max_seconds: float = 300.0, trust_code: bool = False,
-           progress: Progress = _quiet):
+           max_candidates: int = 8, max_seconds: float = 300.0, fixture_from: Path | None = None,
+           trust_code: bool = False, progress: Progress = _quiet):
     """After a failed verify: the plan's alternatives tried one at a time on the failing proof; the smallest
-    revision that passes is proposed beside the plan, never approved (a `RepairReport`)."""
+    revision that passes is proposed beside the plan, never approved (a `RepairReport`). `fixture_from`: the
+    model test verify took the fixture from."""
     from integrate.repair import repair as run_repair
 
     return run_repair(plan_dir, generated, proofs=proofs, max_candidates=max_candidates, max_seconds=max_seconds,
-                      trust_code=trust_code, progress=progress)
+                      fixture_from=fixture_from, trust_code=trust_code, progress=progress)
 
 
 def verify_gpu(plan_dir: Path, generated: Path, *, out: str, print_only: bool, trust_code: bool = False,

@@ -298,14 +298,18 @@ def verify(plan_dir: Path, generated: Path, proofs: tuple[str, ...], fixture_fro
               help="At most this many alternatives tried (each one proof run).")
 @click.option("--max-seconds", type=click.FloatRange(min=1), default=300, show_default=True,
               help="Stop trying candidates after this long.")
+@click.option("--fixture-from", "fixture_from", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The model test verify took the fixture from (as for `integrate verify`); it is run, so it "
+                   "needs --trust-code.")
 @click.option("--trust-code", is_flag=True, help="Run a model that is not part of an installed package.")
 @click.option("--json", "as_json", is_flag=True, help="Print the repair report as JSON (schema: docs/schema.md).")
 def repair(plan_dir: Path, generated: Path, proofs: tuple[str, ...], max_candidates: int, max_seconds: float,
-           trust_code: bool, as_json: bool) -> int:
+           fixture_from: Path | None, trust_code: bool, as_json: bool) -> int:
     """After a failed verify: try the plan's alternatives on the failing proof, one at a time, and propose the
     smallest revision that passes (never approved: take it with `integrate revise`)."""
     report = api.repair(plan_dir, generated, proofs=proofs or ("cache", "cp", "tp"), max_candidates=max_candidates,
-                        max_seconds=max_seconds, trust_code=trust_code, progress=_progress)
+                        max_seconds=max_seconds, fixture_from=fixture_from, trust_code=trust_code,
+                        progress=_progress)
     data = {"schema_version": report.schema_version, "repair": to_json(report)}
     _emit(data, as_json, lambda: terminal.repair(data["repair"]))
     return 1 if report.failed else 0

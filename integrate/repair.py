@@ -148,7 +148,7 @@ def _scratch_plan(plan_dir: Path, into: Path, indices: list[int], pool: list[Alt
 
 
 def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = REPAIRABLE, max_candidates: int = 8,
-           max_seconds: float = 300.0, trust_code: bool = False,
+           max_seconds: float = 300.0, trust_code: bool = False, fixture_from: Path | None = None,
            progress: Callable[[str], None] = lambda line: None) -> RepairReport:
     from integrate.decisions.approval import require_approved
     from integrate.files import write_tree
@@ -165,7 +165,7 @@ def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = REPAIRA
         baseline = work / "baseline"  # the plain model's run, kept by this verify for every trial's
         progress(f"verifying the generated code as it stands ({', '.join(proofs)})")
         before = api.verify(plan_dir, generated, proofs=proofs, trust_code=trust_code, progress=progress,
-                            baseline=baseline)
+                            baseline=baseline, fixture_from=fixture_from)
         if before.fixture.status in ("needs-edit", "error"):
             raise InputError(f"the fixture does not run ({before.fixture.status}): repair needs the plain model to "
                              "run on it first (see `integrate verify --fixture-only`)")
@@ -190,20 +190,23 @@ def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = REPAIRA
                     if len(trials) >= max_candidates:
                         stopped = f"--max-candidates {max_candidates} reached"
                         break
-                    if time.monotonic() - started > max_seconds:
-                        stopped = f"--max-seconds {max_seconds:g} reached"
+                    # a trial takes about as long as the longest so far: one that would end past the limit is
+                    # not started
+                    longest = max((x.seconds for x in trials), default=0.0)
+                    if time.monotonic() - started + longest > max_seconds:
+                        stopped = f"--max-seconds {max_seconds:g} reached (or would be by the next trial)"
                         break
                     alt, taking = pool[i], [*steps, i]
                     tried.add(tuple(taking))
                     on = f" (on {len(steps)} step(s) taken)" if steps else ""
                     progress(f"[{len(trials) + 1}/{max_candidates}] {proof}: {alt.decision} -> {alt.instead}{on}")
                     trial, got = _trial(plan_dir, generated, work / f"t{len(trials)}", pool, proof, taking, trust_code,
-                                        baseline, failed, progress)
+                                        baseline, failed, progress, fixture_from)
                     trials.append(trial)
                     if trial.status == "pass" and failed:  # the variants that failed pass: now all of them
                         progress(f"[{len(trials)}/{max_candidates}] {proof}: every variant with it")
                         trial, got = _trial(plan_dir, generated, work / f"t{len(trials)}-all", pool, proof, taking,
-                                            trust_code, baseline, None, progress)
+                                            trust_code, baseline, None, progress, fixture_from)
                         trials[-1] = trial
                     if trial.status == "pass":
                         passing[proof] = taking
@@ -313,7 +316,7 @@ def _not_worse(before, after) -> bool:
 
 def _trial(plan_dir: Path, generated: Path, work: Path, pool: list[Alternative], proof: str, taking: list[int],
            trust_code: bool, baseline: Path | None = None, variants: tuple[str, ...] | None = None,
-           progress: Callable[[str], None] = lambda line: None):
+           progress: Callable[[str], None] = lambda line: None, fixture_from: Path | None = None):
     """Revise a scratch copy with the alternatives `taking` (the steps taken, then the candidate), approve it as a
     trial, generate, and run `proof` alone (only `variants` of it where named, against the plain model's run kept
     in `baseline`). Returns the trial and the proof's result (None where it did not run)."""
@@ -328,7 +331,7 @@ def _trial(plan_dir: Path, generated: Path, work: Path, pool: list[Alternative],
         api.generate(scratch, out=work / "out")
         _adopt_fixture(generated, work / "out")
         report = api.verify(scratch, work / "out", proofs=(proof,), trust_code=trust_code, baseline=baseline,
-                            variants=variants, progress=lambda line: progress(f"  {line}"))
+                            variants=variants, fixture_from=fixture_from, progress=lambda line: progress(f"  {line}"))
     except InputError as exc:
         return Trial(**base, status="error", diverged_at=None, why=str(exc)[:300],
                      seconds=round(time.monotonic() - t0, 1)), None
