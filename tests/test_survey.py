@@ -101,8 +101,9 @@ def test_path_adds_rows_with_their_pipeline(survey):
     assert tiny["has_separate_cfg"] is True  # cond and uncond transformer calls in each step
     assert tiny["already_supported"]["registered"] is False
     assert "TinySurveyTransformerV2" in rows  # a subclass of a ModelMixin class
-    # the other fixtures hold nn.Module models only: no rows from them
-    assert {Path(r["file"]).parent.name for r in rows.values() if str(FIXTURES) in r["file"]} == {"survey"}
+    # of the other fixtures only gqa holds a ModelMixin (`GqaModel`); its nn.Module models give no rows
+    assert {Path(r["file"]).parent.name for r in rows.values() if str(FIXTURES) in r["file"]} == {"survey", "gqa"}
+    assert {c for c, r in rows.items() if Path(r["file"]).parent.name == "gqa"} == {"GqaModel"}
 
 
 def test_second_run_uses_the_cache(survey):
