@@ -22,6 +22,7 @@ from integrate.resolve import External, Resolved, Workspace
 from integrate.source import SourceFile, base_names, find_method
 
 from . import rules
+from .bases import diffusion_pipeline
 from .binding import CallArgs, bind
 from .blocks import ListDef, find_module_lists
 from .call import call_inputs
@@ -104,8 +105,16 @@ def _pipeline(ws: Workspace, gate: GateReport) -> PipelineFacts:
     found = rules.run("pipeline", rules.PipelineContext(ws, p_src, gate.pipeline_entry, facts))
     entry = find_method(cls, gate.pipeline_entry) if cls is not None else p_src.functions.get(gate.pipeline_entry)
     held = held_as(ws, p_src, p_cls if cls is not None else None, gate.value("transformer_class"))
+    if cls is not None:
+        is_pipeline, why = diffusion_pipeline(ws, p_src, cls)
+        pipeline_at = Evidence(str(p_src.path), p_src.line(cls), why)
+    else:  # a sampler function: no pipeline object at all
+        is_pipeline = False
+        pipeline_at = Evidence(str(p_src.path), p_src.line(entry) if entry is not None else 0,
+                               f"`{gate.pipeline_entry}` is a function, not a pipeline class")
     return dataclasses.replace(facts, findings=tuple(found), call_inputs=call_inputs(p_src, entry),
-                               transformer_attr=held[0] if held else None, transformer_attr_at=held[1] if held else None)
+                               transformer_attr=held[0] if held else None, transformer_attr_at=held[1] if held else None,
+                               diffusers_pipeline=is_pipeline, diffusers_pipeline_at=pipeline_at)
 
 
 def analyze_transformer(ws: Workspace, src: SourceFile, cls: cst.ClassDef,

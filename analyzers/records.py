@@ -165,6 +165,10 @@ class PipelineFacts:
     # `__init__`; None: not read (the adapter then keeps diffusers' `pipe.transformer`, said in its notes)
     transformer_attr: str | None = None
     transformer_attr_at: Evidence | None = None
+    # 1.12: is the loop a diffusers pipeline (its class traced to DiffusionPipeline; a function is not; None: a base
+    # not traced), and where: one that is not gets a transformer-only adapter, registered under no name
+    diffusers_pipeline: bool | None = None
+    diffusers_pipeline_at: Evidence | None = None
 
 
 @dataclass(frozen=True)

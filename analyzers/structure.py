@@ -23,8 +23,8 @@ from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method
 from integrate.syntax import find_all, params_of, self_member, target_names
 
-from .bases import model_mixin
 from .attention import attention_facts, int_value, is_attention, is_kernel_call
+from .bases import model_mixin
 from .encoders import text_encoder_facts, vae_facts
 from .forward import documented_ranks, documented_shapes
 from .modules import Node, Tree, module_tree

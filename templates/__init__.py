@@ -20,7 +20,6 @@ from typing import Any
 
 import jinja2
 import libcst as cst
-from integrate.analyzers.bases import diffusion_pipeline
 from integrate.analyzers.records import Analysis, Finding
 from integrate.decisions import patch_findings
 from integrate.decisions.cp import TEXT_STREAMS
@@ -231,12 +230,11 @@ def _adapter(b: _Build) -> dict:
     style = "calls the transformer separately for CFG" if separate else "batches CFG in one call"
     p_cls = (b.m.pipeline_class or "").split(".")[0]
     p_src = b.ws.load(Path(b.m.pipeline_file)) if b.m.pipeline_file and not b.m.no_pipeline else None
-    p_node = p_src.classes.get(p_cls) if p_src is not None else None
-    is_class = p_node is not None and "." not in (b.m.pipeline_class or "")
-    # not a diffusers pipeline (a sampler function, a reference repository's own class): cache-dit cannot be
-    # handed it, and a registry entry under its short names (`Flux`, `Sampler`) would lose to a built-in one or
-    # claim other models; the adapter is transformer-only, given to `cache_dit.enable_cache` by the caller
-    third_party = p_src is not None and (p_node is None or diffusion_pipeline(b.ws, p_src, p_node)[0] is False)
+    is_class = p_src is not None and p_cls in p_src.classes and "." not in (b.m.pipeline_class or "")
+    # not a diffusers pipeline (the analysis's verdict: a sampler function, a reference repository's own class):
+    # cache-dit cannot be handed it, and a registry entry under its short names (`Flux`, `Sampler`) would lose to
+    # a built-in one or claim other models; the adapter is transformer-only, given to `enable_cache` by the caller
+    third_party = not b.m.no_pipeline and getattr(b.analysis.pipeline, "diffusers_pipeline", None) is False
     if b.m.no_pipeline:  # transformer-only: cache-dit looks the adapter up by the transformer's class name
         prefix = b.m.transformer_class
         cfg_why = f"declared with --separate-cfg {'yes' if separate else 'no'}: the caller {style}"

@@ -272,6 +272,7 @@ def test_a_sampler_that_holds_its_model_as_self_model_gets_an_adapter_that_reads
                                   "TinyDiT", "--pipeline-class", "Sampler", "--pipeline-file", str(src),
                                   "--json").stdout)
     assert analysis["pipeline"]["transformer_attr"] == "model"
+    assert analysis["pipeline"]["diffusers_pipeline"] is False  # Sampler's bases lead to no DiffusionPipeline
     assert analysis["pipeline"]["transformer_attr_at"]["line"] == 36  # `self.model = model`
     inherited = json.loads(run_cli("analyze", str(src), "--model-path", str(tmp_path / "m"), "--transformer-class",
                                    "TinyDiT", "--pipeline-class", "FastSampler", "--pipeline-file", str(src),
@@ -299,6 +300,7 @@ def test_a_sampler_that_holds_its_model_as_self_model_gets_an_adapter_that_reads
                                                        "transformer": ["diffusers", "FluxTransformer2DModel"]}))
     pipe = json.loads(run_cli("analyze", str(flux), "--json").stdout)["pipeline"]
     assert pipe["transformer_attr"] == "transformer"
+    assert pipe["diffusers_pipeline"] is True and "DiffusionPipeline" in pipe["diffusers_pipeline_at"]["why"]
     assert "registers the transformer as `transformer`" in pipe["transformer_attr_at"]["why"]
 
 

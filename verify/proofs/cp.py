@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..records import ParallelProof
+from .parallel import not_written
 
 if TYPE_CHECKING:
     from integrate.decisions.records import Plan
@@ -21,8 +22,7 @@ def not_planned(plan: Plan) -> str | None:
     """Why the generated plugin has no CP planner to prove (None: it has one)."""
     cp = plan.parallelism.cp
     if cp.blocked_by:
-        e = cp.blocked_by[0]
-        return f"the plan writes no CP planner: {e.why} ({e.file.rsplit('/', 1)[-1]}:{e.line})"
+        return not_written("CP", cp.blocked_by)
     if not cp.plan:
         return "the plan has no CP hooks"
     return None

@@ -17,6 +17,14 @@ from .locate import Baseline, worker_error
 UNEVEN = "must be divisible by mesh size"  # cache-dit's (and diffusers') even-split assertion
 
 
+def not_written(kind: str, blocked) -> str | None:
+    """Why the plan writes no `kind` (CP / TP) planner, from its first `blocked_by` line (None: none)."""
+    if not blocked:
+        return None
+    e = blocked[0]
+    return f"the plan writes no {kind} planner: {e.why} ({e.file.rsplit('/', 1)[-1]}:{e.line})"
+
+
 def _errors(reps: list) -> list[WorkerError]:
     errors = [worker_error(r["error"]) for r in reps if r is not None and "error" in r]
     # a rank that lost its peer ("connection closed") reports the consequence; the other, the cause

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..records import ParallelProof
+from .parallel import not_written
 
 if TYPE_CHECKING:
     from integrate.decisions.records import Plan
@@ -19,8 +20,7 @@ def not_planned(plan: Plan) -> str | None:
     """Why the generated plugin has no TP planner to prove (None: it has one)."""
     tp = plan.parallelism.tp
     if tp.blocked_by:
-        e = tp.blocked_by[0]
-        return f"the plan writes no TP planner: {e.why} ({e.file.rsplit('/', 1)[-1]}:{e.line})"
+        return not_written("TP", tp.blocked_by)
     return None if tp.block_lists else "the plan has no TP block lists"
 
 
