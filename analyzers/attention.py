@@ -276,12 +276,17 @@ def _head_attrs(node: Node) -> tuple[tuple[str, Any] | None, tuple[str, Any] | N
 
 
 def _processor_argument(ws: Workspace, node: Node):
-    """`Attention(..., processor=SomeProcessor())` in the block's __init__."""
+    """`Attention(..., processor=SomeProcessor())` in the block's __init__, or the processor passed by position
+    where the attention class's __init__ names that position `processor`."""
     if node.call is None:
         return None
     c_src, call = node.call
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "processor" and isinstance(arg.value, cst.Call):
+    init = find_method(node.cls_node[1], "__init__") if node.cls_node is not None else None
+    names = [p.name.value for p in (*init.params.posonly_params, *init.params.params)][1:] if init is not None else []
+    for i, arg in enumerate(call.args):
+        named = arg.keyword.value if arg.keyword is not None else names[i] if arg.star == "" and i < len(names) \
+            else None
+        if named == "processor" and isinstance(arg.value, cst.Call):
             found = ws.resolve(c_src, dotted(arg.value.func) or "")
             if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef):
                 return found.src, found.node
