@@ -268,7 +268,8 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
     for p in params:
         name = p.name
         if name == latent:
-            slot, grid = _latent(model, config, name, passed.get(name), shapes.get(name))
+            slot, grid = _latent(model, config, name, passed.get(name) or _unpacked_rank(model, name),
+                                 shapes.get(name))
             out.slots.append(slot)
             if grid:
                 n = 1
@@ -471,6 +472,21 @@ def _compared_constants(model, param: str) -> list[int]:
         if got is not None and got not in out:
             out.append(got)
     return out
+
+
+def _unpacked_rank(model, param: str) -> int | None:
+    """How many dims forward says `param` has where the pipeline's call was not traced: the names its shape is
+    unpacked into (`batch, channels, frames, height, width = hidden_states.shape`), read with libcst; None when
+    forward unpacks it no such way, or two ways."""
+    _, fn = _forward_of(model)
+    found = set()
+    for node in find_all(fn, cst.Assign) if fn is not None else ():
+        value, (target, *more) = node.value, node.targets
+        if (not more and isinstance(target.target, cst.Tuple) and isinstance(value, cst.Attribute)
+                and value.attr.value == "shape" and isinstance(value.value, cst.Name) and value.value.value == param
+                and not any(isinstance(e, cst.StarredElement) for e in target.target.elements)):
+            found.add(len(target.target.elements))
+    return found.pop() if len(found) == 1 else None
 
 
 def _forward_of(model):
