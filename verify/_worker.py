@@ -444,6 +444,7 @@ class Recorder:
         self.last: str | None = None  # the module that finished last
         self.acts: dict[str, object] = {}
         self.inputs: dict[str, dict[str, list[int]]] = {}
+        self.outputs: dict[str, list[list[int] | None]] = {}
         self.active = False
         self.handles = []
 
@@ -467,6 +468,8 @@ class Recorder:
             if self.stack and self.stack[-1] == path:
                 self.stack.pop()
             self.last = path
+            if self.active and path not in self.outputs:
+                self.outputs[path] = _output_shapes(output)
             if self.active and path not in self.acts:
                 ts = _tensors(output)
                 if ts:
@@ -493,6 +496,18 @@ def _input_shapes(module, args, kwargs) -> dict[str, list[int]]:
                 and signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
             bound.update(bound.pop(name))
     return {name: list(value.shape) for name, value in bound.items() if isinstance(value, torch.Tensor)}
+
+
+def _output_shapes(output) -> list[list[int] | None]:
+    """The shape of each element a call returned, by its index as a hook sees it (a lone tensor is element 0;
+    null for an element that is no tensor); empty for any other kind of output (a dataclass, a dict)."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return [list(output.shape)]
+    if isinstance(output, (tuple, list)):
+        return [list(v.shape) if isinstance(v, torch.Tensor) else None for v in output]
+    return []
 
 
 class _SkippedSplits:
@@ -679,6 +694,7 @@ def run(job: dict) -> dict:
                             "trace": traceback.format_exc().splitlines()[-6:]}
         rec["order"] = recorder.order
         rec["input_shapes"] = recorder.inputs
+        rec["output_shapes"] = recorder.outputs
         if skipped is not None:
             skipped.close()
             if skipped.seen:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from integrate.records import OMIT, Omit
 
 VERIFY_SCHEMA = "integrate.verify"
-VERIFY_SCHEMA_VERSION = "1.4"
+VERIFY_SCHEMA_VERSION = "1.5"
 GPU_SCHEMA = "integrate.verify.gpu"
 GPU_SCHEMA_VERSION = "1.0"
 
@@ -52,6 +52,15 @@ class InputShape:
 
 
 @dataclass(frozen=True)
+class OutputShape:
+    """1.5: the shape of one element a module returned (index as a hook sees it), in the 1-process run and on a
+    rank; null where that run did not return it (the rank's call raised) or it is no tensor."""
+
+    whole: tuple[int, ...] | None
+    rank: tuple[int, ...] | None
+
+
+@dataclass(frozen=True)
 class Divergence:
     """The first module whose output differs from the 1-process run, with the per-layer table around it."""
 
@@ -66,6 +75,9 @@ class Divergence:
     # a parallel proof's: the tensor inputs of the divergent module and of each module it runs inside, their
     # shapes in the 1-process run and on rank 0 ({module: {parameter: shapes}}, innermost first)
     inputs: dict[str, dict[str, InputShape]] | Omit = OMIT
+    # 1.5: what the same modules returned, element by element ({module: [shapes]}); a module whose output is no
+    # tensor nor a tuple of them is left out
+    outputs: dict[str, tuple[OutputShape, ...]] | Omit = OMIT
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import compare
-from ..records import Divergence, InputShape, ParallelProof, Variant, WorkerError
+from ..records import Divergence, InputShape, OutputShape, ParallelProof, Variant, WorkerError
 from .locate import Baseline, worker_error
 
 
@@ -107,21 +107,32 @@ def judge(base: Baseline, variants: list[dict], runs: dict[str, tuple[list, list
 
 
 def _with_inputs(base: Baseline, div: Divergence | None, reps: list) -> Divergence | None:
-    """The divergence with the tensor inputs of its module and the modules around it, as the 1-process run and
-    rank 0 had them."""
+    """The divergence with the tensor inputs of its module and the modules around it, and what they returned, as
+    the 1-process run and rank 0 had them."""
     rank = next((r for r in reps if r is not None), None)
     if div is None or div.module is None or rank is None:
         return div
     parts = div.module.split(".")
     here, whole = rank.get("input_shapes") or {}, base.report.get("input_shapes") or {}
-    found = {}
+    made, ran = rank.get("output_shapes") or {}, base.report.get("output_shapes") or {}
+    found, returned = {}, {}
     for n in range(len(parts), 0, -1):
         path = ".".join(parts[:n])
         if here.get(path):
             w = whole.get(path) or {}
             found[path] = {name: InputShape(tuple(w[name]) if name in w else None, tuple(shape))
                            for name, shape in here[path].items()}
-    return dataclasses.replace(div, inputs=found) if found else div
+        w, r = ran.get(path) or [], made.get(path) or []
+        if w or r:
+            returned[path] = tuple(OutputShape(_shape(w, i), _shape(r, i)) for i in range(max(len(w), len(r))))
+    if not found and not returned:
+        return div
+    return dataclasses.replace(div, **({"inputs": found} if found else {}), **({"outputs": returned}
+                                                                              if returned else {}))
+
+
+def _shape(shapes: list, index: int) -> tuple[int, ...] | None:
+    return tuple(shapes[index]) if index < len(shapes) and shapes[index] is not None else None
 
 
 def _located(base: Baseline, arrays: list, key: str):
