@@ -21,6 +21,9 @@ Read from a run rather than the plan (offered by `integrate repair`):
 - `observed_lengths`: an input of the module where a proof first diverged (or of a module around it) that a rank
   still holds whole at the sequence's full length while the stream beside it was cut: split along that axis at
   the module's hook.
+- `observed_whole`: the module where a proof first diverged, or one it runs inside (never a block, nor what holds
+  the blocks), run whole: its inputs the run met cut are gathered first, its outputs cut again along the axis as
+  long as the sequence (`parallelism.cp.run_whole`). The last resort: the module's work repeats on every rank.
 
 Not listed yet: the CP gather module (the output chain has one candidate the analysis trusts), and TP
 attention projections kept whole (the head count would be divided for a projection that is not sharded).
@@ -34,7 +37,7 @@ from integrate.analyzers.records import ParallelFacts
 
 from integrate.records import to_json
 
-from .records import Alternative, Plan, Split
+from .records import Alternative, Gather, Plan, RunWhole, Split
 from .revise import join_key
 
 _HIGH = "high"
@@ -241,3 +244,63 @@ def observed_lengths(plan: Plan, shapes: Shapes) -> tuple[Alternative, ...]:
                     "low", (hook,), f"`{module}` diverged with `{name}` whole on each rank at the sequence's full "
                     f"length {full} (shape {list(rank)}) while the inputs beside it were cut"))
     return tuple(out)
+
+
+Returns = dict[str, tuple[tuple[tuple[int, ...] | None, tuple[int, ...] | None], ...]]  # module -> (whole, rank)
+
+
+def observed_whole(plan: Plan, shapes: Shapes, returns: Returns) -> tuple[Alternative, ...]:
+    """Alternatives that run one module whole, for the module where a CP proof first diverged and each module it
+    runs in (`shapes`: their inputs, `returns`: what they returned, each in the 1-process run and on a rank),
+    outermost first. A module qualifies when the run met some of its inputs cut along exactly one axis (those are
+    gathered), it is no block, holds none and has no hook of the plan on it, and each output it returned is either
+    as long as a cut input along exactly one axis (cut again there) or along none (left whole: every rank computes
+    the same). Its attention runs without CP (the generated planner pins its processors)."""
+    lists = {b.attr for b in plan.parallelism.tp.block_lists} | {b.attr for b in plan.cache.block_lists}
+    cp = plan.parallelism.cp
+    out = []
+    for module in reversed(list(shapes)):  # `shapes` runs innermost first
+        parts = module.split(".")
+        if not module or any(_holds_blocks(module, attr) for attr in lists) or any(_bears(h, module) for h in cp.plan):
+            continue
+        gather: dict[str, Gather] = {}
+        for name, (whole, rank) in shapes[module].items():
+            axes = [d for d in range(len(rank)) if whole is not None and len(whole) == len(rank) and whole[d] > rank[d]]
+            if name.isidentifier() and len(axes) == 1:
+                gather[name] = Gather(axes[0], len(rank))
+        if not gather:
+            continue
+        full = {shapes[module][name][0][g.gather_dim] for name, g in gather.items()}
+        split: dict[str, Split] = {}
+        for index, (whole, rank) in enumerate(returns.get(module, ())):
+            if whole is None:
+                continue
+            like = [g.gather_dim for name, g in gather.items() if shapes[module][name][0] == whole]
+            if rank is not None and len(rank) == len(whole):
+                axes = [d for d in range(len(whole)) if whole[d] > rank[d]]
+            elif like:  # the rank's call raised: the axis of a cut input shaped as this output
+                axes = like[:1]
+            else:  # or the axis as long as a sequence the run cut
+                axes = [d for d in range(len(whole)) if whole[d] in full]
+            if len(axes) > 1:
+                split = {}
+                break
+            if axes:
+                split[str(index)] = Split(axes[0], len(whole), True)
+        if not split:  # nothing returned along the sequence (or an axis not told apart): not this module
+            continue
+        hook = ".".join("*" if part.isdigit() else part for part in parts)
+        why = (f"`{module}` diverged under CP with {', '.join(f'`{n}`' for n in gather)} cut: run whole on every "
+               "rank, its work repeats there")
+        out.append(Alternative(
+            f"CP of `{hook}`", "runs on the rank's share of the sequence",
+            "runs whole (inputs gathered, outputs cut again)",
+            {join_key(("parallelism", "cp", "run_whole", hook)): to_json(RunWhole(gather, split, why))}, (),
+            "low", (hook,), why))
+    return tuple(out)
+
+
+def _holds_blocks(module: str, attr: str) -> bool:
+    """Is `module` a block of the list at `attr` (`blocks.3`), the list itself, or a module the list lies in?"""
+    return attr == module or attr.startswith(module + ".") or (
+        module.startswith(attr + ".") and module[len(attr) + 1:].isdigit())

@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.13"
+PLAN_SCHEMA_VERSION = "1.14"
 
 
 @dataclass(frozen=True)
@@ -197,6 +197,20 @@ class DiffusersPlan:
 
 
 @dataclass(frozen=True)
+class RunWhole:
+    """1.14: a module context parallelism leaves alone: its inputs cut along the sequence are put back together
+    before it runs (`gather`: parameter name -> the axis), it runs on whole tensors on every rank with the
+    attention inside it kept out of CP, and the outputs the rest of the model reads cut are cut again as the
+    stream was (`split`: output index, "0" for a lone tensor -> the axis). Correct where the module mixes tokens
+    in a way CP cannot split (per-frame regrouping, a recurrence along the sequence); its work then repeats on
+    every rank. Offered by `integrate repair` from a failed run's shapes, not by the chart."""
+
+    gather: dict[str, Gather]
+    split: dict[str, Split]
+    why: str
+
+
+@dataclass(frozen=True)
 class CpPlan:
     approach: str
     shape: str | None
@@ -230,6 +244,7 @@ class CpPlan:
     # 1.11: dispatchers the planner wraps so masks fit the keys and heads each rank's kernel sees under Ulysses
     mask_mend: tuple[MaskMend, ...] = ()
     sdpa_mend: tuple[KernelMend, ...] = ()  # 1.12
+    run_whole: dict[str, RunWhole] = field(default_factory=dict)  # 1.14: module path (`*` for list indices)
 
 
 # -- tensor parallelism ----------------------------------------------------------------------------

@@ -4,17 +4,20 @@ revision that makes the failing proof pass. It never approves the plan: the prop
 
 1. Verify the generated code as it stands (the proofs repair can act on: cache, cp, tp; `--proof` picks) and
    read each failing proof's first divergent module.
-2. Rank the candidates: first those the run itself points at (a CP split cache-dit skipped because the tensor
-   had another rank, offered at that rank; an input still whole at the cut sequence's full length, offered
-   split: `decisions.alternatives.observed_ranks`, `observed_lengths`), then the plan's alternatives
+2. Rank the candidates: first those the run itself points at, the ones that bear on the divergent module first
+   (a CP split cache-dit skipped because the tensor had another rank, offered at that rank; an input still whole
+   at the cut sequence's full length, offered split; last, the divergent module or one it runs in run whole:
+   `decisions.alternatives.observed_ranks`, `observed_lengths`, `observed_whole`), then the plan's alternatives
    (`plan.alternatives`) of the failing proof's kind whose modules (`touches`) hold or lie inside the divergent
    module, then the rest of that kind. A candidate read from the run whose own run loses that evidence and fails
    no sooner is a step: the search goes on from its run, on top of it (`Trial.on`).
 3. For each candidate, in a scratch folder: the plan revised with it, approved as an automatic trial (never
    the user's plan), generated, and only the failing proof run again: its first failing variant only, against
    the plain model's run kept from step 1 (same fixture, so it is not run again). A candidate that passes it has
-   the proof's every variant run once more; the first that passes that too is the proposal for that proof
-   (every candidate is one decision, so the first to pass is a smallest revision).
+   the proof's every variant run once more; the first that passes that too (every variant that ran passed:
+   those waiting on the hand-written cache part or skipped on this machine do not count) is the proposal for
+   that proof (every candidate is one decision, so the first to pass is a smallest revision). What it gives up
+   is said (`Proposal.costs`: a module run whole repeats its work on every rank).
 4. Within `max_candidates` trials and `max_seconds`; what was tried and where each candidate diverged is
    reported either way.
 
@@ -37,13 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from integrate import api
-from integrate.decisions.alternatives import RANK_MET, observed_lengths, observed_ranks
+from integrate.decisions.alternatives import RANK_MET, observed_lengths, observed_ranks, observed_whole
 from integrate.decisions.approval import load_plan
 from integrate.decisions.records import Alternative
 from integrate.errors import InputError
 from integrate.records import OMIT, Omit, to_json
 
-REPAIR_SCHEMA_VERSION = "1.1"
+REPAIR_SCHEMA_VERSION = "1.2"
 REPAIRABLE = ("cache", "cp", "tp")
 TRIAL_REVIEWER = "integrate repair (automatic: a trial of a candidate revision, not a human review)"
 _KIND = {"cache": ("ForwardPattern", "CFG"), "cp": ("CP",), "tp": ("TP",)}
@@ -69,6 +72,8 @@ class Proposal:
     unsets: tuple[str, ...]
     alternatives: tuple[int, ...]  # the alternatives it takes (indexed as a trial's `alternative`)
     command: str  # the `integrate revise` command that takes it (shell words quoted)
+    # 1.2: what the revision gives up to pass, in words (a module run whole under CP repeats its work on every rank)
+    costs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,11 +106,13 @@ def _matches(touch: str, module: str | None) -> bool:
 
 
 def candidates(pool: list[Alternative], proof: str, module: str | None, first: Sequence[int] = ()) -> list[int]:
-    """Indices into `pool` for a failing `proof`: those at `first` (read from the run), then those that bear on
-    `module`, then the rest of the proof's kind."""
+    """Indices into `pool` for a failing `proof`: those at `first` (read from the run; those that bear on `module`
+    before the others), then those that bear on `module`, then the rest of the proof's kind."""
     kind = [i for i, a in enumerate(pool) if a.decision.startswith(_KIND[proof]) and i not in first]
     near = [i for i in kind if any(_matches(t, module) for t in pool[i].touches)]
-    return [i for i in first if pool[i].decision.startswith(_KIND[proof])] + near + [i for i in kind if i not in near]
+    read = [i for i in first if pool[i].decision.startswith(_KIND[proof])]
+    bearing = [i for i in read if any(_matches(t, module) for t in pool[i].touches)]
+    return bearing + [i for i in read if i not in bearing] + near + [i for i in kind if i not in near]
 
 
 _RANKS = re.compile(r"have (\d+) dimensions, but got (\d+) dimensions")
@@ -203,12 +210,12 @@ def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = REPAIRA
                     trial, got = _trial(plan_dir, generated, work / f"t{len(trials)}", pool, proof, taking, trust_code,
                                         baseline, failed, progress, fixture_from)
                     trials.append(trial)
-                    if trial.status == "pass" and failed:  # the variants that failed pass: now all of them
+                    if _proved(got) and failed:  # the variants that failed pass: now all of them
                         progress(f"[{len(trials)}/{max_candidates}] {proof}: every variant with it")
                         trial, got = _trial(plan_dir, generated, work / f"t{len(trials)}-all", pool, proof, taking,
                                             trust_code, baseline, None, progress, fixture_from)
                         trials[-1] = trial
-                    if trial.status == "pass":
+                    if _proved(got):
                         passing[proof] = taking
                         break
                     if i in fresh and got is not None and _answered(alt, result, got):
@@ -231,7 +238,8 @@ def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = REPAIRA
             indices = sorted({i for taken in passing.values() for i in taken})
             sets, unsets = _merged(pool, indices)
             proposal = Proposal(sets, unsets, tuple(indices), revise_words(
-                str(sh(str(plan_dir))), sets, unsets, "integrate repair: the failing proof passes with it"))
+                str(sh(str(plan_dir))), sets, unsets, "integrate repair: the failing proof passes with it"),
+                _costs(sets))
             revised = _scratch_plan(plan_dir, work / "proposal", indices, pool)
             diff = "".join(difflib.unified_diff((plan_dir / "PLAN.md").read_text().splitlines(keepends=True),
                                                 (revised / "PLAN.md").read_text().splitlines(keepends=True),
@@ -243,6 +251,19 @@ def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = REPAIRA
                 "proposal.json": json.dumps(to_json(report), indent=2) + "\n", "PLAN.md.diff": diff}))
     return RepairReport(REPAIR_SCHEMA_VERSION, str(plan_dir), failing, observed, tuple(trials), proposal, files,
                         stopped, round(time.monotonic() - started, 1))
+
+
+def _costs(sets: dict[str, Any]) -> tuple[str, ...]:
+    """What a revision gives up: each module it runs whole under CP (its work repeats on every rank)."""
+    from integrate.decisions.revise import split_key
+
+    whole = []
+    for key, value in sets.items():
+        parts = split_key(key)
+        if parts[:3] == ["parallelism", "cp", "run_whole"]:
+            whole += [parts[3]] if len(parts) > 3 else list(value) if isinstance(value, dict) else []
+    return tuple(f"`{m}` runs whole under CP: its inputs are gathered and its work repeats on every rank"
+                 for m in whole)
 
 
 def _adopt_fixture(generated: Path, out: Path) -> None:
@@ -275,7 +296,10 @@ def _observed(pool: list[Alternative], plan, proof: str, result) -> list[int]:
     div = result.first_divergence
     inputs = div.inputs if div is not None and isinstance(div.inputs, dict) else {}
     shapes = {m: {k: (v.whole, v.rank) for k, v in ins.items()} for m, ins in inputs.items()}
-    found = [*observed_ranks(plan, _skipped(result), shapes), *observed_lengths(plan, shapes)]
+    outputs = div.outputs if div is not None and isinstance(div.outputs, dict) else {}
+    returns = {m: tuple((v.whole, v.rank) for v in outs) for m, outs in outputs.items()}
+    found = [*observed_ranks(plan, _skipped(result), shapes), *observed_lengths(plan, shapes),
+             *observed_whole(plan, shapes, returns)]
     known = {(a.decision, a.instead, json.dumps(a.sets, sort_keys=True)): i for i, a in enumerate(pool)}
     at = []
     for alt in found:
@@ -285,6 +309,17 @@ def _observed(pool: list[Alternative], plan, proof: str, result) -> list[int]:
             pool.append(alt)
         at.append(known[key])
     return at
+
+
+def _proved(result) -> bool:
+    """Did the proof pass: every variant that ran passed. Variants that wait on the plugin's hand-written part
+    (`needs-code`: the adapter's stub, which no plan revision writes) or were skipped (this machine cannot run
+    them) do not count against it."""
+    if result is None or result.status not in ("pass", "needs-code"):
+        return False
+    variants = result.variants if isinstance(getattr(result, "variants", None), dict) else {}
+    ran = [v.status for v in variants.values() if v.status not in ("needs-code", "skipped")]
+    return result.status == "pass" or bool(ran) and all(s == "pass" for s in ran)
 
 
 def _answered(alt: Alternative, before, after) -> bool:

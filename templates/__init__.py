@@ -325,8 +325,10 @@ def _cp_planner(b: _Build) -> str | None:
         imports.append(("cache_dit.distributed.transformers.register", "ContextParallelismPlannerRegister"))
     if mask:
         imports += [("inspect", None), ("torch", None), ("torch.distributed as dist", None)]
-    if cp.local_attention:
+    if cp.local_attention or cp.run_whole:
         imports.append(("copy", None))
+    if cp.run_whole:
+        imports += [("inspect", None), ("torch", None), ("torch.distributed as dist", None)]
     if cp.sdpa_mend:
         imports += [("contextvars", None), ("copy", None), ("importlib", None), ("types", None),
                     ("cache_dit.attention", "_dispatch_attention_fn")]
@@ -341,7 +343,7 @@ def _cp_planner(b: _Build) -> str | None:
     b.piece("cp_planner", "cp_planner", cp_cls, "cp_planner.py.j2", cp=data, plan=data["plan"], mask=mask,
             evidence=evidence, patched_keys=moved, parts=_parts(b.patch), lengths=_rebased(cp, moved),
             imports=import_block(imports, (b.import_name,)), cp_prefix=b.m.transformer_class, cp_cls=cp_cls,
-            unregistered=unregistered, local_attention=list(cp.local_attention),
+            unregistered=unregistered, local_attention=list(cp.local_attention), run_whole=_run_whole(cp),
             kv_expand=[(str(escape.dotted(x.module)), str(escape.ident(x.function))) for x in cp.kv_expand],
             mask_mend=[(str(escape.dotted(x.module)), str(escape.ident(x.function))) for x in cp.mask_mend],
             mask_prepared=[p for x in cp.mask_mend for p in x.prepared],
@@ -361,6 +363,20 @@ def _cp_planner(b: _Build) -> str | None:
     if any("{" in k for k in cp.plan):
         b.manual.append("a CP hook key has an index not known statically: " + ", ".join(k for k in cp.plan if "{" in k))
     return cp_cls
+
+
+def _run_whole(cp) -> dict:
+    """RUN_WHOLE for the planner: {path: ({input name: (axis, rank)}, {output index: (axis, rank)})}; names are
+    checked as identifiers (they are keys the hook binds by)."""
+    for path, w in cp.run_whole.items():
+        for part in path.split("."):
+            if part != "*" and not part.isdigit():
+                escape.ident(part)
+        if not all(index.isdigit() for index in w.split):
+            raise escape.UnsafeValue(f"run_whole[{path!r}]: an output index is not a number")
+    return {path: ({str(escape.ident(name)): (g.gather_dim, g.expected_dims) for name, g in w.gather.items()},
+                   {int(index): (s.split_dim, s.expected_dims) for index, s in w.split.items()})
+            for path, w in cp.run_whole.items()}
 
 
 def _tp_planner(b: _Build) -> str | None:

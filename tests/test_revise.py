@@ -36,7 +36,7 @@ def test_an_override_is_recorded_rendered_and_voids_the_approval(planned):
     report = json.loads(proc.stdout)["revision"]
     assert report["changed"] and report["approval_voided"]
     plan = json.loads((planned / "plan.json").read_text())
-    assert plan["schema_version"] == "1.13" and plan["cache"]["has_separate_cfg"] is (not analysed)
+    assert plan["schema_version"] == "1.14" and plan["cache"]["has_separate_cfg"] is (not analysed)
     assert plan["facts"]["attention"][0]["head_dim"][1] == 64
     override = {o["key"]: o for o in plan["overrides"]}["cache.has_separate_cfg"]
     assert override["analysis"] is analysed and override["value"] is (not analysed)
@@ -247,3 +247,87 @@ def test_repair_reads_candidates_from_the_run_and_builds_on_one_that_answers_its
     assert any(t["decision"] == "CP split of `target_token_mask` at `transformer_blocks.*`" for t in on_step), \
         report["trials"]
     assert report["proposal"] is None and not (plan_dir / "repair").exists()
+
+
+def _framewise(tmp_path):
+    """The plan for tests/fixtures/framewise (a diffusers model of our own whose side adapter regroups the
+    sequence by frame, as WanAnimate's face adapter does)."""
+    from conftest import ROOT
+
+    from integrate import api
+
+    src = ROOT / "tests" / "fixtures" / "framewise" / "model.py"
+    (tmp_path / "m").mkdir(exist_ok=True)
+    flags = api.flags_for(None, model_path=str(tmp_path / "m"), transformer_class="FramewiseModel",
+                          transformer_file=str(src), pipeline_class="sample", pipeline_file=str(src))
+    return api.plan(flags, probe=False)
+
+
+def test_repair_runs_a_module_that_regroups_the_sequence_by_frame_whole(tmp_path):
+    """The adapter groups the tokens it is handed into the frames of a stream every rank holds: on a rank's share
+    of the sequence its groups are not frames, and the CP proof diverges inside it. No split is right there; the
+    run's shapes (its `hidden_states` and `frame_states` cut, its output as long as the cut sequence) lead repair
+    to run it whole, which passes. The proposal says what that costs and is not approved. (The fixture runs
+    because its 5-D latent's rank is read from `batch, channels, frames, height, width = hidden_states.shape`;
+    CP is planned because the processors passed by position are read.)"""
+    from integrate import api
+    from integrate.records import to_json
+
+    plan = _framewise(tmp_path)
+    processors = {(a.block_list, a.processor) for a in plan.facts.attention}
+    assert processors == {("blocks", "SelfAttnProcessor")}, processors
+    plan_dir, out = tmp_path / "plan", tmp_path / "out"
+    api.write_plan(plan, plan_dir)
+    api.approve(plan_dir, "test")
+    approval = (plan_dir / "APPROVAL.json").read_bytes()
+    api.generate(plan_dir, out=out)
+    report = to_json(api.repair(plan_dir, out, proofs=("cp",), trust_code=True))
+    assert report["failing"] == {"cp": "adapters.0.attn.to_out"}, report["failing"]
+    (trial,) = report["trials"]
+    assert (trial["decision"], trial["status"], trial["on"]) == ("CP of `adapters.*`", "pass", []), trial
+    proposal = report["proposal"]
+    whole = proposal["sets"]['parallelism.cp.run_whole["adapters.*"]']
+    assert whole["gather"] == {"hidden_states": {"gather_dim": 1, "expected_dims": 3},
+                               "frame_states": {"gather_dim": 1, "expected_dims": 4}}, whole
+    assert whole["split"] == {"0": {"split_dim": 1, "expected_dims": 3, "split_output": True}}, whole
+    assert len(proposal["costs"]) == 1 and "work repeats on every rank" in proposal["costs"][0]
+    assert "Run whole, outside CP" in (plan_dir / "repair" / "PLAN.md.diff").read_text()
+    assert (plan_dir / "APPROVAL.json").read_bytes() == approval  # never approved by repair
+
+
+def test_a_module_is_offered_whole_only_where_the_run_met_it_cut_and_never_a_block(tmp_path):
+    """`observed_whole` reads the shapes a failing run recorded: what a rank held cut is gathered, an input it
+    held whole is not; the output is cut again along the axis the rank's own output was shorter on, or, where
+    the rank's call raised, the axis of the input shaped like it. A block (the cached lists') or a module the
+    plan already hooks is never run whole, nor one with nothing cut, nor one whose output axis is ambiguous."""
+    from integrate.decisions.alternatives import observed_whole
+
+    plan = _framewise(tmp_path)
+    cut = {"hidden_states": ((1, 32, 32), (1, 16, 32)), "frame_states": ((1, 2, 1, 32), (1, 2, 1, 32))}
+    returned = {"adapters.0": (((1, 32, 32), (1, 16, 32)),)}
+    (alt,) = observed_whole(plan, {"adapters.0": cut}, returned)
+    (key, value), = alt.sets.items()
+    assert key == 'parallelism.cp.run_whole["adapters.*"]' and alt.touches == ("adapters.*",)
+    assert value["gather"] == {"hidden_states": {"gather_dim": 1, "expected_dims": 3}}
+    assert value["split"] == {"0": {"split_dim": 1, "expected_dims": 3, "split_output": True}}
+    raised = {"adapters.0": (((1, 32, 32), None),)}  # the rank's call raised: the axis of the like-shaped input
+    assert observed_whole(plan, {"adapters.0": cut}, raised)[0].sets == alt.sets
+    assert observed_whole(plan, {"blocks.1": cut}, {"blocks.1": returned["adapters.0"]}) == ()  # a block
+    assert observed_whole(plan, {"blocks.0.attn": cut}, {"blocks.0.attn": returned["adapters.0"]})  # inside one
+    whole = {"hidden_states": ((1, 32, 32), (1, 32, 32))}
+    assert observed_whole(plan, {"adapters.0": whole}, returned) == ()  # nothing cut: nothing to gather
+    ambiguous = {"adapters.0": (((2, 32, 32), None),)}  # 32 long on two axes and shaped like no input
+    assert observed_whole(plan, {"adapters.0": cut}, ambiguous) == ()
+
+
+def test_a_run_whole_path_that_is_not_a_module_path_is_refused_at_generate(planned, tmp_path):
+    """A reviewer's `run_whole` key reaches the generated planner only as a module path (identifiers, list
+    indices, `*`); anything else is refused with one line and exit 2, nothing written."""
+    value = {"gather": {"hidden_states": {"gather_dim": 1, "expected_dims": 3}},
+             "split": {"0": {"split_dim": 1, "expected_dims": 3, "split_output": True}}, "why": "test"}
+    assert _revise(planned, f'parallelism.cp.run_whole["blocks.*.attn; import os"]={json.dumps(value)}'
+                   ).returncode == 0
+    assert run_cli("approve", str(planned), "--reviewer", "Ada").returncode == 0
+    out = tmp_path / "out"
+    _refused(run_cli("generate", str(planned), "--out", str(out)), "is not a Python identifier")
+    assert not out.exists()

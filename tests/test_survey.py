@@ -101,9 +101,12 @@ def test_path_adds_rows_with_their_pipeline(survey):
     assert tiny["has_separate_cfg"] is True  # cond and uncond transformer calls in each step
     assert tiny["already_supported"]["registered"] is False
     assert "TinySurveyTransformerV2" in rows  # a subclass of a ModelMixin class
-    # of the other fixtures only gqa holds a ModelMixin (`GqaModel`); its nn.Module models give no rows
-    assert {Path(r["file"]).parent.name for r in rows.values() if str(FIXTURES) in r["file"]} == {"survey", "gqa"}
+    # of the other fixtures only gqa and framewise hold a ModelMixin (`GqaModel`, `FramewiseModel`); their
+    # nn.Module models give no rows
+    assert {Path(r["file"]).parent.name for r in rows.values() if str(FIXTURES) in r["file"]} == {
+        "survey", "gqa", "framewise"}
     assert {c for c, r in rows.items() if Path(r["file"]).parent.name == "gqa"} == {"GqaModel"}
+    assert {c for c, r in rows.items() if Path(r["file"]).parent.name == "framewise"} == {"FramewiseModel"}
 
 
 def test_second_run_uses_the_cache(survey):

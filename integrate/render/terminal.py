@@ -144,7 +144,8 @@ def repair(data: dict) -> str:
     if p is None:
         lines.append("no alternative made the failing proof pass: the plan needs a person (see the trials above)")
     else:
-        lines += [f"proposed (not approved): {', '.join(data['files'])}", f"take it with: {p['command']}"]
+        lines += [f"proposed (not approved): {', '.join(data['files'])}"] + [f"  gives up: {c}" for c in p.get("costs", ())]
+        lines.append(f"take it with: {p['command']}")
     return "\n".join(lines)
 
 

@@ -60,26 +60,29 @@ class SanaVideoContextParallelismPlanner(ContextParallelismPlanner):
         return plan
 
 
+def _keep_local(transformer, paths) -> None:
+    """Keep each attention module at `paths` (`*`: every element of a list) out of CP (`_pin_local`)."""
+    for path in paths:
+        for module in _modules_at(transformer, path.split(".")):
+            _pin_local(module)
+
+
 _LOCAL_CLASSES: dict = {}
 
 
-def _keep_local(transformer, paths) -> None:
-    """Give each attention module at `paths` (`*`: every element of a list) a copy of its processor whose
-    parallel config stays None whatever is assigned to it: its attention then runs on the rank's whole
-    tensors, as in the 1-process run."""
-    for path in paths:
-        for module in _modules_at(transformer, path.split(".")):
-            processor = getattr(module, "processor", None)
-            if processor is None:
-                continue
-            cls = type(processor)
-            if cls not in _LOCAL_CLASSES:
-                pinned = property(lambda self: None, lambda self, value: None)
-                _LOCAL_CLASSES[cls] = type(f"Local{cls.__name__}", (cls,),
-                                           {"_parallel_config": pinned, "_cp_config": pinned})
-            local = copy.copy(processor)  # a processor object may be shared with modules that do run CP
-            local.__class__ = _LOCAL_CLASSES[cls]
-            module.processor = local
+def _pin_local(module) -> None:
+    """Give the module a copy of its processor (if it has one) whose parallel config stays None whatever is assigned
+    to it: its attention then runs on the tensors the rank holds, as in the 1-process run."""
+    processor = getattr(module, "processor", None)
+    if processor is None or type(processor) in _LOCAL_CLASSES.values():
+        return
+    cls = type(processor)
+    if cls not in _LOCAL_CLASSES:
+        pinned = property(lambda self: None, lambda self, value: None)
+        _LOCAL_CLASSES[cls] = type(f"Local{cls.__name__}", (cls,), {"_parallel_config": pinned, "_cp_config": pinned})
+    local = copy.copy(processor)  # a processor object may be shared with modules that do run CP
+    local.__class__ = _LOCAL_CLASSES[cls]
+    module.processor = local
 
 
 def _modules_at(module, parts: list[str]) -> list:
