@@ -341,16 +341,19 @@ def _proofs_for_pr(path: Path, plan) -> dict:
 
 def verify(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] | None = None, trust_code: bool = False,
            fixture_only: bool = False, fixture_from: Path | None = None, cache_dit_own: bool = False,
-           progress: Progress = _quiet, baseline: Path | None = None, variants: tuple[str, ...] | None = None):
+           progress: Progress = _quiet, baseline: Path | None = None, variants: tuple[str, ...] | None = None,
+           skip: tuple[str, ...] = (), fail_fast: bool = False):
     """The CPU proofs of a generated plugin (a `VerifyReport`); `fixture_only`: the fixture and one plain run
     on it, no proof; `fixture_from`: a diffusers-style model test to take the config and inputs from first.
     For repeated verifies of one fixture (`integrate repair`): `baseline`, a folder where the plain model's run is
-    kept by the first and read back by the later ones; `variants`, the only parallel variants to run."""
+    kept by the first and read back by the later ones; `variants`, the only parallel variants to run; `skip`,
+    variants not to run (one a trial already passed); `fail_fast`, a parallel proof's first variant alone, the
+    rest only when it passes."""
     from integrate.verify.run import Verifier
 
     return Verifier(plan_dir, generated, trust_code=trust_code, proofs=proofs, fixture_only=fixture_only,
                     fixture_from=fixture_from, cache_dit_own=cache_dit_own, progress=progress, baseline=baseline,
-                    variants=variants).run()
+                    variants=variants, skip=skip, fail_fast=fail_fast).run()
 
 
 def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = ("cache", "cp", "tp"),

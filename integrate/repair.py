@@ -28,6 +28,7 @@ when several proofs each found their own revision (the proposal lists each; veri
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import re
@@ -171,8 +172,10 @@ def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = REPAIRA
         work = Path(tmp)
         baseline = work / "baseline"  # the plain model's run, kept by this verify for every trial's
         progress(f"verifying the generated code as it stands ({', '.join(proofs)})")
+        # a parallel proof's first variant alone, the rest only if it passes: the search needs the first that
+        # fails, and a proposal is checked on every variant before it is made
         before = api.verify(plan_dir, generated, proofs=proofs, trust_code=trust_code, progress=progress,
-                            baseline=baseline, fixture_from=fixture_from)
+                            baseline=baseline, fixture_from=fixture_from, fail_fast=True)
         if before.fixture.status in ("needs-edit", "error"):
             raise InputError(f"the fixture does not run ({before.fixture.status}): repair needs the plain model to "
                              "run on it first (see `integrate verify --fixture-only`)")
@@ -210,10 +213,14 @@ def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = REPAIRA
                     trial, got = _trial(plan_dir, generated, work / f"t{len(trials)}", pool, proof, taking, trust_code,
                                         baseline, failed, progress, fixture_from)
                     trials.append(trial)
-                    if _proved(got) and failed:  # the variants that failed pass: now all of them
-                        progress(f"[{len(trials)}/{max_candidates}] {proof}: every variant with it")
-                        trial, got = _trial(plan_dir, generated, work / f"t{len(trials)}-all", pool, proof, taking,
-                                            trust_code, baseline, None, progress, fixture_from)
+                    if _proved(got) and failed:  # the variant that failed passes: now every other one
+                        progress(f"[{len(trials)}/{max_candidates}] {proof}: every other variant with it")
+                        rest, others = _trial(plan_dir, generated, work / f"t{len(trials)}-all", pool, proof, taking,
+                                              trust_code, baseline, None, progress, fixture_from, skip=failed)
+                        if others is None or isinstance(others.variants, dict) and others.variants:
+                            # (none left to run: the one that passed was all there is)
+                            trial, got = dataclasses.replace(rest, seconds=round(rest.seconds + trial.seconds, 1)), \
+                                others
                         trials[-1] = trial
                     if _proved(got):
                         passing[proof] = taking
@@ -351,10 +358,11 @@ def _not_worse(before, after) -> bool:
 
 def _trial(plan_dir: Path, generated: Path, work: Path, pool: list[Alternative], proof: str, taking: list[int],
            trust_code: bool, baseline: Path | None = None, variants: tuple[str, ...] | None = None,
-           progress: Callable[[str], None] = lambda line: None, fixture_from: Path | None = None):
+           progress: Callable[[str], None] = lambda line: None, fixture_from: Path | None = None,
+           skip: tuple[str, ...] = ()):
     """Revise a scratch copy with the alternatives `taking` (the steps taken, then the candidate), approve it as a
-    trial, generate, and run `proof` alone (only `variants` of it where named, against the plain model's run kept
-    in `baseline`). Returns the trial and the proof's result (None where it did not run)."""
+    trial, generate, and run `proof` alone (only `variants` of it where named, none of `skip`, against the plain
+    model's run kept in `baseline`). Returns the trial and the proof's result (None where it did not run)."""
     index = taking[-1]
     alt = pool[index]
     t0 = time.monotonic()
@@ -366,7 +374,8 @@ def _trial(plan_dir: Path, generated: Path, work: Path, pool: list[Alternative],
         api.generate(scratch, out=work / "out")
         _adopt_fixture(generated, work / "out")
         report = api.verify(scratch, work / "out", proofs=(proof,), trust_code=trust_code, baseline=baseline,
-                            variants=variants, fixture_from=fixture_from, progress=lambda line: progress(f"  {line}"))
+                            variants=variants, skip=skip, fixture_from=fixture_from,
+                            progress=lambda line: progress(f"  {line}"))
     except InputError as exc:
         return Trial(**base, status="error", diverged_at=None, why=str(exc)[:300],
                      seconds=round(time.monotonic() - t0, 1)), None

@@ -216,6 +216,11 @@ def test_a_repair_trial_reads_the_kept_baseline_and_runs_only_the_variants_named
     again = to_json(api.verify(plan_dir, out, proofs=("cp",), baseline=kept, variants=("ulysses2",)))["cp"]
     assert set(again["variants"]) == {"ulysses2"} and again["status"] == "pass", again
     assert (kept / "rank0.npz").stat().st_mtime_ns == stamp
+    # the rest of a proof once a trial passed its failing variant; fail-fast runs the rest when the first passes
+    rest = to_json(api.verify(plan_dir, out, proofs=("cp",), baseline=kept, skip=("ulysses2",)))["cp"]
+    assert set(rest["variants"]) == set(first["variants"]) - {"ulysses2"}, rest
+    fast = to_json(api.verify(plan_dir, out, proofs=("cp",), baseline=kept, fail_fast=True))["cp"]
+    assert set(fast["variants"]) == set(first["variants"]) and fast["status"] == "pass", fast
 
 
 def test_repair_reads_candidates_from_the_run_and_builds_on_one_that_answers_its_evidence(tmp_path):
@@ -291,6 +296,9 @@ def test_repair_runs_a_module_that_regroups_the_sequence_by_frame_whole(tmp_path
                                "frame_states": {"gather_dim": 1, "expected_dims": 4}}, whole
     assert whole["split"] == {"0": {"split_dim": 1, "expected_dims": 3, "split_output": True}}, whole
     assert len(proposal["costs"]) == 1 and "work repeats on every rank" in proposal["costs"][0]
+    # the first verify stopped at the first variant that failed; the trial ran that one, then every other one
+    failing = to_json(api.verify(plan_dir, out, proofs=("cp",), trust_code=True, fail_fast=True))["cp"]
+    assert failing["status"] == "fail" and list(failing["variants"]) == ["ulysses2"], failing["variants"]
     assert "Run whole, outside CP" in (plan_dir / "repair" / "PLAN.md.diff").read_text()
     assert (plan_dir / "APPROVAL.json").read_bytes() == approval  # never approved by repair
 

@@ -42,11 +42,14 @@ class Verifier:
     def __init__(self, plan_dir: Path, generated: Path, *, trust_code: bool = False,
                  proofs: tuple[str, ...] | None = None, fixture_only: bool = False, fixture_from: Path | None = None,
                  cache_dit_own: bool = False, progress: Callable[[str], None] | None = None,
-                 baseline: Path | None = None, variants: tuple[str, ...] | None = None) -> None:
+                 baseline: Path | None = None, variants: tuple[str, ...] | None = None,
+                 skip: tuple[str, ...] = (), fail_fast: bool = False) -> None:
         self.cache_dit_own = cache_dit_own  # prove cache-dit's own integration: the plugin is never imported
         # `integrate repair`'s trials: the plain model's run kept in `baseline` (made there by the first verify of
-        # the same fixture, read back by the later ones) and only the named parallel `variants` run
+        # the same fixture, read back by the later ones) and only the named parallel `variants` run (none of those
+        # in `skip`); `fail_fast`: a parallel proof's first variant runs alone, the rest only if it passes
         self.baseline, self.only = baseline, set(variants) if variants else None
+        self.skip, self.fail_fast = set(skip), fail_fast
         self.plan_dir, self.generated = plan_dir, generated
         self.proofs = () if fixture_only else tuple(proofs or registry.CHOICES)
         # proofs that run the model follow: their fork server starts with the fixture, which is forked from it too
@@ -203,19 +206,26 @@ class Verifier:
                 # variant where none of them is this plan's (a revision changed its variants)
                 named = [v for v in planned if self.only is None or v["name"] in self.only
                          or any(n.startswith(f"{v['name']}+") for n in self.only)]
-                variants = named or planned
+                variants = [v for v in named or planned if v["name"] not in self.skip]
                 waiting = [v for v in variants if v.get("cache") and self.stub is not None]
                 variants = [v for v in variants if v not in waiting]  # the adapter calls the stub
                 self.progress(proof.progress(variants))
-                runs = self._pair_runs(variants, work / proof.NAME)
-                again = parallel.uneven_retries(variants, runs)
-                if again:  # an odd sequence on this fixture: cache-dit's uneven split is the way to run it
-                    self.progress(f"{proof.NAME}: the fixture's sequence does not divide by 2: again with "
-                                  "ulysses_anything")
-                    runs.update(self._pair_runs(again, work / proof.NAME / "anything"))
-                    variants = variants + again
-                results[proof.NAME] = parallel.with_stub(parallel.judge(baseline, variants, runs), waiting,
-                                                         self.stub)
+                runs, ran = {}, []
+                for batch in [variants[:1], variants[1:]] if self.fail_fast else [variants]:
+                    if not batch:
+                        continue
+                    got = self._pair_runs(batch, work / proof.NAME / f"batch{len(ran)}")
+                    again = parallel.uneven_retries(batch, got)
+                    if again:  # an odd sequence on this fixture: cache-dit's uneven split is the way to run it
+                        self.progress(f"{proof.NAME}: the fixture's sequence does not divide by 2: again with "
+                                      "ulysses_anything")
+                        got.update(self._pair_runs(again, work / proof.NAME / f"batch{len(ran)}-anything"))
+                        batch = batch + again
+                    runs.update(got)
+                    ran += batch
+                    if self.fail_fast and parallel.judge(baseline, ran, runs).status in ("fail", "error"):
+                        break  # the variants after it are not run
+                results[proof.NAME] = parallel.with_stub(parallel.judge(baseline, ran, runs), waiting, self.stub)
         return self._report(head, fx, started, results=results)
 
     def _start_full_size(self):
