@@ -99,13 +99,13 @@ def attention_facts(ws: Workspace, tree: Tree, node: Node, block_path: str, bloc
     fn = find_method(p_cls, "__call__")
     if fn is None:
         reading.unknowns.append(f"processor {p_cls.name.value} has no __call__")
-        return _record(reading, node, block_list, proc)
+        return _record(reading, node, block_list, proc, ws=ws)
     params = [p.name.value for p in params_of(fn) if p.name.value != "self"]
     runs = Evidence(str(p_src.path), p_src.line(p_cls), f"{cls.name.value} runs {p_cls.name.value}")
     _adopt_processor_linears(ws, tree, node, p_src, p_cls)
     _read_processor(ws, reading, tree, node, p_src, fn, params[0] if params else "attn")
     fed_by = block_inputs_into(tree, block_path, node, reading.mask_after[0]) if reading.mask_after else ()
-    return _record(reading, node, block_list, proc, (runs,), _qk_norms(tree, node), fed_by)
+    return _record(reading, node, block_list, proc, (runs,), _qk_norms(tree, node), fed_by, ws=ws)
 
 
 def block_inputs_into(tree: Tree, block_path: str, node: Node, param: str) -> tuple[str, ...]:
@@ -164,7 +164,7 @@ def _qk_norms(tree: Tree, node: Node) -> dict[str, Any]:
 
 def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFile, cst.ClassDef] | None = None,
             evidence: tuple[Evidence, ...] = (), qk_norms: dict[str, Any] | None = None,
-            fed_by: tuple[str, ...] = ()) -> AttentionFact:
+            fed_by: tuple[str, ...] = (), ws: Workspace | None = None) -> AttentionFact:
     """The frozen record. Sizes become ints only where they are known statically (None otherwise); the
     fused parts are equal (Q/K/V) only when every fused projection is split in three, not QKV + MLP.
     Mask, rope and kernel lines are in the processor's file, or the module's own without a processor."""
@@ -214,7 +214,22 @@ def _record(reading: _Reading, node: Node, block_list: str, proc: tuple[SourceFi
         kernel_global=reading.kernel_global,
         sdpa_global=reading.sdpa_global,
         mask_after_param=reading.mask_after[0] if reading.mask_after else None,
-        mask_after_inputs=fed_by)
+        mask_after_inputs=fed_by, **_config_given(ws, node, proc))
+
+
+def _config_given(ws: Workspace | None, node: Node, proc) -> dict:
+    """Does cache-dit hand this module's processor the parallel config under CP (its class is one of diffusers'
+    attention classes cache-dit lists, bases traced): {cp_config_given, cp_config_at}; {} without a processor or
+    where cache-dit's list was not found."""
+    from .bases import diffusers_class
+    from .support import cp_attention_classes
+
+    listed = cp_attention_classes(ws) if ws is not None and proc is not None and node.cls_node is not None else None
+    if listed is None:
+        return {}
+    src, cls = node.cls_node
+    given, why = diffusers_class(ws, src, cls, listed[0])
+    return {"cp_config_given": given, "cp_config_at": Evidence(str(src.path), src.line(cls), why)}
 
 
 def _module_global(src: SourceFile, name: str) -> tuple[str, str] | None:

@@ -8,6 +8,8 @@ other reaches it: unknown, never a guess.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import libcst as cst
 
 from integrate.errors import InputError
@@ -19,34 +21,63 @@ _DEPTH = 8
 
 def model_mixin(ws: Workspace, src: SourceFile, cls: cst.ClassDef) -> tuple[bool | None, str]:
     """(answer, why) for `cls`; the why names the chain, the base that is not a model, or the untraced base."""
-    return _trace(ws, src, cls, "ModelMixin", 0, (cls.name.value,))
+    return _trace(ws, src, cls, _named("ModelMixin"), "ModelMixin", 0, (cls.name.value,))
 
 
 def diffusion_pipeline(ws: Workspace, src: SourceFile, cls: cst.ClassDef) -> tuple[bool | None, str]:
     """(answer, why): is `cls` a diffusers pipeline (a `DiffusionPipeline`)?"""
-    return _trace(ws, src, cls, "DiffusionPipeline", 0, (cls.name.value,))
+    return _trace(ws, src, cls, _named("DiffusionPipeline"), "DiffusionPipeline", 0, (cls.name.value,))
 
 
-def _trace(ws: Workspace, src: SourceFile, cls: cst.ClassDef, target: str, depth: int,
+def diffusers_class(ws: Workspace, src: SourceFile, cls: cst.ClassDef, names: tuple[str, ...]
+                    ) -> tuple[bool | None, str]:
+    """(answer, why): does `cls` derive from one of diffusers' own classes named `names` (cache-dit's attention
+    classes)? A base of that name counts only where it is diffusers' (imported from it, or defined in the installed
+    diffusers): a project's own `Attention` is followed into its bases instead."""
+    root = ws.package_root("diffusers")
+
+    def diffusers_own(path) -> bool:
+        return root is not None and Path(path).resolve().is_relative_to(Path(root).resolve())
+
+    def hit(base: str, resolve) -> bool:
+        if base.rsplit(".", 1)[-1] not in names:
+            return False
+        found = resolve()
+        if isinstance(found, External):
+            return found.qualname.split(".")[0] == "diffusers"
+        return isinstance(found, Resolved) and diffusers_own(found.src.path)
+
+    if cls.name.value in names and diffusers_own(src.path):  # one of them itself (diffusers' `Attention`)
+        return True, f"{cls.name.value} is diffusers' own"
+    return _trace(ws, src, cls, hit, " / ".join(names), 0, (cls.name.value,))
+
+
+def _named(target: str):
+    return lambda base, resolve: base.rsplit(".", 1)[-1] == target
+
+
+def _trace(ws: Workspace, src: SourceFile, cls: cst.ClassDef, hit, target: str, depth: int,
            chain: tuple[str, ...]) -> tuple[bool | None, str]:
+    """`hit(base as written, a function resolving it)` says whether a base is the target (`target`, in words)."""
     if depth > _DEPTH:
         return None, f"bases deeper than {_DEPTH} classes: {' -> '.join(chain)}"
     unknown: str | None = None
     others: list[str] = []
     for base in base_names(cls):
-        if base.rsplit(".", 1)[-1] == target:
-            return True, " -> ".join((*chain, target))
+        if hit(base, lambda base=base: ws.resolve(src, base)):  # (resolved only where the name alone cannot tell)
+            return True, " -> ".join((*chain, base.rsplit(".", 1)[-1]))
         found = ws.resolve(src, base)
         answer: bool | None
         if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef):
-            answer, why = _trace(ws, found.src, found.node, target, depth + 1, (*chain, found.node.name.value))
+            answer, why = _trace(ws, found.src, found.node, hit, target, depth + 1, (*chain, found.node.name.value))
         elif isinstance(found, External) and found.qualname.split(".")[0] == "diffusers":
             try:  # a class built on a diffusers class, e.g. `class My(FluxTransformer2DModel)`
                 where = ws.locate_class("diffusers", found.qualname.rsplit(".", 1)[-1])
             except InputError:
                 where = None
             if where is not None and isinstance(where.node, cst.ClassDef):
-                answer, why = _trace(ws, where.src, where.node, target, depth + 1, (*chain, where.node.name.value))
+                answer, why = _trace(ws, where.src, where.node, hit, target, depth + 1,
+                                     (*chain, where.node.name.value))
             else:
                 answer, why = None, f"`{base}` is not found in the installed diffusers"
         elif isinstance(found, External):  # torch, transformers, ...: another package's class is no diffusers model

@@ -14,7 +14,7 @@ from integrate.gate.records import GateReport
 
 from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
-ANALYSIS_SCHEMA_VERSION = "1.12"
+ANALYSIS_SCHEMA_VERSION = "1.13"
 
 
 @dataclass(frozen=True)
@@ -237,6 +237,11 @@ class AttentionFact:
     # alias of torch.nn.functional: (module, alias), the global a generated planner replaces so that, under CP, the
     # call goes through cache-dit's dispatcher (None otherwise)
     sdpa_global: tuple[str, str] | None = None
+    # 1.13: with a processor, does the installed cache-dit hand it the parallel config under CP (the module's class
+    # derives from one of the diffusers attention classes cache-dit lists; None: a base not traced), and where (the
+    # class line; why names the chain or the base that is not one)
+    cp_config_given: bool | None = None
+    cp_config_at: Evidence | None = None
 
 
 @dataclass(frozen=True)
@@ -446,6 +451,9 @@ class ParallelFacts:
     model_mixin_at: Evidence | None = None
     # 1.12: where the installed cache-dit's tensor parallelism asserts a ModelMixin; None when not found there
     tp_requires_model_mixin: Evidence | None = None
+    # 1.13: where the installed cache-dit lists the diffusers attention classes whose processors it hands the
+    # parallel config (why names them); None when not found there
+    cp_attention_classes: Evidence | None = None
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ from .records import (
     TransformerFacts,
 )
 from .sequence import mask_kind, sequence_facts
-from .support import cp_local_backends, cp_refuses_gqa, ring_refuses_masks, tp_requires_model_mixin
+from .support import (cp_attention_classes, cp_local_backends, cp_refuses_gqa, ring_refuses_masks,
+                      tp_requires_model_mixin)
 from .values import evaluate, jsonable
 
 _KERNEL_MODULES = ("flash_attn", "triton", "apex", "xformers", "liger_kernel", "flashinfer", "sageattention")
@@ -104,6 +105,7 @@ def parallel_facts(gate: GateReport, ws: Workspace, transformer: TransformerFact
         model_mixin=is_model,
         model_mixin_at=Evidence(str(t_src.path), t_src.line(cls), model_why),
         tp_requires_model_mixin=tp_requires_model_mixin(ws),
+        cp_attention_classes=(cp_attention_classes(ws) or (None, None))[1],
     )
 
 

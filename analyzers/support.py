@@ -182,6 +182,27 @@ def tp_requires_model_mixin(ws: Workspace) -> Evidence | None:
     return None
 
 
+def cp_attention_classes(ws: Workspace) -> tuple[tuple[str, ...], Evidence] | None:
+    """The diffusers classes whose modules' processors the installed cache-dit hands the parallel config when it
+    enables context parallelism (it sets `processor._parallel_config` only on modules of these classes), read from
+    the function that lists them (`get_diffusers_attention_classes`: the names it imports from diffusers), with
+    where. None when not found."""
+    from integrate.records import Evidence
+
+    src = _cache_dit_module(ws, "cache_dit.distributed.core._diffusers_bridge")
+    for name, fn in src.functions.items() if src is not None else ():
+        if not name.endswith("attention_classes"):
+            continue
+        names = tuple(dict.fromkeys(
+            a.name.value for imp in find_all(fn, cst.ImportFrom) if imp.module is not None
+            and (dotted(imp.module) or "").split(".")[0] == "diffusers" and not isinstance(imp.names, cst.ImportStar)
+            for a in imp.names if isinstance(a.name, cst.Name)))
+        if names:
+            return names, Evidence(str(src.path), src.line(fn), "cache-dit hands the parallel config only to the "
+                                   f"processors of modules of diffusers' {', '.join(names)}")
+    return None
+
+
 def cp_local_backends(ws: Workspace) -> dict[str, Evidence]:
     """diffusers' attention backends that its dispatcher registers without context-parallel support: each
     `@_AttentionBackendRegistry.register(AttentionBackendName.<member>, ...)` not given

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import libcst as cst
 from integrate.analyzers.forward import is_length
@@ -178,13 +179,43 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
         confidence = "low"
     local = tuple(dict.fromkeys(_local_attention(seq, shape) + tuple(c.local)))
     evidence += [dataclasses.replace(e, why=f"{e.why}, over tensors no hook splits: kept out of context "
-                                              "parallelism (cache-dit gives every attention module the parallel "
+                                              "parallelism (cache-dit gives the attention modules the parallel "
                                               "config)") for e in (seq.outside_attention[k] for k in local
                                                               if k in seq.outside_attention)]
-    return CpPlan("hook", shape, c.plan, confidence, tuple(evidence), tuple(c.risks + extra_risks),
-                  tuple(c.unknowns), mask, rope, uaa, NO_HYBRID, _compare(facts, c.plan), _lengths(c), blocked,
-                  _ring_masks(facts, lists, kept), local_attention=local, kv_expand=kv_expand, mask_mend=mends,
-                  sdpa_mend=sdpa)
+    handed, hand_evidence, unsure = _hand_config(facts, lists, kept | frozenset(local))
+    evidence += hand_evidence
+    c.unknowns += unsure
+    return CpPlan("hook", shape, c.plan, "low" if unsure else confidence, tuple(evidence),
+                  tuple(c.risks + extra_risks), tuple(c.unknowns), mask, rope, uaa, NO_HYBRID, _compare(facts, c.plan),
+                  _lengths(c), blocked, _ring_masks(facts, lists, kept), local_attention=local, kv_expand=kv_expand,
+                  mask_mend=mends, sdpa_mend=sdpa, hand_config=handed)
+
+
+def _hand_config(facts: ParallelFacts, lists: list[ListFlowFact], kept: frozenset[str]
+                 ) -> tuple[tuple[str, ...], list[Evidence], list[str]]:
+    """The attention modules of the walked lists whose processor cache-dit does not hand the parallel config
+    (their class derives from none of the diffusers attention classes it lists: `cp_config_given` false): their
+    processors would attend within the rank's own tokens, so the generated planner hands it to them. (paths, the
+    evidence, an unknown for each module whose bases were not all traced.)"""
+    walked = {lf.attr for lf in lists}
+    handed, evidence, unsure = [], [], []
+    listed = facts.cp_attention_classes
+    for b in facts.blocks:
+        for a in b.attentions:
+            path = f"{a.block_list}.*.{a.path}"
+            if a.block_list not in walked or a.processor is None or path in kept or path in handed:
+                continue
+            at = a.cp_config_at
+            if a.cp_config_given is False and at is not None:
+                handed.append(path)
+                evidence.append(Evidence(at.file, at.line, f"`{a.block_list}[i].{a.path}` ({a.cls}: {at.why}) is no "
+                                         "class cache-dit hands the parallel config"
+                                         + (f" ({Path(listed.file).name}:{listed.line})" if listed else "")
+                                         + ": the planner hands it to its processor"))
+            elif a.cp_config_given is None and at is not None:
+                unsure.append(f"whether cache-dit hands `{a.block_list}[i].{a.path}`'s processor the parallel config "
+                              f"is unknown: {at.why} ({Path(at.file).name}:{at.line})")
+    return tuple(handed), evidence, unsure
 
 
 def _local_attention(seq: SequenceFact, shape: str) -> tuple[str, ...]:

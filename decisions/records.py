@@ -245,6 +245,9 @@ class CpPlan:
     mask_mend: tuple[MaskMend, ...] = ()
     sdpa_mend: tuple[KernelMend, ...] = ()  # 1.12
     run_whole: dict[str, RunWhole] = field(default_factory=dict)  # 1.14: module path (`*` for list indices)
+    # 1.14: attention modules whose processor cache-dit never hands the parallel config (their class is none of the
+    # diffusers attention classes it lists): the planner hands it over, `<list>.*.<path>`
+    hand_config: tuple[str, ...] = ()
 
 
 # -- tensor parallelism ----------------------------------------------------------------------------

@@ -435,3 +435,30 @@ def test_a_side_module_is_traced_through_data_not_through_a_device_or_dtype_read
     cp = _plan(tmp_path, "ConsisIDPipeline", "ConsisIDTransformer3DModel").parallelism.cp
     assert "patch_embed" not in cp.plan and "embedding_dropout" not in cp.plan
     assert set(cp.plan["transformer_blocks.0"]) == {"hidden_states", "encoder_hidden_states"}
+
+
+def test_attention_cache_dit_gives_no_parallel_config_gets_it_from_the_planner(tmp_path):
+    """tests/fixtures/gqa's `GqaModel` runs its attention through a processor in a plain `nn.Module` (no diffusers
+    attention class): cache-dit never sets that processor's parallel config, so under Ulysses each rank attended
+    within its own tokens and the CP proof diverged at `blocks.0.attn`. The plan names the module (`hand_config`,
+    with the class chain and cache-dit's list as evidence), the planner hands the config over, and CP agrees with
+    one process. diffusers' own models are untouched (their classes derive from the listed ones)."""
+    from conftest import ROOT
+
+    from integrate import api
+
+    src = ROOT / "tests" / "fixtures" / "gqa" / "model.py"
+    (tmp_path / "m").mkdir()
+    flags = api.flags_for(None, model_path=str(tmp_path / "m"), transformer_class="GqaModel",
+                          transformer_file=str(src), pipeline_class="sample", pipeline_file=str(src))
+    plan = api.plan(flags, probe=False)
+    cp = plan.parallelism.cp
+    assert cp.hand_config == ("blocks.*.attn",), cp.hand_config
+    assert any("no class cache-dit hands the parallel config" in e.why and "torch.nn.Module" in e.why
+               for e in cp.evidence), cp.evidence
+    plan_dir, out = tmp_path / "plan", tmp_path / "out"
+    api.write_plan(plan, plan_dir)
+    api.approve(plan_dir, "test")
+    api.generate(plan_dir, out=out)
+    report = api.verify(plan_dir, out, proofs=("cp",), trust_code=True)
+    assert report.cp.status == "pass" and report.cp.variants["ulysses2"].status == "pass", report.cp
