@@ -113,6 +113,8 @@ def make_plan(analysis: Analysis, crosscheck: CrossCheck) -> Plan:
             crosscheck=crosscheck,
             model_mixin=facts.model_mixin,
             model_mixin_at=facts.model_mixin_at,
+            diffusers_pipeline=None if gate.no_pipeline else analysis.pipeline.diffusers_pipeline,
+            diffusers_pipeline_at=None if gate.no_pipeline else analysis.pipeline.diffusers_pipeline_at,
         ),
         unknowns=tuple(sorted(set(t.unknowns) | set(cp.unknowns) | {u for b in facts.blocks for u in b.unknowns})),
         example=None if gate.no_pipeline else decide_example(analysis.pipeline, model.example_type_guess, name),

@@ -339,6 +339,10 @@ class PlanFacts:
     # 1.13: is the transformer a diffusers ModelMixin (bases traced; null: a base not traced), and the why
     model_mixin: bool | None = None
     model_mixin_at: Evidence | None = None
+    # 1.14: is the denoising loop a diffusers pipeline (bases traced; null: not traced, or no loop is planned), and
+    # the why: where it is not, the adapter is transformer-only and registered nowhere
+    diffusers_pipeline: bool | None = None
+    diffusers_pipeline_at: Evidence | None = None
 
 
 @dataclass(frozen=True)

@@ -278,6 +278,10 @@ def test_a_sampler_that_holds_its_model_as_self_model_gets_an_adapter_that_reads
                                    "TinyDiT", "--pipeline-class", "FastSampler", "--pipeline-file", str(src),
                                    "--json").stdout)["pipeline"]  # its __init__ is Sampler's
     assert inherited["transformer_attr"] == "model" and inherited["transformer_attr_at"]["line"] == 36
+    # the reviewer reads that verdict in PLAN.md, with its reason and how to hand the adapter over
+    said = [line for line in (plan / "PLAN.md").read_text().splitlines() if line.startswith("- Adapter:")]
+    assert len(said) == 1 and "transformer-only" in said[0] and "ADAPTER(model)" in said[0] \
+        and analysis["pipeline"]["diffusers_pipeline_at"]["why"] in said[0], said
     assert run_cli("approve", str(plan), "--reviewer", "x").returncode == 0
     assert run_cli("generate", str(plan), "--out", str(tmp_path / "out")).returncode == 0
     assert "pipe if isinstance(pipe, torch.nn.Module) else pipe.model" in \
