@@ -462,3 +462,30 @@ def test_attention_cache_dit_gives_no_parallel_config_gets_it_from_the_planner(t
     api.generate(plan_dir, out=out)
     report = api.verify(plan_dir, out, proofs=("cp",), trust_code=True)
     assert report.cp.status == "pass" and report.cp.variants["ulysses2"].status == "pass", report.cp
+
+
+def test_a_split_axis_shorter_than_the_ranks_is_said_as_such(tmp_path):
+    """A fixture whose sequence is one token long (diffusers' TransformerTemporal test passes one frame): cache-dit's
+    uneven split refuses an axis shorter than the ranks. verify says what that means, both ways it can arise (the
+    fixture too short to prove CP, or a plan that splits an axis that is not the sequence), not only the assertion."""
+    import re
+
+    from conftest import ROOT
+
+    from integrate import api
+
+    src = ROOT / "tests" / "fixtures" / "gqa" / "model.py"
+    (tmp_path / "m").mkdir()
+    flags = api.flags_for(None, model_path=str(tmp_path / "m"), transformer_class="GqaModel",
+                          transformer_file=str(src), pipeline_class="sample", pipeline_file=str(src))
+    plan_dir, out = tmp_path / "plan", tmp_path / "out"
+    api.write_plan(api.plan(flags, probe=False), plan_dir)
+    api.approve(plan_dir, "test")
+    api.generate(plan_dir, out=out)
+    assert api.verify(plan_dir, out, fixture_only=True, trust_code=True).fixture.status == "derived"
+    fixture = out / "verify_fixture.py"
+    text, n = re.subn(r"_randn\('hidden_states', 1, \d+, ", "_randn('hidden_states', 1, 1, ", fixture.read_text())
+    assert n == 1, "the fixture builds `hidden_states` as [1, S, D]"
+    fixture.write_text(text)  # an edited fixture is used as it is
+    cp = api.verify(plan_dir, out, proofs=("cp",), trust_code=True).cp
+    assert cp.status == "error" and "shorter than the ranks" in cp.why and "not the sequence" in cp.why, cp.why

@@ -15,6 +15,7 @@ from .locate import Baseline, worker_error
 
 
 UNEVEN = "must be divisible by mesh size"  # cache-dit's (and diffusers') even-split assertion
+SHORT = "Cannot shard tensor of size"  # cache-dit's uneven split, on an axis shorter than the ranks
 
 
 def not_written(kind: str, blocked) -> str | None:
@@ -39,6 +40,12 @@ def _uneven(reps: list) -> WorkerError | None:
     if errors and errors[0].type == "AssertionError" and UNEVEN in errors[0].message:
         return errors[0]
     return None
+
+
+def too_short(err: WorkerError | None) -> bool:
+    """Did cache-dit's uneven split meet an axis shorter than the ranks (the fixture's sequence, or whatever the
+    plan splits, has fewer elements there than there are ranks)? No split of that axis can run on this input."""
+    return err is not None and err.type == "AssertionError" and SHORT in err.message
 
 
 def uneven_retries(variants: list[dict], runs: dict[str, tuple[list, list, list]]) -> list[dict]:
@@ -70,6 +77,10 @@ def judge(base: Baseline, variants: list[dict], runs: dict[str, tuple[list, list
         err = errors[0] if errors else None
         if err is not None:
             why = f"{err.type} in {err.module or err.stage}: {err.message}"
+            if too_short(err):
+                why = (f"a planned split met an axis shorter than the ranks ({err.message}; {err.module or err.stage}):"
+                       " either the fixture's sequence is that short (a longer one is needed to prove CP) or the "
+                       "plan splits an axis that is not the sequence")
             cpu_only = _cpu_only(err)
             if cpu_only:  # a limit of this machine, not a verdict on the integration
                 rows[key] = Variant("skipped", why=f"{cpu_only}: run this configuration on GPUs", error=err)
