@@ -41,7 +41,6 @@ from .records import Alternative, Gather, Plan, RunWhole, Split
 from .revise import join_key
 
 _HIGH = "high"
-RANK_MET = "(the rank the run met)"  # how an observed-rank alternative's `instead` ends
 
 
 def alternatives(plan: Plan, facts: ParallelFacts | None) -> tuple[Alternative, ...]:
@@ -184,10 +183,10 @@ def observed_ranks(plan: Plan, skipped: list[tuple[str, int, int]], shapes: Shap
                         continue
                     out[f"{key}={dim}"] = Alternative(
                         f"CP split of {what} at `{hook or 'forward'}`", f"dim {split.split_dim} of {expected}",
-                        f"dim {dim} of {got} {RANK_MET}",
+                        f"dim {dim} of {got} (the rank the run met)",
                         {key: to_json(Split(dim, got, split.split_output))}, (), "low", (hook,),
                         f"cache-dit skipped this split in `{module}`: it expected {expected} dimensions and met "
-                        f"{got}, so the tensor stayed whole")
+                        f"{got}, so the tensor stayed whole", "skipped-split")
     return tuple(out.values())
 
 
@@ -242,7 +241,7 @@ def observed_lengths(plan: Plan, shapes: Shapes) -> tuple[Alternative, ...]:
                     if hook in plan.parallelism.cp.plan else  # a hook the plan lacks is set whole
                     {join_key(("parallelism", "cp", "plan", hook)): {name: split}}, (),
                     "low", (hook,), f"`{module}` diverged with `{name}` whole on each rank at the sequence's full "
-                    f"length {full} (shape {list(rank)}) while the inputs beside it were cut"))
+                    f"length {full} (shape {list(rank)}) while the inputs beside it were cut", "full-length"))
     return tuple(out)
 
 
@@ -296,7 +295,7 @@ def observed_whole(plan: Plan, shapes: Shapes, returns: Returns) -> tuple[Altern
             f"CP of `{hook}`", "runs on the rank's share of the sequence",
             "runs whole (inputs gathered, outputs cut again)",
             {join_key(("parallelism", "cp", "run_whole", hook)): to_json(RunWhole(gather, split, why))}, (),
-            "low", (hook,), why))
+            "low", (hook,), why, "run-whole"))
     return tuple(out)
 
 

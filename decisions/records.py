@@ -388,6 +388,10 @@ class Alternative:
     confidence: Confidence  # the decision's, as planned
     touches: tuple[str, ...]  # the modules it acts on, as verify's divergence tables name them ("" = the root)
     why: str
+    # 1.14: where a candidate `integrate repair` read from a failing run came from: "skipped-split" (a split cache-dit
+    # skipped for another rank), "full-length" (an input whole at the cut sequence's length), "run-whole" (the
+    # divergent module run whole); null for the plan's own alternatives
+    read_from: str | None = None
 
 
 @dataclass(frozen=True)

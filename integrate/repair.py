@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from integrate import api
-from integrate.decisions.alternatives import RANK_MET, observed_lengths, observed_ranks, observed_whole
+from integrate.decisions.alternatives import observed_lengths, observed_ranks, observed_whole
 from integrate.decisions.approval import load_plan
 from integrate.decisions.records import Alternative
 from integrate.errors import InputError
@@ -334,7 +334,7 @@ def _answered(alt: Alternative, before, after) -> bool:
     proof no longer first diverging in the same module with the same error (a full-length input)?"""
     if not _not_worse(before, after):
         return False
-    if alt.instead.endswith(RANK_MET):
+    if alt.read_from == "skipped-split":
         return len(_skipped(after)) < len(_skipped(before))
     a, b = before.first_divergence, after.first_divergence
     if a is None or b is None:
