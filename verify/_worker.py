@@ -662,9 +662,7 @@ def run(job: dict) -> dict:
                 rec["state_dict"] = _signature(model)
             if job.get("plugin"):
                 plugin = importlib.import_module(job["plugin"]["import_name"])
-                _ADAPTER[:] = [getattr(plugin, "ADAPTER", None)]
-                _CP_PLANNER[:] = [plugin.CP_PLANNER] if getattr(plugin, "CP_PLANNER_REGISTERED", True) is False \
-                    else []
+                _Plugin.read(plugin)
                 rec["state_dict_import"] = _signature(model)
             stage = "set up the integration"
             if kind == "cache":
@@ -743,16 +741,26 @@ def _uneven_all_gather(dist) -> None:
     dist.all_gather = all_gather  # the module attribute cache-dit's `dist.all_gather(...)` looks up
 
 
-_ADAPTER: list = []  # the plugin's transformer-only adapter (a model no diffusers pipeline runs), if it has one
-_CP_PLANNER: list = []  # the plugin's CP planner where it is registered nowhere (a plain torch module)
+class _Plugin:
+    """What this worker hands cache-dit itself, read from the imported plugin: its transformer-only adapter (a model
+    no diffusers pipeline runs) and its CP planner where it is registered nowhere (a plain torch module); None
+    where the plugin registers them."""
+
+    adapter = None
+    cp_planner = None
+
+    @classmethod
+    def read(cls, plugin) -> None:
+        cls.adapter = getattr(plugin, "ADAPTER", None)
+        cls.cp_planner = plugin.CP_PLANNER if getattr(plugin, "CP_PLANNER_REGISTERED", True) is False else None
 
 
 def _adapter_for(model):
     """The plugin's transformer-only adapter applied to `model`, else the one cache-dit's registry looks up."""
     from cache_dit.caching.block_adapters.block_registers import BlockAdapterRegister
 
-    if _ADAPTER and _ADAPTER[0] is not None:
-        return _ADAPTER[0](model)
+    if _Plugin.adapter is not None:
+        return _Plugin.adapter(model)
     adapter = BlockAdapterRegister.get_adapter(model)
     if adapter is None:
         raise LookupError(f"no BlockAdapter is registered for {type(model).__name__}")
@@ -787,7 +795,7 @@ def _setup_cache(model, rec: dict, fx, recorder, arrays, key) -> int:
     rec["block_counts"] = [len(b) for b in _lists(adapter)]
     calls = 2 if adapter.has_separate_cfg else 1
     # a transformer-only adapter is handed over as it is (no registry has it); else cache-dit looks it up
-    target = _adapter_for(model) if _ADAPTER and _ADAPTER[0] is not None else model
+    target = _adapter_for(model) if _Plugin.adapter is not None else model
     cache_dit.enable_cache(target, cache_config=_cache_config(0.0, fx.STEPS, fx.STEPS))
     return calls
 
@@ -853,8 +861,8 @@ def _setup_parallel(model, variant: dict, fx) -> None:
     if variant.get("anything"):
         cfg["ulysses_anything"] = True
     pc = ParallelismConfig(**cfg)
-    if _CP_PLANNER and (variant.get("ulysses") or variant.get("ring")):  # handed over, as the plugin says to
-        pc.cp_plan = _CP_PLANNER[0]().apply(transformer=model, parallelism_config=pc)
+    if _Plugin.cp_planner is not None and (variant.get("ulysses") or variant.get("ring")):  # as the plugin says to
+        pc.cp_plan = _Plugin.cp_planner().apply(transformer=model, parallelism_config=pc)
     if variant.get("cache"):
         # through the adapter: cache-dit's transformer-only path cannot add parallelism after caching
         adapter = _adapter_for(model)
