@@ -102,6 +102,17 @@ def dotted(value: Any) -> Code:
     return Code(value)
 
 
+def module_path(value: Any) -> str:
+    """A path to submodules as hooks name them (`blocks.*.attn`, `face_adapter.0`): each part an identifier, a list
+    index or `*`. Checked, then written as data (through `py`), never as code."""
+    if not isinstance(value, str) or not value:
+        raise UnsafeValue(f"{_quoted(value)} is not a module path")
+    for part in value.split("."):
+        if part != "*" and not part.isdigit():
+            ident(part)
+    return value
+
+
 def text(value: Any) -> Code:
     """`value` as prose safe inside a docstring or a comment, on one line."""
     if not isinstance(value, _SCALARS):

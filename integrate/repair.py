@@ -246,7 +246,7 @@ def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = REPAIRA
             sets, unsets = _merged(pool, indices)
             proposal = Proposal(sets, unsets, tuple(indices), revise_words(
                 str(sh(str(plan_dir))), sets, unsets, "integrate repair: the failing proof passes with it"),
-                _costs(sets))
+                _costs([pool[i] for i in indices]))
             revised = _scratch_plan(plan_dir, work / "proposal", indices, pool)
             diff = "".join(difflib.unified_diff((plan_dir / "PLAN.md").read_text().splitlines(keepends=True),
                                                 (revised / "PLAN.md").read_text().splitlines(keepends=True),
@@ -260,17 +260,10 @@ def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = REPAIRA
                         stopped, round(time.monotonic() - started, 1))
 
 
-def _costs(sets: dict[str, Any]) -> tuple[str, ...]:
-    """What a revision gives up: each module it runs whole under CP (its work repeats on every rank)."""
-    from integrate.decisions.revise import split_key
-
-    whole = []
-    for key, value in sets.items():
-        parts = split_key(key)
-        if parts[:3] == ["parallelism", "cp", "run_whole"]:
-            whole += [parts[3]] if len(parts) > 3 else list(value) if isinstance(value, dict) else []
+def _costs(taken: list[Alternative]) -> tuple[str, ...]:
+    """What a revision gives up: each module its alternatives run whole under CP (its work repeats on every rank)."""
     return tuple(f"`{m}` runs whole under CP: its inputs are gathered and its work repeats on every rank"
-                 for m in whole)
+                 for alt in taken if alt.read_from == "run-whole" for m in alt.touches)
 
 
 def _adopt_fixture(generated: Path, out: Path) -> None:

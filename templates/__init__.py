@@ -344,7 +344,7 @@ def _cp_planner(b: _Build) -> str | None:
             evidence=evidence, patched_keys=moved, parts=_parts(b.patch), lengths=_rebased(cp, moved),
             imports=import_block(imports, (b.import_name,)), cp_prefix=b.m.transformer_class, cp_cls=cp_cls,
             unregistered=unregistered, local_attention=list(cp.local_attention), run_whole=_run_whole(cp),
-            hand_config=[_module_path(x) for x in cp.hand_config],
+            hand_config=[escape.module_path(x) for x in cp.hand_config],
             kv_expand=[(str(escape.dotted(x.module)), str(escape.ident(x.function))) for x in cp.kv_expand],
             mask_mend=[(str(escape.dotted(x.module)), str(escape.ident(x.function))) for x in cp.mask_mend],
             mask_prepared=[p for x in cp.mask_mend for p in x.prepared],
@@ -366,19 +366,11 @@ def _cp_planner(b: _Build) -> str | None:
     return cp_cls
 
 
-def _module_path(path: str) -> str:
-    """`path` checked as a module path (identifiers, list indices, `*`) before it reaches generated code."""
-    for part in path.split("."):
-        if part != "*" and not part.isdigit():
-            escape.ident(part)
-    return path
-
-
 def _run_whole(cp) -> dict:
     """RUN_WHOLE for the planner: {path: ({input name: (axis, rank)}, {output index: (axis, rank)})}; names are
     checked as identifiers (they are keys the hook binds by)."""
     for path, w in cp.run_whole.items():
-        _module_path(path)
+        escape.module_path(path)
         if not all(index.isdigit() for index in w.split):
             raise escape.UnsafeValue(f"run_whole[{path!r}]: an output index is not a number")
     return {path: ({str(escape.ident(name)): (g.gather_dim, g.expected_dims) for name, g in w.gather.items()},

@@ -210,7 +210,7 @@ class Verifier:
                 waiting = [v for v in variants if v.get("cache") and self.stub is not None]
                 variants = [v for v in variants if v not in waiting]  # the adapter calls the stub
                 self.progress(proof.progress(variants))
-                runs, ran = {}, []
+                runs, ran, judged = {}, [], None
                 for batch in [variants[:1], variants[1:]] if self.fail_fast else [variants]:
                     if not batch:
                         continue
@@ -223,9 +223,11 @@ class Verifier:
                         batch = batch + again
                     runs.update(got)
                     ran += batch
-                    if self.fail_fast and parallel.judge(baseline, ran, runs).status in ("fail", "error"):
+                    judged = parallel.judge(baseline, ran, runs) if self.fail_fast else None
+                    if judged is not None and judged.status in ("fail", "error"):
                         break  # the variants after it are not run
-                results[proof.NAME] = parallel.with_stub(parallel.judge(baseline, ran, runs), waiting, self.stub)
+                judged = judged or parallel.judge(baseline, ran, runs)  # (fail-fast judged every variant run)
+                results[proof.NAME] = parallel.with_stub(judged, waiting, self.stub)
         return self._report(head, fx, started, results=results)
 
     def _start_full_size(self):
