@@ -7,10 +7,11 @@ context its value lands in, with one of these filters, and each filter either ma
 there or refuses it (`UnsafeValue`, an input error: exit 2, nothing written).
 
 - `py`: a Python literal (str, int, float, bool, None, lists and dicts of them), checked by
-  `ast.literal_eval` to read back as the value itself;
+  `ast.literal_eval` to read back as the value itself; `py_dict`: a dict so written, one entry per line;
 - `ident`: one Python identifier (`str.isidentifier`, not a keyword); `dotted`: identifiers joined by dots;
-- `text`: prose inside a docstring or a comment: one line, control characters and line breaks turned into
-  spaces, backslashes doubled, no `\"\"\"` left to end the docstring;
+- `text`: prose inside a docstring or a comment: one line (control characters and line breaks turned into
+  spaces), every backslash doubled and every double quote escaped, so no quote in it is left unescaped and
+  nothing in it can end a `\"\"\"` docstring, however many quotes it holds or wherever it stands;
 - `sh`: one shell word (`shlex.quote`);
 - `joined` and `wrapped`: several `text` values on one line, or one wrapped over several;
 - `Code`: text integrate itself made as code from checked parts (an import block, libcst's rewrite of the
@@ -27,6 +28,7 @@ import json
 import keyword
 import shlex
 import textwrap
+import unicodedata
 from typing import Any
 
 from integrate.errors import InputError
@@ -47,7 +49,7 @@ def _quoted(value: Any) -> str:
 
 
 def py(value: Any) -> Code:
-    """A Python literal for `value`; strings in double quotes (JSON's escapes are Python's too)."""
+    """A Python literal for `value` (strings in double quotes), refused unless it reads back as `value`."""
     text = _literal(value)
     try:
         back = ast.literal_eval(text)
@@ -58,11 +60,29 @@ def py(value: Any) -> Code:
     return Code(text)
 
 
+def py_dict(value: Any, indent: int = 4) -> Code:
+    """A dict as a Python literal with one entry per line (a config a person reads and edits): each key and value
+    written by `py`, and the whole read back and compared once more."""
+    if not isinstance(value, dict):
+        raise UnsafeValue(f"a {type(value).__name__} is not a dict")
+    if not value:
+        return Code("{}")
+    pad = " " * indent
+    text = "{\n" + "".join(f"{pad}{py(k)}: {py(v)},\n" for k, v in value.items()) + "}"
+    try:
+        same = _plain(ast.literal_eval(text)) == _plain(value)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        same = False
+    if not same:
+        raise UnsafeValue("a dict that does not read back as itself in Python")
+    return Code(text)
+
+
 def _literal(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value)
+        return _string(value)
     if isinstance(value, int):
         return repr(int(value))
     if isinstance(value, float):
@@ -78,6 +98,22 @@ def _literal(value: Any) -> str:
     raise UnsafeValue(f"a {type(value).__name__} is not a plain value")
 
 
+def _string(value: str) -> str:
+    """A double-quoted Python string literal: backslash and quote escaped, every character Python would not print
+    as itself (line breaks, NUL, lone surrogates) as its code point's escape, the rest as it is. (JSON's escapes
+    are not Python's for characters past U+FFFF: JSON writes a surrogate pair, which Python reads as two.)"""
+    out = []
+    for ch in value:
+        if ch in '\\"':
+            out.append("\\" + ch)
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
+
+
 def _plain(value: Any) -> Any:
     """Tuples as lists, so a tuple and the list literal it is written as compare equal."""
     if isinstance(value, (list, tuple)):
@@ -87,8 +123,19 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def pykey(value: Any) -> Code:
+    """A key of a planner's dict: a string of ASCII digits is an output's index and is written as that number,
+    anything else as `py` writes it."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return py(int(value))
+    return py(value)
+
+
 def ident(value: Any) -> Code:
-    if not isinstance(value, str) or not value.isidentifier() or keyword.iskeyword(value):
+    """One identifier that Python reads back as itself: it folds identifiers to NFKC form, so `ｅｖａｌ` or `ﬁle`
+    would name another name (`eval`, `file`) than the one checked."""
+    if not isinstance(value, str) or not value.isidentifier() or keyword.iskeyword(value) \
+            or unicodedata.normalize("NFKC", value) != value:
         raise UnsafeValue(f"{_quoted(value)} is not a Python identifier")
     return Code(value)
 
@@ -117,17 +164,16 @@ def text(value: Any) -> Code:
     """`value` as prose safe inside a docstring or a comment, on one line."""
     if not isinstance(value, _SCALARS):
         raise UnsafeValue(f"a {type(value).__name__} is not text")
-    out = "".join(ch if ch.isprintable() else " " for ch in str(value))
-    out = out.replace("\\", "\\\\").replace('"""', '"\\""')
-    if out.endswith('"'):  # right before a closing """ it would end the docstring early
-        out = out[:-1] + '\\"'
-    return Code(out)
+    line = "".join(ch if ch.isprintable() else " " for ch in str(value))
+    # correct by construction: after doubling every backslash, a backslash in the output escapes exactly the
+    # character after it; every quote is then given one, so no quote is left that could close the docstring
+    return Code(line.replace("\\", "\\\\").replace('"', '\\"'))
 
 
 def sh(value: Any) -> Code:
     """One shell word."""
-    if not isinstance(value, (str, int)) or isinstance(value, bool):
-        raise UnsafeValue(f"{_quoted(value)} is not a shell word")
+    if not isinstance(value, (str, int)) or isinstance(value, bool) or "\x00" in str(value):
+        raise UnsafeValue(f"{_quoted(value)} is not a shell word")  # (no shell word can hold a NUL)
     return Code(shlex.quote(str(value)))
 
 
@@ -174,5 +220,5 @@ def indented(code: Any, width: int) -> Code:
     return Code(textwrap.indent(code, " " * width))
 
 
-FILTERS = {"py": py, "ident": ident, "dotted": dotted, "text": text, "sh": sh, "joined": joined, "wrapped": wrapped,
+FILTERS = {"py": py, "py_dict": py_dict, "pykey": pykey, "ident": ident, "dotted": dotted, "text": text, "sh": sh, "joined": joined, "wrapped": wrapped,
            "macro": macro, "indented": indented}

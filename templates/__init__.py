@@ -46,7 +46,6 @@ _ENV = jinja2.Environment(
 )
 _ENV.filters.update(escape.FILTERS)
 _ENV.filters["basename"] = lambda p: escape.text(Path(str(p)).name)
-_ENV.filters["pykey"] = lambda k: escape.Code(k) if isinstance(k, str) and k.isdigit() else escape.py(k)
 
 # Findings a slice split answers for its list: the slice itself, the several walks it becomes, and
 # `len()` / slices of the list outside the loop header.

@@ -12,7 +12,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import pprint
 from pathlib import Path
 from typing import Any
 
@@ -55,17 +54,14 @@ def render(*, transformer_class: str, transformer_module: str, config: dict[str,
     Python literal that must read back as itself, and each slot's expression may only call the fixture's
     own helpers."""
     errors = [*problems, *(f"{s['name']} ({s['error']})" for s in slots if s.get("error"))]
-    config_text = pprint.pformat(config, indent=4, width=100, sort_dicts=False)
     try:
-        same = ast.literal_eval(config_text) == config
-    except (ValueError, SyntaxError, RecursionError, MemoryError):
-        same = False
-    if not same:
-        raise escape.UnsafeValue("the tiny config cannot be written as a Python literal")
+        config_text = escape.py_dict(config)
+    except escape.UnsafeValue as exc:
+        raise escape.UnsafeValue(f"the tiny config cannot be written as a Python literal ({exc})") from None
     slots = [{**s, "expr": _expression(s["expr"]) if s.get("expr") is not None else None} for s in slots]
     text = _ENV.get_template("fixture.j2").render(
         transformer_class=transformer_class, transformer_module=transformer_module,
-        version=escape.Code(__version__), config=escape.Code(config_text), slots=slots, errors=errors,
+        version=escape.Code(__version__), config=config_text, slots=slots, errors=errors,
         changes=", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()) or "none",
         image_tokens=image_tokens, text_tokens=text_tokens, steps=steps, config_source=config_source,
         sha=escape.Code("SHA"))
