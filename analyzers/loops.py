@@ -256,6 +256,7 @@ def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> tup
     derived: set[str] = set()
     after_call = False
     spread = _spread_only(loop)
+    carried = _loop_carried(loop, varying)
     for stmt in body_of(loop.node):
         if id(stmt) in calls or (loop.call_stmt is not None and stmt is loop.call_stmt):
             after_call = True
@@ -271,7 +272,7 @@ def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> tup
             kind, why = "index_dependent", "uses the loop index; the wrapper runs the body once, with index 0"
         elif after_call and writes & set(loop.outputs):
             kind, why = "residual_injection", "changes a block output between blocks; skipped once the list is wrapped"
-        elif not reads & varying:
+        elif not reads & (varying | carried):
             kind, why = "hoistable", "reads nothing that changes between blocks; can move above the loop"
         else:
             kind, why = "other", "runs once per block on loop-carried values; the wrapper runs it once"
@@ -283,6 +284,24 @@ def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> tup
             varying |= writes
         ops.append(ExtraOp(src.line(stmt), first_line, kind, active, why))
     return tuple(ops)
+
+
+def _loop_carried(loop: Loop, varying: set[str]) -> set[str]:
+    """Names whose value can differ from one block to the next besides `varying`: what a statement of the body writes
+    when it reads a varying name, a name it writes itself (`temb = temb * self.scale` compounds once per block; moved
+    above the loop it would run once) or a name a later statement writes (the next block sees that value), to a fixed
+    point."""
+    stmts = [(names_read(s, loads_only=True), assigned_names(s)) for s in body_of(loop.node)]
+    later = [set().union(set(), *(w for _, w in stmts[i:])) for i in range(len(stmts))]
+    out = set(varying)
+    changed = True
+    while changed:
+        changed = False
+        for (reads, writes), after in zip(stmts, later):
+            if writes - out and reads & (out | after):
+                out |= writes
+                changed = True
+    return out - varying
 
 
 def _spread_only(loop: Loop) -> set[str]:

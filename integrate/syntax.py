@@ -18,13 +18,19 @@ from integrate.source import dotted
 TENSOR_METADATA = frozenset({"device", "dtype", "shape", "ndim"})
 
 
-def names_read(node: cst.CSTNode | None, *, data_only: bool = False) -> set[str]:
+def names_read(node: cst.CSTNode | None, *, data_only: bool = False, loads_only: bool = False) -> set[str]:
     """Names an expression or statement reads (`a.b` reads a; `f(k=v)` reads v, not k). `data_only`: leave out a
-    name read only for its metadata (`y.device`, `y.dtype`, `y.shape`, `y.ndim`)."""
+    name read only for its metadata (`y.device`, `y.dtype`, `y.shape`, `y.ndim`). `loads_only`: leave out the names
+    an assignment or a `for` only binds (`x = y` reads y; `x[i] = y` reads x, i and y; `x += y` reads both)."""
     out: set[str] = set()
     stack = [node] if node is not None else []
     while stack:
         n = stack.pop()
+        if loads_only and isinstance(n, (cst.AssignTarget, cst.AnnAssign, cst.For, cst.CompFor)):
+            target = n.target
+            stack.extend(c for c in children(n) if c is not target)
+            stack.extend(_target_loads(target))
+            continue
         if isinstance(n, cst.Name):
             out.add(n.value)
         elif isinstance(n, cst.Attribute):
@@ -35,6 +41,17 @@ def names_read(node: cst.CSTNode | None, *, data_only: bool = False) -> set[str]
         elif not isinstance(n, cst.Lambda):
             stack.extend(children(n))
     return out
+
+
+def _target_loads(target: cst.BaseExpression) -> list[cst.CSTNode]:
+    """The parts of an assignment target that are read, not bound: a subscript's or attribute's base and index."""
+    if isinstance(target, cst.Name):
+        return []
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [part for el in target.elements for part in _target_loads(el.value)]
+    if isinstance(target, cst.StarredElement):
+        return _target_loads(target.value)
+    return [target]
 
 
 def target_names(target: cst.BaseExpression) -> list[str]:

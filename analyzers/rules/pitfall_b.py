@@ -57,8 +57,11 @@ class PitfallB(Rule):
     )
     INVALID = (
         # reads nothing that changes between blocks: hoistable
-        Example(_model("temb = temb * self.scale", "hidden_states = block(hidden_states, temb)"),
+        Example(_model("scaled = temb * self.scale", "hidden_states = block(hidden_states, scaled)"),
                 expect="hoistable"),
+        # compounds once per block (it reads what it writes): the wrapper runs it once, and it cannot be hoisted
+        Example(_model("temb = temb * self.scale", "hidden_states = block(hidden_states, temb)"),
+                expect="(other)"),
         # uses the loop index: the wrapper runs the body once, with index 0
         Example(_model("hidden_states = block(hidden_states, temb)", "hidden_states = hidden_states * (i + 1)"),
                 expect="index_dependent"),
