@@ -134,7 +134,7 @@ def _patch_functor(b: _Build) -> None:
     patch = patch_forward(b.ws, b.src, b.cls, b.analysis.transformer.block_lists)
     handled = _handled(findings, patch)
     left = [f for f in findings if f not in handled]
-    b.manual += [f"{f.attr}: {f.message}" for f in left]
+    b.manual += [f"{f.attr}: {f.message}" for f in left] + list(patch.unhandled)
     if patch.changes:
         b.patch = patch
         b.functor = {"cls": f"{b.base}PatchFunctor", "module": b.functor_module,
@@ -144,6 +144,8 @@ def _patch_functor(b: _Build) -> None:
             extra.append(("torch", "nn"))
         if patch.per_block or patch.after_block:
             extra.append(("functools", None))
+        if patch.model_defaults:
+            extra.append(("inspect", None))
         b.piece("patch_functor", "patch_functor", b.functor["cls"], "patch_functor.py.j2", patch=patch,
                 functor=b.functor, imports=import_block(list(patch.imports) + extra),
                 fwd_line=b.src.line(find_method(b.cls, "forward")),

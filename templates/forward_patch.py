@@ -24,6 +24,8 @@ from integrate.escape import Code
 from integrate.source import SourceFile, dotted, find_method
 from integrate.syntax import find_all, names_read, params_of, self_member
 
+from . import signature
+
 
 @dataclass(frozen=True)
 class Split:
@@ -89,6 +91,7 @@ class BlockPatch:
     attr: str  # the block list
     func: str  # name of the patched function
     code: Code  # libcst's rewrite of the block's own forward
+    wrapped: Code  # the patched function as the model decorates its forward (`a("x")(f)`), applied in `_apply`
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,8 @@ class ForwardPatch:
     per_block: tuple[PerBlock, ...] = ()
     after_block: tuple[AfterBlock, ...] = ()
     streams_first: tuple[StreamsFirst, ...] = ()
+    model_defaults: tuple[str, ...] = ()  # parameters whose default the patched functions read from the model's own
+    wrapped: Code = Code("")  # `patched_forward` as the model decorates forward (`a("x")(patched_forward)`)
 
 
 class _SelfToTransformer(cst.CSTTransformer):
@@ -156,13 +161,20 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
     rewritten = fwd.visit(rewriter)
     rewritten = rewritten.visit(_DropUnusedAliases(aliases, rewritten))
     rewritten = rewritten.visit(_MarkUnusedUnpacked(rewritten))
-    rewritten = rewritten.with_changes(params=rewritten.params.visit(_ModernAnnotations()),
-                                       returns=rewritten.returns.visit(_ModernAnnotations())
-                                       if rewritten.returns is not None else None)
     rewritten = rewritten.with_changes(name=cst.Name("patched_forward"))
+    unhandled: list[str] = []
+    model_defaults: list[str] = []
+    data = signature.as_data(rewritten, "forward", f"{cls.name.value}.forward")
+    if changes and data.function is None:  # nothing that needs forward replaced can be done
+        unhandled.append(data.why)
+        changes, splits, per_block, rewriter.after_block = [], [], [], []
+    elif data.function is not None:
+        rewritten = data.function
+        model_defaults += data.from_model
     forward_changed = bool(changes)
     code = Code(cst.Module(body=[]).code_for_node(rewritten) if forward_changed else "")
-    imports = _imports(ws, src, rewritten) if forward_changed else []
+    wrapped = data.wrapped if forward_changed else Code("")
+    imports = _imports(ws, src, _with_decorators(rewritten, wrapped)) if forward_changed else []
     for item in [*per_block, *rewriter.after_block]:  # a hook runs the model's statements: the names they call
         holder = cst.FunctionDef(cst.Name("hook"), cst.Parameters(),  # come from the model's module
                                  cst.IndentedBlock(list(cst.parse_module(item.code).body)))
@@ -178,11 +190,18 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
             continue
         streams = set(bl.roles.values())
         fixed = b_fwd.visit(_OutOfPlace(streams)).with_changes(name=cst.Name(f"patched_{bl.attr}_forward"))
-        blocks.append(BlockPatch(bl.attr, f"patched_{bl.attr}_forward", Code(cst.Module(body=[]).code_for_node(fixed))))
-        imports += _imports(ws, b_src, fixed)
+        data = signature.as_data(fixed, "forward", f"{bl.forward.cls}.forward")
+        if data.function is None:
+            unhandled.append(data.why)
+            continue
+        fixed = data.function
+        model_defaults += data.from_model
+        blocks.append(BlockPatch(bl.attr, f"patched_{bl.attr}_forward", Code(cst.Module(body=[]).code_for_node(fixed)),
+                                 data.wrapped))
+        imports += _imports(ws, b_src, _with_decorators(fixed, data.wrapped))
         changes.append(Change("pitfall-c", bl.attr, f"`{bl.block_class}.forward` adds residuals out of place "
                                                     "instead of writing into its inputs (pitfall C)"))
-    reorders, unhandled = [], []
+    reorders = []
     for bl in block_lists:
         if not any(c.rule == "pitfall-a" and c.attr == bl.attr for c in changes) or bl.forward is None:
             continue
@@ -204,7 +223,7 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
     return ForwardPatch(code=code, splits=tuple(splits), changes=tuple(changes), imports=_sorted_imports(imports),
                         unhandled=tuple(unhandled), forward_changed=forward_changed, blocks=tuple(blocks),
                         per_block=tuple(per_block), after_block=tuple(rewriter.after_block),
-                        streams_first=tuple(reorders))
+                        streams_first=tuple(reorders), model_defaults=tuple(model_defaults), wrapped=wrapped)
 
 
 class _OutOfPlace(cst.CSTTransformer):
@@ -475,6 +494,11 @@ class _Rewrite(cst.CSTTransformer):
         return keyword
 
 
+def _with_decorators(fn: cst.FunctionDef, wrapped: Code) -> cst.FunctionDef:
+    """`fn` carrying the expression `_apply` wraps it in, so the names that expression reads are imported too."""
+    return fn.with_changes(decorators=[cst.Decorator(cst.parse_expression(wrapped))]) if wrapped else fn
+
+
 def _assigned(node: cst.CSTNode) -> set[str]:
     """The names `node`'s assignments bind."""
     return {n.value for a in find_all(node, cst.Assign) for t in a.targets for n in find_all(t.target, cst.Name)}
@@ -486,30 +510,6 @@ def _record(f: _Hook) -> cst.SimpleStatementLine:
     value = cst.Dict([cst.DictElement(cst.SimpleString(repr(n)), cst.Name(n)) for n in f.names])
     target = cst.AssignTarget(cst.Attribute(cst.Name("self"), cst.Name(f.env_attr)))
     return cst.SimpleStatementLine([cst.Assign([target], value)])
-
-
-class _ModernAnnotations(cst.CSTTransformer):
-    """`Optional[X]` -> `X | None`, `Union[A, B]` -> `A | B`, `Dict` -> `dict` (annotations only)."""
-
-    BUILTIN = {"Dict": "dict", "List": "list", "Tuple": "tuple", "Set": "set", "Type": "type"}
-
-    def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript):
-        head = dotted(updated.value) or ""
-        head = head.rsplit(".", 1)[-1]
-        items = [el.slice.value for el in updated.slice if isinstance(el.slice, cst.Index)]
-        if head == "Optional" and len(items) == 1:
-            return cst.BinaryOperation(items[0], cst.BitOr(), cst.Name("None"))
-        if head == "Union" and len(items) >= 2:
-            out = items[0]
-            for item in items[1:]:
-                out = cst.BinaryOperation(out, cst.BitOr(), item)
-            return out
-        if head in self.BUILTIN:
-            return updated.with_changes(value=cst.Name(self.BUILTIN[head]))
-        return updated
-
-    def leave_Name(self, original: cst.Name, updated: cst.Name):
-        return cst.Name(self.BUILTIN[updated.value]) if updated.value in self.BUILTIN else updated
 
 
 class _MarkUnusedUnpacked(cst.CSTTransformer):

@@ -121,7 +121,8 @@ def test_a_torch_py_in_the_working_directory_is_never_imported(tmp_path):
 def test_generate_writes_a_patch_functor_for_a_module_that_imports_torch_both_ways(tmp_path):
     """The model's module has `import torch` and `from torch import Tensor, nn`, and its forward needs a
     PatchFunctor (the block is called by keyword, in another order than its signature): sorting the imports
-    the rewrite needs compared `None` with a name and generate exited 3. Now the functor imports both."""
+    the rewrite needs compared `None` with a name and generate exited 3. Now the functor imports both (its
+    forward reads `Tensor` in its body: annotations are not copied, issue 33)."""
     src = ROOT / "tests" / "fixtures" / "torchimports" / "model.py"
     plan_dir, out = tmp_path / "plan", tmp_path / "out"
     planned = run_cli("plan", str(src), "--model-path", str(tmp_path), "--transformer-class", "Model",

@@ -60,3 +60,88 @@ def test_a_model_folder_and_config_values_never_run_from_the_fixture(tmp_path, f
     subprocess.run([sys.executable, "-c", "import runpy; runpy.run_path('out/verify_fixture.py')"], cwd=tmp_path,
                    capture_output=True, timeout=120, check=False)
     assert not (tmp_path / "marker").exists(), "the payload ran"
+
+
+# -- 2. a patched forward keeps its signature as data -------------------------------------------------------------
+
+SIGNED = '''import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, hidden_states, temb):
+        return hidden_states + self.proj(temb)
+
+
+class Model(nn.Module):
+    def __init__(self, num_layers: int = 2):
+        super().__init__()
+        self.scale = 2.0
+        self.blocks = nn.ModuleList([Block() for _ in range(num_layers)])
+
+    @{decorator}
+    def forward(self, hidden_states: __import__("os").system("touch marker_annotation"), temb,
+                scale=__import__("os").system("touch marker_default") or 3.0, *, flag: bool = True, eps=-1e-6,
+                **kwargs: __import__("os").system("touch marker_kwargs")) -> __import__("os").system("touch marker_ret"):
+        for i, block in enumerate(self.blocks):
+            scaled = temb * self.scale  # loop-invariant: the PatchFunctor hoists it, so forward is rewritten
+            hidden_states = block(hidden_states, scaled)
+        return hidden_states * scale
+'''
+
+
+def _signed_plugin(tmp_path, decorator: str):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "model.py").write_text(SIGNED.replace("{decorator}", decorator))
+    (tmp_path / "config.json").write_text('{"num_layers": 2}')
+    for args in (["plan", "pkg/model.py", "--transformer-class", "Model", "--no-pipeline", "--separate-cfg", "no",
+                  "--config", "config.json", "--out", "plan", "--no-probe"], ["approve", "plan", "--reviewer", "R"]):
+        assert run_cli(*args).returncode == 0, args
+    return run_cli("generate", "plan", "--out", "out")
+
+
+def test_a_forward_signature_never_runs_on_plugin_import_and_its_defaults_are_the_models(tmp_path):
+    """Defaults, annotations and the return annotation of forward are model expressions: the plugin keeps names and
+    kinds, literal defaults as literals, and reads any other default from the model's own function at run time.
+    A decorator that is a name called with literals (`torch.no_grad()`) is applied when the functor is."""
+    _signed_plugin(tmp_path, "torch.no_grad()")
+    functor = next((tmp_path / "out").glob("*/patch_functor.py")).read_text()
+    assert "__import__" not in functor and 'torch.no_grad()(patched_forward)' in functor
+    probe = """
+import sys, os
+sys.path[:0] = ["out", "."]
+import integrate_model  # the plugin alone: nothing of the model's may run
+assert not [f for f in os.listdir(".") if f.startswith("marker")], os.listdir(".")
+from pkg.model import Model  # the model's own module evaluates its own signature (its markers)
+import torch
+from integrate_model.patch_functor import ModelPatchFunctor
+torch.manual_seed(0)
+model = Model()
+x, t = torch.randn(1, 8), torch.randn(1, 8)
+expected = model(x, t)
+ModelPatchFunctor()._apply(model)
+assert model.forward.__func__.__wrapped__.__name__ == "patched_forward"
+got = model(x, t)  # scale: the model's own default (3.0), read at run time
+assert torch.equal(got, expected), (got, expected)
+assert not got.requires_grad  # torch.no_grad() applied by the functor
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_decorator_that_is_an_expression_is_refused_with_why(tmp_path):
+    result = _signed_plugin(tmp_path, '__import__("os").system("touch marker_decorator") or (lambda f: f)')
+    assert result.returncode == 1, result.stderr  # the hoist is left to the hand-written part
+    assert "decorator" in result.stdout and "copies no model expression" in result.stdout
+    for module in (tmp_path / "out").rglob("*.py"):
+        assert "__import__" not in module.read_text() or module.name == "manual_patch.py", module
+    subprocess.run([sys.executable, "-c", "import sys; sys.path[:0] = ['out']; import integrate_model"],
+                   cwd=tmp_path, capture_output=True, timeout=120, check=False)
+    assert not list(tmp_path.glob("marker*"))
