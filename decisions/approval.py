@@ -1,17 +1,19 @@
 """Recording a reviewer's approval of a plan, and refusing what nobody approved.
 
 `integrate approve PLAN_DIR --reviewer NAME` writes APPROVAL.json next to plan.json. It binds everything
-`generate` reads: the SHA-256 of plan.json's bytes and of PLAN.md's (what the reviewer read), the SHA-256 of
-every source file the plan cites (the model's own files, the processors and blocks its evidence points
-at), the reviewer and the tool version, all signed with HMAC-SHA256 under a key of this user's
+a later command reads: the SHA-256 of plan.json's bytes and of PLAN.md's (what the reviewer read), the SHA-256 of
+every file the plan was made from (`Plan.reads`: each source the analysis parsed, the model folder's
+`model_index.json` and component configs, the --config file; and every source the plan cites), the reviewer
+and the tool version, all signed with HMAC-SHA256 under a key of this user's
 (`~/.config/integrate/approval.key`, or the file `$INTEGRATE_APPROVAL_KEY` names; made on first use,
 readable by its owner only). Editing any of them voids the approval; so does rewriting APPROVAL.json
 without the key. (Whoever can read the key can still sign: it keeps an edit from passing unnoticed, it is
 not a defence against the key's owner.)
 
-`require_approved` is what every later command calls first: it reads plan.json once, checks the bytes it
-read, and parses those same bytes; the source hashes it returns are checked again as `generate` reads
-each file (`Workspace(expect=...)`). Symlinks in place of plan.json, PLAN.md or APPROVAL.json are refused.
+`require_approved` is what every later command calls first (and `approve --check`): it reads plan.json once,
+checks the bytes it read, checks every bound file again, and parses those same bytes; the source hashes it returns
+are checked once more as `generate` and `verify` parse each file (`Workspace(expect=...)`, which refuses a source
+the approval does not bind). Symlinks in place of plan.json, PLAN.md or APPROVAL.json are refused.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from integrate import __version__
 from integrate.errors import InputError
+from integrate.inputs import changed
 from integrate.records import RecordError, from_json, to_json
 
 from .records import PLAN_SCHEMA, Approval, ApprovalStatus, Plan
@@ -163,13 +166,23 @@ def check_reviewer(reviewer: str) -> str:
     return reviewer
 
 
+def bound_files(plan: Plan) -> dict[str, str]:
+    """What an approval of `plan` binds: every file the plan was made from, with the SHA-256 it had then, and every
+    source the plan cites; an InputError when one of them has changed since (the plan is not of these files)."""
+    stale = changed(plan.reads)
+    if stale is not None:
+        raise InputError(f"{stale} changed after the plan was made: make the plan again (integrate plan) and review "
+                         "that")
+    return {**plan.reads, **_hash_sources([p for p in cited_sources(plan) if p not in plan.reads])}
+
+
 def approve(plan_dir: Path, reviewer: str) -> Approval:
     reviewer = check_reviewer(reviewer)
     data = _read(plan_dir, PLAN_FILE)
     plan = _parse(data, plan_dir / PLAN_FILE)
     md = _read(plan_dir, PLAN_MD)
     record = Approval(reviewer, datetime.now(timezone.utc).isoformat(timespec="seconds"), _sha(data), _sha(md),
-                      _hash_sources(cited_sources(plan)), __version__)
+                      bound_files(plan), __version__)
     record = Approval(**{**record.__dict__, "signature": _signature(record, _key(create=True))})
     tmp = plan_dir / (APPROVAL_FILE + ".tmp")
     tmp.write_text(json.dumps(to_json(record), indent=2) + "\n")
@@ -200,6 +213,10 @@ def _status(plan_dir: Path) -> tuple[ApprovalStatus, bytes, Approval | None]:
     md = _read(plan_dir, PLAN_MD, required=False)
     if md is None or _sha(md) != record.plan_md_sha256:
         return ApprovalStatus(**seen, approved=False, why="PLAN.md changed after it was approved"), data, None
+    stale = changed(record.sources)
+    if stale is not None:
+        return ApprovalStatus(**seen, approved=False, why=f"{stale}, which the plan was made from, changed after it "
+                              "was approved"), data, None
     return ApprovalStatus(**seen, approved=True, why=f"approved by {record.reviewer}"), data, record
 
 

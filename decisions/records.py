@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.14"
+PLAN_SCHEMA_VERSION = "1.15"
 
 
 @dataclass(frozen=True)
@@ -434,6 +434,9 @@ class Plan:
     example: ExamplePlan | None = None  # 1.3: None without a pipeline (no example is generated)
     overrides: tuple[Override, ...] = ()  # 1.4: the reviewer's revisions, each beside what the analysis said
     alternatives: tuple[Alternative, ...] = ()  # 1.4: other choices of the decisions below high confidence
+    # 1.15: every file a later command reads (the sources the analysis parsed, the model folder's metadata) with its
+    # SHA-256 as the plan was made: the approval binds them all
+    reads: dict[str, str] = field(default_factory=dict)
 
     @property
     def example_inputs(self) -> tuple[ExampleInput, ...]:
@@ -460,7 +463,7 @@ class Approval:
     approved_at: str
     plan_sha256: str
     plan_md_sha256: str
-    sources: dict[str, str]  # every source file the plan cites -> its SHA-256 when it was approved
+    sources: dict[str, str]  # every file the plan was made from (`Plan.reads`) -> its SHA-256 when it was approved
     tool_version: str
     signature: str = ""  # HMAC-SHA256 of the fields above under this user's approval key
 

@@ -11,6 +11,7 @@ A `Workspace` parses each source file once; pass one to several calls (the surve
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -130,7 +131,18 @@ def plan(model: GateFlags | GateReport, *, probe: bool = True, trust_code: bool 
     else:
         check = SKIPPED
     progress("deciding CP / TP / TE-P / VAE-P")
-    return make_plan(analysis, check)
+    made = make_plan(analysis, check)
+    return dataclasses.replace(made, reads=files_bound(ws, made))
+
+
+def files_bound(ws: Workspace, plan: Plan) -> dict[str, str]:
+    """Every file later commands read for this plan, with its SHA-256: the sources `ws` parsed (as parsed), the rest
+    of a third-party model's own package (verify runs it) and the model folder's metadata (as they are now)."""
+    from integrate.inputs import hashed, metadata_files, own_sources
+
+    parsed = ws.hashes
+    own = [p for p in own_sources([plan.model.transformer_file, plan.model.pipeline_file]) if str(p) not in parsed]
+    return {**parsed, **hashed([*own, *metadata_files(plan.model.model_path, plan.model.config_file)])}
 
 
 def write_plan(plan: Plan, out_dir: Path) -> list[str]:

@@ -9,6 +9,7 @@ A name that cannot be traced resolves to an `Unresolved` with the reason: unknow
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,16 +49,23 @@ class CircularImport(Exception):
 
 class Workspace:
     """Parses each file once. `expect` ({path: SHA-256}) pins files to the bytes a reviewer approved: such a
-    file is parsed from the bytes whose hash matched, and refused (InputError) when it changed."""
+    file is parsed from the bytes whose hash matched, and refused (InputError) when it changed; with `expect`, a
+    file outside it is refused too (the approval does not bind it)."""
 
     def __init__(self, expect: dict[str, str] | None = None) -> None:
         self._files: dict[Path, SourceFile] = {}
+        self._hashes: dict[Path, str] = {}
         self._roots: dict[str, Path | None] = {}
-        self._expect = {Path(p).resolve(): sha for p, sha in (expect or {}).items()}
+        self._expect = {Path(p).resolve(): sha for p, sha in expect.items()} if expect is not None else None
 
     @property
     def files_read(self) -> list[str]:
         return [str(p) for p in self._files]
+
+    @property
+    def hashes(self) -> dict[str, str]:
+        """{file: SHA-256 of the bytes parsed} for every file read."""
+        return {str(p): sha for p, sha in self._hashes.items()}
 
     # -- loading -------------------------------------------------------------------------
 
@@ -67,8 +75,13 @@ class Workspace:
         if src is None:
             if package_root is None:
                 package_root = self._guess_root(path)
-            src = parse_source(path, read_text(path, self._expect.get(path)), package_root)
+            if self._expect is not None and path not in self._expect:
+                raise InputError(f"{path} was not read when the plan was made, so its approval does not bind it: "
+                                 "make the plan again and have it approved")
+            text = read_text(path, self._expect.get(path) if self._expect is not None else None)
+            src = parse_source(path, text, package_root)
             self._files[path] = src
+            self._hashes[path] = hashlib.sha256(text.encode("utf-8")).hexdigest()
         return src
 
     @staticmethod

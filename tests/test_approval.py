@@ -72,7 +72,7 @@ def test_a_source_edited_after_approval_stops_generate(approved):
     layers = model / "layers.py"
     layers.write_text(layers.read_text() + "\n# a change nobody reviewed\n")
     out = plan_dir.parent / "out"
-    _refused(run_cli("generate", str(plan_dir), "--out", str(out)), "changed after the plan was approved")
+    _refused(run_cli("generate", str(plan_dir), "--out", str(out)), "which the plan was made from, changed after")
     assert not out.exists()
 
 

@@ -145,3 +145,82 @@ def test_a_decorator_that_is_an_expression_is_refused_with_why(tmp_path):
     subprocess.run([sys.executable, "-c", "import sys; sys.path[:0] = ['out']; import integrate_model"],
                    cwd=tmp_path, capture_output=True, timeout=120, check=False)
     assert not list(tmp_path.glob("marker*"))
+
+
+# -- 3. the approval binds every file a later command reads --------------------------------------------------------
+
+PACKAGE = {
+    "__init__.py": "",
+    "util.py": "def twice(x):\n    return x * 2\n",
+    "blocks.py": '''from torch import nn
+
+from .util import twice
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, hidden_states, temb):
+        return twice(hidden_states) + self.proj(temb)
+''',
+    "model.py": '''from torch import nn
+
+from .blocks import Block
+
+
+class Model(nn.Module):
+    def __init__(self, num_layers: int = 2):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(num_layers)])
+
+    def forward(self, hidden_states, temb):
+        for block in self.blocks:
+            hidden_states = block(hidden_states, temb)
+        return hidden_states
+'''}
+
+
+def test_an_edit_to_any_file_the_plan_was_made_from_voids_the_approval(tmp_path):
+    """The block's own file and a helper it imports are read by generate (the analysis runs again) but cited by no
+    evidence line; the config is read by verify's fixture. Each is bound: an edit to any voids the approval, and
+    generate refuses before writing anything."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    for name, text in PACKAGE.items():
+        (pkg / name).write_text(text)
+    (tmp_path / "config.json").write_text('{"num_layers": 2}')
+    assert run_cli("plan", "pkg/model.py", "--transformer-class", "Model", "--no-pipeline", "--separate-cfg", "no",
+                   "--config", "config.json", "--out", "plan", "--no-probe").returncode == 0
+    reads = json.loads((tmp_path / "plan" / "plan.json").read_text())["reads"]
+    targets = [pkg / "blocks.py", pkg / "util.py", tmp_path / "config.json"]
+    assert all(str(t.resolve()) in reads for t in targets), sorted(reads)
+    for target in targets:
+        assert run_cli("approve", "plan", "--reviewer", "R").returncode == 0
+        before = target.read_text()
+        edited = before.replace("class Block", "@print\nclass Block") if target.name == "blocks.py" else \
+            before.replace("2", "3")
+        assert edited != before
+        target.write_text(edited)
+        check = run_cli("approve", "plan", "--check")
+        assert check.returncode == 2 and f"{target.name}, which the plan was made from, changed" in check.stderr, \
+            check.stderr
+        gen = run_cli("generate", "plan", "--out", "out")
+        assert gen.returncode == 2 and not (tmp_path / "out").exists(), gen.stderr
+        again = run_cli("approve", "plan", "--reviewer", "R")  # a plan made from other bytes is not approved
+        assert again.returncode == 2 and "changed after the plan was made" in again.stderr, again.stderr
+        target.write_text(before)
+
+
+def test_a_model_folders_metadata_is_bound(tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(MOTIF, model)
+    assert run_cli("plan", str(model), "--out", "plan", "--no-probe").returncode == 0
+    for meta in (model / "model_index.json", model / "transformer" / "config.json"):
+        assert run_cli("approve", "plan", "--reviewer", "R").returncode == 0
+        before = meta.read_text()
+        meta.write_text(before.rstrip()[:-1] + ', "_edited": 1}')
+        check = run_cli("approve", "plan", "--check")
+        assert check.returncode == 2 and f"{meta.name}, which the plan was made from, changed" in check.stderr
+        meta.write_text(before)
