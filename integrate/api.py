@@ -307,7 +307,7 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
                 del files[f"{import_name}/{p.module}.py"]
                 notes = [n for n in notes if not n.startswith(f"{p.module}.py is a stub")]
                 notes.append(f"{p.module}.py is filled in (no NEEDS_CODE): kept as you wrote it")
-        written = write_tree(out, files)
+        written = write_tree(out, files, whole=import_name)  # the package: absent or complete, never half
         return GenerateReport("plugin", plugin=PluginInfo(import_name, str(out.resolve()),
                                                           f"python -m {import_name} {name}"),
                               files=tuple(written), registered=gen.registered, notes=tuple(notes), manual=gen.manual)

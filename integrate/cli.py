@@ -100,6 +100,11 @@ def main() -> None:
     gate -> analyze -> plan -> approve -> generate -> verify. Every command runs the gate
     first. --json output follows the versioned schema in docs/schema.md.
     """
+    from integrate import journal
+
+    # the cache-dit tree Python imports may be a checkout a killed `generate --mode checkout` left half-applied:
+    # every command reads it (its registries, or by running it), so it is rolled back first
+    journal.settle(journal.installed_package())
 
 
 def _emit(data: dict, as_json: bool, text) -> None:

@@ -1,5 +1,6 @@
 """Checkout mode: generated modules and registry lines written into a copy of the installed cache-dit 1.5.3."""
 
+import base64
 import difflib
 import importlib.util
 import json
@@ -694,3 +695,68 @@ def test_a_hub_id_is_read_from_the_hub_caches_layout_only(path, expected):
     from integrate.templates import hub_id
 
     assert hub_id(path) == expected
+
+
+# --- a journal or a tree planted by someone else (issue 33.4, 33.5) -----------------------------------------------
+
+
+def _plant(pkg: Path, entries: list[dict]) -> None:
+    (pkg / checkout.JOURNAL).write_text(json.dumps({"entries": entries}))
+
+
+@pytest.mark.parametrize("entry", [
+    {"path": "caching/__init__.py", "tmp": "../../../victim.txt", "backup": None, "mode": None},
+    {"path": "../victim.py", "tmp": ".victim.py.integrate-0123456789ab.tmp", "backup": None, "mode": None},
+    {"path": "caching/__init__.py", "tmp": "/abs/victim.txt", "backup": None, "mode": None},
+    {"path": "caching/__init__.py", "tmp": ".__init__.py.integrate-0123456789ab.tmp", "backup": 5, "mode": None},
+    {"path": "caching/__init__.py", "tmp": ".__init__.py.integrate-0123456789ab.tmp", "backup": None, "mode": "x"},
+])
+def test_a_planted_journal_is_refused_whole_and_touches_nothing(pkg, tmp_path, entry):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "site" / "victim.py").write_text("keep me too")
+    before = contents(snapshot(pkg))
+    _plant(pkg, [entry])
+    with pytest.raises(InputError, match="not a journal integrate wrote"):
+        checkout.recover(pkg)
+    assert victim.read_text() == "keep me" and (tmp_path / "site" / "victim.py").read_text() == "keep me too"
+    assert {k: v for k, v in contents(snapshot(pkg)).items() if k != checkout.JOURNAL} == before
+
+
+def test_a_journal_cannot_write_through_a_symlinked_folder(pkg, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (pkg / "evil").symlink_to(outside, target_is_directory=True)
+    payload = base64.b64encode(b"import os; os.system('touch marker')\n").decode()
+    _plant(pkg, [{"path": "evil/x.py", "tmp": ".x.py.integrate-0123456789ab.tmp", "backup": payload, "mode": 0o644}])
+    with pytest.raises(InputError, match="resolves outside"):
+        checkout.recover(pkg)
+    assert not list(outside.iterdir())
+
+
+def test_a_checkout_never_writes_through_a_symlinked_folder(pkg, tmp_path):
+    moved = tmp_path / "elsewhere"
+    shutil.move(pkg / "distributed" / "text_encoders", moved)
+    (pkg / "distributed" / "text_encoders").symlink_to(moved, target_is_directory=True)
+    before = contents(snapshot(moved))
+    with pytest.raises(InputError, match="resolves outside"):
+        apply_checkout(pkg, ARTIFACTS, REGISTRATIONS)
+    assert contents(snapshot(moved)) == before
+
+
+def test_a_dry_run_refuses_a_half_applied_tree(pkg):
+    assert _killed_run(pkg, len(ALL_FILES) + 4) == 137  # killed between renames: the journal is there
+    with pytest.raises(InputError, match="half-applied"):
+        apply_checkout(pkg, ARTIFACTS, REGISTRATIONS, dry_run=True)
+
+
+def test_any_command_rolls_back_the_installed_tree_a_killed_checkout_left(pkg, tmp_path):
+    """The cache-dit Python imports (here: PYTHONPATH puts the copy first) is settled before any command reads it."""
+    before = contents(snapshot(pkg))
+    assert _killed_run(pkg, len(ALL_FILES) + 5) == 137
+    assert contents(snapshot(pkg)) != before  # half-applied
+    done = subprocess.run([sys.executable, "-m", "integrate.cli", "gate", "--model-path", str(tmp_path / "none")],
+                          env={**os.environ, "PYTHONPATH": str(pkg.parent)}, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 2, done.stderr  # the gate refuses the missing folder, after the tree was settled
+    assert contents(snapshot(pkg)) == before

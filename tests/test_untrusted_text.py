@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_cli
@@ -224,3 +226,49 @@ def test_a_model_folders_metadata_is_bound(tmp_path):
         check = run_cli("approve", "plan", "--check")
         assert check.returncode == 2 and f"{meta.name}, which the plan was made from, changed" in check.stderr
         meta.write_text(before)
+
+
+# -- 5. a plugin folder is absent or complete, whenever a run is killed ---------------------------------------------
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts} if folder.is_dir() else {}
+
+
+def test_a_plugin_killed_at_any_write_is_absent_or_complete(tmp_path):
+    from integrate import api
+
+    model = tmp_path / "model"
+    shutil.copytree(MOTIF, model)
+    api.write_plan(api.plan(api.flags_for(str(model)), probe=False), tmp_path / "plan")
+    api.approve(tmp_path / "plan", "R")
+    out = tmp_path / "out"
+    api.generate(tmp_path / "plan", out=out)
+    package = next(p for p in out.iterdir() if p.is_dir() and not p.name.startswith("."))
+    new = _tree(package)
+    for path in package.glob("*.py"):  # an older generation, so old and new differ in every file
+        path.write_text(path.read_text() + "# older\n")
+    old = _tree(package)
+    step = 0
+    while True:
+        step += 1
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            try:
+                os.environ["INTEGRATE_CHECKOUT_FAULT"] = str(step)
+                api.generate(tmp_path / "plan", out=out)
+            finally:
+                os._exit(0)
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        now = _tree(package)
+        assert now in ({}, old, new), f"killed at step {step}: the plugin folder is half written"
+        if code == 0:
+            break
+        assert code == 137
+        if now == new:  # the next run starts from the new generation: make it old again
+            for path in package.glob("*.py"):
+                path.write_text(path.read_text() + "# older\n")
+            old = _tree(package)
+    assert step > 5 and _tree(package) == new
+    assert not [p for p in out.iterdir() if p.name.startswith(".integrate-")]  # the next run cleared the stages
