@@ -12,6 +12,7 @@ A `Workspace` parses each source file once; pass one to several calls (the surve
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -309,7 +310,7 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
                 notes.append(f"{p.module}.py is filled in (no NEEDS_CODE): kept as you wrote it")
         written = write_tree(out, files, whole=import_name)  # the package: absent or complete, never half
         return GenerateReport("plugin", plugin=PluginInfo(import_name, str(out.resolve()),
-                                                          f"python -m {import_name} {name}"),
+                                                          f"PYTHONPATH={shlex.quote(str(out.resolve()))} python -P -m {import_name} {name}"),
                               files=tuple(written), registered=gen.registered, notes=tuple(notes), manual=gen.manual)
     gen = build(plan_rec, approval_rec, analysis, ws, src, cls, f"cache_dit.caching.patch_functors.functor_{name}",
                 "cache_dit.generate", checkout=True)

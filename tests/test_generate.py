@@ -221,7 +221,7 @@ def test_checkout_mode_writes_into_a_cache_dit_tree_idempotently(motif, tmp_path
     written = {Path(f).relative_to(out).as_posix() for f in json.loads(first.stdout)["files"]}
     assert written == {"PR.md", "test_matrix.sh", "tests/api/test_motif_video_registrations.py"}
     pr = (out / "PR.md").read_text()
-    assert "## CPU proofs" in pr and "Not attached" in pr and "python -m cache_dit.generate motif_video" in pr
+    assert "## CPU proofs" in pr and "Not attached" in pr and "python -P -m cache_dit.generate motif_video" in pr
     (out / "tests" / "api" / "test_norm.py").write_text(
         "import types, torch\n"
         "def test_norm():\n"

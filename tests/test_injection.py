@@ -38,8 +38,8 @@ def _inputs(data) -> list[tuple[str, tuple]]:
         if isinstance(node, dict):
             if node:
                 found[("key", shape)] = None
-            for key, value in node.items():
-                walk(value, shape + (key,))
+            for key, value in node.items():  # the plan's `reads` is keyed by file paths: one input for all
+                walk(value, shape + ("*" if shape == ("reads",) else key,))
         elif isinstance(node, list):
             for value in node:
                 walk(value, shape + ("#",))
@@ -61,6 +61,8 @@ def _inject(node, shape: tuple, kind: str, payload: str):
             return {(payload if k == first else k): v for k, v in node.items()}
         return payload
     head, rest = shape[0], shape[1:]
+    if head == "*":
+        return {k: _inject(v, rest, kind, payload) for k, v in node.items()} if isinstance(node, dict) else node
     if head == "#":
         return [_inject(v, rest, kind, payload) for v in node] if isinstance(node, list) else node
     if not isinstance(node, dict):

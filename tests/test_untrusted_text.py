@@ -272,3 +272,26 @@ def test_a_plugin_killed_at_any_write_is_absent_or_complete(tmp_path):
             old = _tree(package)
     assert step > 5 and _tree(package) == new
     assert not [p for p in out.iterdir() if p.name.startswith(".integrate-")]  # the next run cleared the stages
+
+
+# -- 6. the prescribed launch never imports a cache_dit.py from the folder it is run from ------------------------
+
+
+def test_the_prescribed_command_ignores_a_cache_dit_py_in_the_working_directory(tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(MOTIF, model)
+    for args in (["plan", str(model), "--out", "plan", "--no-probe"], ["approve", "plan", "--reviewer", "R"]):
+        assert run_cli(*args).returncode == 0
+    gen = json.loads(run_cli("generate", "plan", "--out", "out", "--json").stdout)
+    command = gen["plugin"]["launcher"]
+    assert " -P -m " in command
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "cache_dit.py").write_text("open('marker', 'w').close()\nraise SystemExit(7)\n")
+    venv = str(Path(sys.executable).parent)
+    done = subprocess.run(["bash", "-c", f"{command} --help"], cwd=work, capture_output=True, text=True, timeout=300,
+                          check=False, env={**os.environ, "PATH": f"{venv}:{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not (work / "marker").exists()
+    matrix = (tmp_path / "out" / "test_matrix.sh").read_text()
+    assert "run1() { python -P -m " in matrix and "export PYTHONSAFEPATH=1" in matrix

@@ -254,7 +254,7 @@ def test_motif_video_end_to_end_from_gate_to_the_gpu_commands(motif):
     printed = run_cli("verify", str(plan_dir), "--generated", str(out), "--gpu", "--print")
     assert printed.returncode == 0
     assert f"export PYTHONPATH={out.resolve()}" in printed.stdout
-    assert "python -m integrate_motif_video motif_video --track-memory" in printed.stdout
+    assert "python -P -m integrate_motif_video motif_video --track-memory" in printed.stdout
 
 
 def test_a_checkouts_pr_description_carries_the_saved_cpu_proofs(motif, tmp_path):

@@ -36,7 +36,7 @@ class Row:
     inputs: tuple[tuple[str, str], ...] = ()  # (flag, environment variable): what the pipeline requires
 
     def _launch(self, import_name: str, example: str) -> list[str]:
-        return (["python", "-m", import_name, example] if self.gpus == 1 else
+        return (["python", "-P", "-m", import_name, example] if self.gpus == 1 else
                 ["torchrun", f"--nproc_per_node={self.gpus}", "-m", import_name, example])
 
     def argv(self, import_name: str, example: str, env: dict | None = None) -> list[str]:
@@ -150,7 +150,10 @@ def run_or_print(plan_dir: Path, generated: Path, *, out: str, print_only: bool,
     rows = matrix(v.plan, out)
     commands = tuple(r.command(v.import_name, m.example_name) for r in rows)
     inputs = v.plan.example_inputs
-    setup = (f"export PYTHONPATH={shlex.quote(str(v.generated.resolve()))}${{PYTHONPATH:+:$PYTHONPATH}}",
+    # `python -m` puts the working directory first on sys.path (a cache_dit.py there would shadow the package): -P
+    # and PYTHONSAFEPATH (torchrun's workers) keep it off; the plugin's folder goes on PYTHONPATH instead
+    setup = ("export PYTHONSAFEPATH=1",
+             f"export PYTHONPATH={shlex.quote(str(v.generated.resolve()))}${{PYTHONPATH:+:$PYTHONPATH}}",
              (f"export {ident(m.env_var)}={shlex.quote(m.model_path)}" if m.model_path else
               f': "${{{ident(m.env_var)}:?set {ident(m.env_var)} to the model folder (the plan has none)}}"'),
              f"mkdir -p {shlex.quote(out)}",
@@ -170,7 +173,8 @@ def run_or_print(plan_dir: Path, generated: Path, *, out: str, print_only: bool,
         return GpuReport(**head, status="skipped",
                          why=f"the example reads {', '.join('$' + x for x in missing)} (the model folder and the "
                              "inputs the pipeline requires): set them and run again")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(v.generated.resolve()), os.environ.get("PYTHONPATH", "")]),
+    env = dict(os.environ, PYTHONSAFEPATH="1",
+               PYTHONPATH=os.pathsep.join([str(v.generated.resolve()), os.environ.get("PYTHONPATH", "")]),
                **({m.env_var: m.model_path} if m.model_path else {}))
     Path(out).mkdir(parents=True, exist_ok=True)
     results = run_matrix([r for r in rows if r.gpus <= count], v.import_name, m.example_name, env, progress)

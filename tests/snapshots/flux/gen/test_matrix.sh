@@ -5,9 +5,14 @@
 set -euo pipefail
 DEFAULT_MODEL=<work>/model
 export FLUX_DIR="${FLUX_DIR:-$DEFAULT_MODEL}"
+# `python -m` puts the folder it is run from first on sys.path, so a cache_dit.py (or torch.py) there would be
+# imported in place of the real package: -P and PYTHONSAFEPATH (for torchrun's workers) keep it off, and the
+# folder holding this script (and the plugin) goes on PYTHONPATH instead.
+export PYTHONSAFEPATH=1
+export PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 OUT="${OUT:-.tmp/flux}"
 mkdir -p "$OUT"
-run1() { python -m integrate_flux flux "$@"; }
+run1() { python -P -m integrate_flux flux "$@"; }
 run2() { torchrun --nproc_per_node=2 -m integrate_flux flux "$@"; }
 check() { cache-dit-metrics psnr ssim -i1 "$OUT/base.png" -i2 "$OUT/$1"; }
 

@@ -1,7 +1,10 @@
 """Run cache-dit's `generate` CLI with this plugin's registrations loaded.
 
-    python -m integrate_qwen_image qwen_image --cache --save-path out.png
-    torchrun --nproc_per_node=2 -m integrate_qwen_image qwen_image --parallel ulysses
+    python -P -m integrate_qwen_image qwen_image --cache --save-path out.png
+    PYTHONSAFEPATH=1 torchrun --nproc_per_node=2 -m integrate_qwen_image qwen_image --parallel ulysses
+
+-P and PYTHONSAFEPATH=1 keep the working directory off sys.path: a cache_dit.py there would be imported in place of
+the real package. Put the folder holding this package on PYTHONPATH.
 """
 
 from cache_dit._utils import entrypoint
