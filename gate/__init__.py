@@ -7,6 +7,7 @@ package that the model's own metadata names, by following that package's imports
 from __future__ import annotations
 
 import json
+import keyword
 from pathlib import Path
 
 import libcst as cst
@@ -40,10 +41,14 @@ def _class_entry(value, where: str) -> tuple[str | None, str]:
     raise InputError(f"{where}: expected [library, class], got {json.dumps(value)[:80]}")
 
 
+def _is_name(text: str) -> bool:
+    return text.isidentifier() and not keyword.iskeyword(text)
+
+
 def _split_entry(pipeline_class: str) -> tuple[str, str]:
     """`Pipeline` -> (Pipeline, __call__); `WanT2V.generate` -> (WanT2V, generate)."""
-    cls, _, method = pipeline_class.partition(".")
-    if not cls.isidentifier() or (method and not method.isidentifier()):
+    cls, dot, method = pipeline_class.partition(".")
+    if not _is_name(cls) or (dot and not _is_name(method)):  # `P.` names no method
         raise InputError(f"--pipeline-class {pipeline_class!r}: expected Class, Class.method or a function name")
     return cls, method or "__call__"
 
@@ -122,6 +127,7 @@ def _read_config(path: Path, facts: dict[str, Fact], source: str, label: str, no
     one the gate takes: the first read is (its `_class_name` must agree with the class); a later one is not, and
     `notes` say which was read."""
     if config is None:
+        _regular_or_absent(path)
         if not path.is_file():
             raise InputError(f"{path}: no such file (--config names the transformer's config.json)")
         config = _read_json(path)
@@ -139,10 +145,22 @@ def _read_config(path: Path, facts: dict[str, Fact], source: str, label: str, no
     return config, True
 
 
+MAX_COMPONENTS = 64  # entries of model_index.json besides its `_` keys: real pipelines have a dozen at most
+
+
+def _regular_or_absent(path: Path) -> None:
+    """A metadata file is a regular file or absent: a folder, a FIFO or a device in its place is refused, never
+    read as absent (or, for a FIFO, waited on)."""
+    if (path.exists() or path.is_symlink()) and not path.is_file():
+        raise InputError(f"{path}: not a regular file")
+
+
 def _read_model_dir(model_dir: Path, facts: dict[str, Fact], library: dict, notes: list[str]) -> None:
     index_path = model_dir / "model_index.json"
     config_path = model_dir / "transformer" / "config.json"
     root_config = model_dir / "config.json"
+    for meta in (index_path, config_path, root_config):
+        _regular_or_absent(meta)
     if not index_path.is_file() and not config_path.is_file() and root_config.is_file():
         # a reference repository's checkpoint: the transformer's config at the folder's root, naming its class
         config = _read_json(root_config)
@@ -167,6 +185,10 @@ def _read_model_dir(model_dir: Path, facts: dict[str, Fact], library: dict, note
 
     if index_path.is_file():
         index = _read_json(index_path)
+        components = [k for k in index if not k.startswith("_")]
+        if len(components) > MAX_COMPONENTS:
+            raise InputError(f"{index_path}: {len(components)} components; a pipeline has at most a few dozen (limit "
+                             f"{MAX_COMPONENTS})")
         odd = next((k for k in index if not k.isidentifier()), None)
         if odd is not None:  # component names become module and folder names
             raise InputError(f"{index_path}: component {odd[:80]!r} is not a name (letters, digits, underscores)")

@@ -51,6 +51,7 @@ def test_a_model_folder_and_config_values_never_run_from_the_fixture(tmp_path, f
         assert result.returncode == 0, (args[0], result.stderr)
     result = run_cli("verify", "plan", "--generated", "out", "--fixture-only")
     assert result.returncode in (0, 1), result.stderr
+    assert "no proof was run" in result.stdout and "\ncache:" not in result.stdout  # no rows for proofs not run
     fixture = (tmp_path / "out" / "verify_fixture.py").read_text()
     tree = ast.parse(fixture)
     doc = ast.get_docstring(tree, clean=False)
@@ -295,3 +296,51 @@ def test_the_prescribed_command_ignores_a_cache_dit_py_in_the_working_directory(
     assert not (work / "marker").exists()
     matrix = (tmp_path / "out" / "test_matrix.sh").read_text()
     assert "run1() { python -P -m " in matrix and "export PYTHONSAFEPATH=1" in matrix
+
+
+# -- 7. smaller promises ------------------------------------------------------------------------------------------
+
+
+def test_a_trailing_dot_names_no_method(tmp_path):
+    result = run_cli("gate", "--model-path", str(MOTIF), "--pipeline-class", "MotifVideoPipeline.")
+    assert result.returncode == 2 and "expected Class, Class.method" in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_config_that_is_not_a_regular_file_is_refused_not_taken_as_absent(tmp_path, kind):
+    model = tmp_path / "model"
+    (model / "transformer").mkdir(parents=True)
+    shutil.copy(MOTIF / "model_index.json", model)
+    config = model / "transformer" / "config.json"
+    config.mkdir() if kind == "folder" else os.mkfifo(config)
+    result = run_cli("plan", str(model), "--out", "plan", "--no-probe")
+    assert result.returncode == 2 and "not a regular file" in result.stderr and not (tmp_path / "plan").exists()
+
+
+def test_a_model_index_with_thousands_of_components_is_refused_up_front(tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(MOTIF, model)
+    index = json.loads((model / "model_index.json").read_text())
+    index.update({f"text_encoder_{i}": ["transformers", "T5EncoderModel"] for i in range(2000)})
+    (model / "model_index.json").write_text(json.dumps(index))
+    result = run_cli("plan", str(model), "--out", "plan", "--no-probe")
+    assert result.returncode == 2 and "components" in result.stderr
+
+
+def test_a_plan_from_a_config_alone_generates_a_matrix_that_asks_for_the_model(tmp_path):
+    import diffusers
+
+    root = Path(diffusers.__file__).parent
+    (tmp_path / "cfg.json").write_text('{"_class_name": "FluxTransformer2DModel", "num_layers": 2}')
+    assert run_cli("plan", "--config", "cfg.json", "--pipeline-class", "FluxPipeline", "--transformer-class",
+                   "FluxTransformer2DModel", "--pipeline-file", str(root / "pipelines" / "flux" / "pipeline_flux.py"),
+                   "--transformer-file", str(root / "models" / "transformers" / "transformer_flux.py"), "--out", "plan",
+                   "--no-probe").returncode == 0
+    assert run_cli("approve", "plan", "--reviewer", "R").returncode == 0
+    gen = run_cli("generate", "plan", "--out", "out")
+    assert gen.returncode in (0, 1), gen.stderr
+    script = tmp_path / "out" / "test_matrix.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, check=False,
+                          env={k: v for k, v in os.environ.items() if k != "FLUX_DIR"})
+    assert done.returncode != 0 and "set FLUX_DIR to the model folder" in done.stderr

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from integrate.records import OMIT, Omit
 
+NOT_REQUESTED = "not requested"  # the `why` of a proof this run was not asked for
 VERIFY_SCHEMA = "integrate.verify"
 VERIFY_SCHEMA_VERSION = "1.5"
 GPU_SCHEMA = "integrate.verify.gpu"

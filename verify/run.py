@@ -27,6 +27,7 @@ from .proofs import full_size
 from .proofs import parallel
 from .proofs.locate import Baseline
 from .records import (
+    NOT_REQUESTED,
     VERIFY_SCHEMA,
     VERIFY_SCHEMA_VERSION,
     CacheProof,
@@ -256,7 +257,7 @@ class Verifier:
         for proof in registry.ALL:
             if proof.NAME not in results:
                 results[proof.NAME] = (proof.RECORD("error", why=error) if error is not None else
-                                       proof.RECORD("skipped", why="not requested"))
+                                       proof.RECORD("skipped", why=NOT_REQUESTED))
         return VerifyReport(**head, fixture=fx, **results, seconds=round(time.monotonic() - started, 1))
 
 

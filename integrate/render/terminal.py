@@ -177,6 +177,7 @@ def metrics(scores: dict) -> str:
 
 def verify(report: dict) -> str:
     from integrate.verify.proofs import REPORTED
+    from integrate.verify.records import NOT_REQUESTED
 
     fx = report["fixture"]
     source = f", inputs from {fx['source']}" if fx.get("source") else ""
@@ -184,7 +185,11 @@ def verify(report: dict) -> str:
     lines += [f"  cannot derive {e}" for e in fx.get("errors", [])]
     lines += [f"  tried {t}" for t in fx.get("tried", [])]
     lines += [f"  note: {n}" for n in fx.get("notes", [])]
-    for name in REPORTED:
+    ran = [name for name in REPORTED if not (report[name]["status"] == "skipped"
+                                             and report[name].get("why") == NOT_REQUESTED)]
+    if not ran:
+        lines.append("no proof was run (none was asked for)")
+    for name in ran:
         r = report[name]
         head = f"{name}: {r['status'].upper()}"
         if r.get("why"):
