@@ -14,10 +14,10 @@ import libcst as cst
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from integrate.templates import signature
 
 from integrate import journal
 from integrate.errors import InputError
-from integrate.templates import signature
 
 SETTINGS = settings(max_examples=200, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
