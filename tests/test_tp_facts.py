@@ -254,7 +254,7 @@ def test_an_attention_whose_kv_heads_do_not_divide_as_built_stays_whole_at_run_t
     api.generate(plan_dir, out=out)
     assert api.verify(plan_dir, out, fixture_only=True, trust_code=True).fixture.status == "derived"
     fixture = out / "verify_fixture.py"
-    text, n = re.subn(r"'kv_heads': \d+", "'kv_heads': 1", fixture.read_text())
+    text, n = re.subn(r'"kv_heads": \d+', '"kv_heads": 1', fixture.read_text())
     assert n == 1, "the fixture's config names the key/value heads"
     fixture.write_text(text)  # an edited fixture is used as it is
     report = api.verify(plan_dir, out, proofs=("tp",), trust_code=True)
