@@ -60,7 +60,7 @@ def _planted(motif, tmp_path, edit: tuple[str, str, str]) -> Path:
 def test_motif_video_generated_integration_passes_every_cpu_proof(motif):
     _, out, rc, r = motif
     assert rc == 0, json.dumps({k: r[k] for k in ("cache", "cp", "tp", "state_dict")}, indent=1)[:3000]
-    assert r["schema"] == "integrate.verify" and r["schema_version"] == "1.5"
+    assert r["schema"] == "integrate.verify" and r["schema_version"] == "1.6"
     fx = r["fixture"]
     assert fx["status"] == "derived" and fx["parameters"] < 1_000_000
     assert fx["image_tokens"] != fx["text_tokens"]  # swapped streams cannot hide behind equal shapes
@@ -81,6 +81,8 @@ def test_motif_video_generated_integration_passes_every_cpu_proof(motif):
             assert "skipped_splits" not in r[proof]["variants"][v]  # every planned split happened
             assert r[proof]["variants"][v]["max_abs"] < 1e-5
             assert r[proof]["variants"][v]["cosine"] > 0.999999
+            engaged = r[proof]["variants"][v]["engaged"][proof]  # and the plan acted: shards, splits
+            assert (engaged["sharded"] if proof == "tp" else engaged["split"]) > 0, engaged
 
 
 def test_the_fixture_is_an_editable_file_and_an_edit_is_used(motif, tmp_path):

@@ -17,6 +17,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from integrate.verify.engagement import Engagement
 from integrate.verify.tiny import build, model_config
 
 sys.stdout, _REAL = sys.stderr, sys.stdout  # library chatter goes to stderr, the JSON to stdout
@@ -655,6 +656,7 @@ def run(job: dict) -> dict:
         names = {id(m): n for n, m in model.named_modules()}
         recorder = Recorder(names)
         skipped = _SkippedSplits(recorder) if kind == "parallel" else None
+        engaged = Engagement(names) if kind == "parallel" else None
         calls = 1
         stage = "import the plugin"
         try:
@@ -668,7 +670,8 @@ def run(job: dict) -> dict:
             if kind == "cache":
                 calls = _setup_cache(model, rec, fx, recorder, arrays, key)
             elif kind == "parallel":
-                _setup_parallel(model, variant, fx)
+                with engaged.setup(model, tp=bool(variant.get("tp"))):
+                    _setup_parallel(model, variant, fx)
             recorder.attach(model)
             stage = "run the model"
             outs = []
@@ -693,6 +696,8 @@ def run(job: dict) -> dict:
         rec["order"] = recorder.order
         rec["input_shapes"] = recorder.inputs
         rec["output_shapes"] = recorder.outputs
+        if engaged is not None:
+            rec["engaged"] = engaged.report()
         if skipped is not None:
             skipped.close()
             if skipped.seen:

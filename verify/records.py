@@ -13,11 +13,12 @@ from integrate.records import OMIT, Omit
 
 NOT_REQUESTED = "not requested"  # the `why` of a proof this run was not asked for
 VERIFY_SCHEMA = "integrate.verify"
-VERIFY_SCHEMA_VERSION = "1.5"
+VERIFY_SCHEMA_VERSION = "1.6"
 GPU_SCHEMA = "integrate.verify.gpu"
 GPU_SCHEMA_VERSION = "1.0"
 
-Status = Literal["pass", "fail", "skipped", "error", "needs-code"]  # needs-code (1.2): a hand-written part is a stub
+# needs-code (1.2): a hand-written part is a stub; vacuous (1.6): the outputs agree, but nothing was sharded or split
+Status = Literal["pass", "fail", "skipped", "error", "needs-code", "vacuous"]
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,51 @@ class CachingOn:
 
 
 @dataclass(frozen=True)
+class TpShard:
+    name: str  # a parameter
+    full: tuple[int, ...]
+    local: tuple[int, ...]  # its shape on this rank
+    placements: tuple[str, ...] | Omit = OMIT  # a DTensor's (`Shard(dim=0)`, `Replicate()`)
+
+
+@dataclass(frozen=True)
+class TpEngagement:
+    """Rank 0's parameters after the TP setup: how many, how many hold a shard, and the plan keys torch could not
+    resolve to a module (it skips them with a warning)."""
+
+    parameters: int
+    sharded: int
+    shards: tuple[TpShard, ...]  # one sharded parameter of each kind (list indices aside), at most 40
+    unresolved: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CpSplit:
+    module: str  # the module whose hook split the tensor
+    dim: int | None
+    full: tuple[int, ...]
+    local: tuple[int, ...]  # this rank's part
+
+
+@dataclass(frozen=True)
+class CpEngagement:
+    """Rank 0's context-parallel hooks: how many the plan registered, how many fired, which never did, and what
+    the splits made of their tensors (the local sequence per rank)."""
+
+    hooks: int
+    fired: int
+    unfired: tuple[str, ...]
+    split: int  # tensors a split hook cut
+    splits: tuple[CpSplit, ...]  # those (or, where none was cut, what the hooks were given), at most 40
+
+
+@dataclass(frozen=True)
+class Engaged:
+    tp: TpEngagement | Omit = OMIT
+    cp: CpEngagement | Omit = OMIT
+
+
+@dataclass(frozen=True)
 class Variant:
     """One configuration of a parallel proof (`ulysses2`, `ring2`, `tp2+cache`, ...)."""
 
@@ -140,6 +186,7 @@ class Variant:
     # 1.2: planned splits cache-dit skipped (the tensor's rank was not the split's `expected_dims`), each
     # "<module running>: <its warning>"
     skipped_splits: tuple[str, ...] | Omit = OMIT
+    engaged: Engaged | Omit = OMIT  # 1.6: what rank 0 shows of the plan having acted
 
 
 @dataclass(frozen=True)
@@ -253,9 +300,9 @@ class VerifyReport:
 
     @property
     def failed(self) -> bool:
-        """A proof that ran failed or erred, or waits on a stub (`integrate verify` exits 1)."""
+        """A proof that ran failed, erred, proved nothing (vacuous), or waits on a stub (`integrate verify` exits 1)."""
         return self.fixture.status in ("needs-edit", "error") or any(
-            getattr(self, name).status in ("fail", "error", "needs-code")
+            getattr(self, name).status in ("fail", "error", "needs-code", "vacuous")
             for name in ("state_dict", "cache", "cp", "tp", "full_size"))
 
 

@@ -223,6 +223,59 @@ def _on_meta(cls, config: dict[str, Any]) -> tuple[int, str | None]:
     return sum(p.numel() for p in model.parameters()), empty
 
 
+def module_kinds(cls, config: dict[str, Any]) -> set[str]:
+    """Every module path of `cls` built from `config` on the meta device, list indices written `*`
+    (`transformer_blocks.*.img_mlp.shared_expert`): the kinds of module the config builds."""
+    import torch
+
+    with torch.device("meta"):
+        model = build(cls, config)
+    return {".".join("*" if part.isdigit() else part for part in name.split(".")) for name, _ in model.named_modules()}
+
+
+MAX_TINY_LAYERS = 8  # a block kind the full config builds only from some index on is looked for up to this many
+
+
+def _every_kind(cls, config: dict[str, Any], tiny: Tiny, widths: str, head: int) -> Tiny:
+    """`tiny` with its layer counts raised (up to the original's, at most MAX_TINY_LAYERS, keeping an even count
+    even) until it builds every
+    kind of module the full config does: a list whose blocks differ by index (NucleusMoE's first three and last
+    blocks dense, the rest mixture-of-experts) shrunk to 2 would build one kind only, and no proof would reach the
+    other (a TP plan's keys for it would match no module). Said in `notes`; what stays missing, too."""
+    shrunk = {k: v for k, (v, _) in tiny.changes.items() if is_layers(k) and isinstance(v, int) and v > 0}
+    if not shrunk:
+        return tiny
+    try:
+        full = module_kinds(cls, {k: v for k, v in config.items() if not k.startswith("_")})
+    except Exception:  # noqa: BLE001 - the full config does not build on the meta device: nothing to compare
+        return tiny
+    missing = full - module_kinds(cls, tiny.config)
+    if not missing:
+        return tiny
+    grown = tiny
+    while missing:
+        # one more block pair at a time where the original count is even: a model that pairs its blocks (U-Net
+        # style skips from the first half into the second) breaks on an odd count
+        more = {k: min(v, grown.config[k] + (2 if v % 2 == 0 else 1), MAX_TINY_LAYERS) for k, v in shrunk.items()}
+        if all(more[k] == grown.config[k] for k in more):
+            break
+        config_more = {**config, **more}
+        grown = tiny_config(config_more, widths, head)
+        grown.config.update(more)
+        grown.changes.update({k: (config.get(k), v) for k, v in more.items() if config.get(k) != v})
+        try:
+            missing = full - module_kinds(cls, grown.config)
+        except Exception:  # noqa: BLE001 - a count the model refuses: keep the last that built
+            break
+    if grown is tiny:
+        tiny.notes.append(f"the tiny config builds no {min(missing)} (the full config does): not proved")
+        return tiny
+    grown.notes = [*tiny.notes, "layer counts " + ", ".join(f"{k} {grown.config[k]}" for k in shrunk)
+                   + " so that every kind of block the full config builds is built"
+                   + (f"; still missing {min(missing)}" if missing else "")]
+    return grown
+
+
 def derive(cls, config: dict[str, Any], max_params: int = MAX_PARAMS, widths: str = "tiny") -> Tiny:
     """The tiny config, checked by building it on the meta device; `error` says what failed. A layer the tiny
     width makes 0 wide (a width rounded down to a multiple of 128, NucleusMoE's FFN) proves nothing and cannot
@@ -241,6 +294,9 @@ def derive(cls, config: dict[str, Any], max_params: int = MAX_PARAMS, widths: st
         notes.append(f"with a head dim of {head}, `{empty}` is 0 wide (a width rounded down to a multiple): the "
                      f"tiny config doubles the head dim")
     tiny.notes = notes
+    if empty is None:
+        tiny = _every_kind(cls, config, tiny, widths, head)
+        tiny.parameters, empty = _on_meta(cls, tiny.config)
     if empty is not None:
         tiny.error = f"`{empty}` is 0 wide even with a head dim of {4 * HEAD_DIM}"
     elif tiny.parameters > max_params:

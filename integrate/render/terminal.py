@@ -198,6 +198,7 @@ def verify(report: dict) -> str:
         for vname, vr in (r.get("variants") or {}).items():
             fig = f" max-abs {vr['max_abs']:.3g}, cosine {vr['cosine']:.6f}" if "max_abs" in vr else ""
             lines.append(f"  {vname}: {vr['status']}{fig}" + (f" - {vr['why']}" if vr.get("why") else ""))
+            lines += [f"    {line}" for line in _engaged(vr.get("engaged") or {})]
         for x in r.get("lists", []):
             lines.append(f"  list {x['attr']}: {x['blocks']} blocks (cache-dit defaults Fn {x['fn_compute_blocks']}, "
                          f"Bn {x['bn_compute_blocks']}): {'ok' if x['ok'] else 'too short'}")
@@ -231,6 +232,24 @@ def layer_table(table: list[dict]) -> str:
         mark = "" if r["ok"] else "  <- differs"
         lines.append(f"    {r['module']:<{width}}  {r['max_abs']:>10.3g}  {r['cosine']:>9.6f}{mark}")
     return "\n".join(lines)
+
+
+def _engaged(e: dict) -> list[str]:
+    """What a parallel variant recorded of its plan having acted, one line per kind."""
+    out = []
+    if "tp" in e:
+        t = e["tp"]
+        first = t["shards"][0] if t["shards"] else None
+        out.append(f"TP: {t['sharded']} of {t['parameters']} parameters sharded" + (
+            f" (e.g. {first['name']} {first['full']} -> {first['local']})" if first else "") + (
+            f"; {len(t['unresolved'])} plan key(s) matched no module" if t["unresolved"] else ""))
+    if "cp" in e:
+        c = e["cp"]
+        first = next((x for x in c["splits"] if x["full"] != x["local"]), None)
+        out.append(f"CP: {c['fired']} of {c['hooks']} hooks fired, {c['split']} tensor(s) split" + (
+            f" (e.g. {first['module'] or '<root>'} dim {first['dim']}: {first['full']} -> {first['local']})"
+            if first else ""))
+    return out
 
 
 def verify_gpu(data: dict) -> str:

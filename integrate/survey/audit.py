@@ -111,8 +111,9 @@ def audit_row(row: SurveyRow, diffusers_version: str | None, work: Path, proofs:
 def row_status(fixture: str, proofs: list[AuditProof]) -> str:
     """A row's verdict. Without a fixture the plain model ran on, nothing was proved on either side: the fixture
     is the problem, not an integration (`no-fixture`). A finding is a proof cache-dit's integration fails while
-    ours passes; both failing is left to a person (the integrations, the fixture or the proof)."""
-    bad = ("fail", "error")
+    ours passes; both failing is left to a person (the integrations, the fixture or the proof). A proof that proved
+    nothing (`vacuous`: nothing sharded or split) counts as failed on either side."""
+    bad = ("fail", "error", "vacuous")
     if fixture not in ("derived", "edited"):
         return "no-fixture"
     if any(p.cache_dit in bad and p.ours == "pass" for p in proofs):

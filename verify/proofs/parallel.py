@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from integrate.records import OMIT, Omit, from_json
+
 from .. import compare
-from ..records import Divergence, InputShape, OutputShape, ParallelProof, Variant, WorkerError
+from ..records import Divergence, Engaged, InputShape, OutputShape, ParallelProof, Variant, WorkerError
 from .locate import Baseline, worker_error
 
 
@@ -99,22 +101,58 @@ def judge(base: Baseline, variants: list[dict], runs: dict[str, tuple[list, list
             continue
         f = [compare.figures(base.out, a[f"{key}/out"]) for a in arrays]
         worst = max(f, key=lambda x: x.max_abs).as_dict()
+        engaged, short, said = engagement(variant, reps)
         if worst["ok"]:
-            rows[key] = Variant("pass", **worst, **_noted(reps, None, "agrees, but "))
+            noted = _noted(reps, said, "agrees, but " if short is None else "")
+            rows[key] = Variant(short or "pass", **worst, **noted, engaged=engaged)
         else:
             rows[key] = Variant("fail", **worst, first_divergence=_with_inputs(base, base.locate(arrays, key, None),
                                                                               reps), **_noted(
-                reps, None, f"differs from the 1-process run (max-abs {worst['max_abs']:.3g}); "))
+                reps, None, f"differs from the 1-process run (max-abs {worst['max_abs']:.3g}); "), engaged=engaged)
     statuses = [v.status for v in rows.values()]
     status = ("error" if "error" in statuses else "fail" if "fail" in statuses else
-              "skipped" if all(x == "skipped" for x in statuses) else "pass")
-    bad = next((v for v in rows.values() if v.status in ("fail", "error")), None)
+              "vacuous" if "vacuous" in statuses else "skipped" if all(x == "skipped" for x in statuses) else "pass")
+    bad = next((v for v in rows.values() if v.status in ("fail", "error")), None) or \
+        next((v for v in rows.values() if v.status == "vacuous"), None)
     if bad is not None:
         why = bad.why if isinstance(bad.why, str) else f"differs from the 1-process run (max-abs {bad.max_abs:.3g})"
         return ParallelProof(status, why=why, first_divergence=bad.first_divergence, variants=rows)
     if status == "skipped":
         return ParallelProof(status, why=next(v.why for v in rows.values()), variants=rows)
     return ParallelProof(status, variants=rows)
+
+
+def engagement(variant: dict, reps: list) -> tuple[Engaged | Omit, str | None, str | None]:
+    """(what rank 0 recorded of the plan having acted, the status that overrides a numeric pass, why): a TP plan key
+    that matches no module fails; nothing sharded (TP) or split (CP) is `vacuous`; planned CP hooks that never fired
+    are said, and leave a pass a pass."""
+    rank = next((r for r in reps if r is not None), None) or {}
+    raw = rank.get("engaged")
+    if not isinstance(raw, dict):
+        return OMIT, None, None
+    engaged = from_json(Engaged, raw)
+    status, why = None, []
+    tp, cp = engaged.tp, engaged.cp
+    if variant.get("tp"):
+        if tp is OMIT:
+            status, why = "vacuous", ["no TP evidence was recorded"]
+        elif tp.unresolved:
+            status = "fail"
+            why.append(f"the TP plan names {len(tp.unresolved)} key(s) that match no module, which torch skipped: "
+                       f"{tp.unresolved[0]}")
+        elif not tp.sharded:
+            status = "vacuous"
+            why.append(f"nothing was sharded: each of the {tp.parameters} parameters keeps its full shape on every "
+                       "rank")
+    if variant.get("ulysses") or variant.get("ring"):
+        if cp is OMIT:
+            status, why = status or "vacuous", [*why, "no context-parallel hook was registered"]
+        elif not cp.split:
+            status = status or "vacuous"
+            why.append(f"no tensor was split: {cp.hooks} hook(s) registered, {cp.fired} fired")
+        if cp is not OMIT and cp.unfired:
+            why.append(f"{len(cp.unfired)} planned hook(s) never fired, first {cp.unfired[0]}")
+    return engaged, status, "; ".join(why) or None
 
 
 def _with_inputs(base: Baseline, div: Divergence | None, reps: list) -> Divergence | None:

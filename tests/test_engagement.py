@@ -1,0 +1,96 @@
+"""Issue 34: a parallel proof shows that what it proves engaged. Our own diffusers model (tests/fixtures/gqa GqaModel)
+is proved as generated (pass, with the shards and splits recorded), then with planners planted in the plugin that
+act on nothing: an empty TP layer plan and a CP plan whose split never cuts are `vacuous`, a TP plan key that
+matches no module fails. Each plant's outputs agree with the 1-process run exactly: only the evidence tells."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import ROOT
+
+from integrate import api
+from integrate.records import to_json
+
+SRC = ROOT / "tests" / "fixtures" / "gqa" / "model.py"
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    base = tmp_path_factory.mktemp("engagement")
+    (base / "m").mkdir()
+    flags = api.flags_for(None, model_path=str(base / "m"), transformer_class="GqaModel", transformer_file=str(SRC),
+                          pipeline_class="sample", pipeline_file=str(SRC))
+    api.write_plan(api.plan(flags, probe=False), base / "plan")
+    api.approve(base / "plan", "test")
+    api.generate(base / "plan", out=base / "out")
+    return base / "plan", base / "out"
+
+
+def _verify(plan_dir, out, proof: str) -> dict:
+    """One variant of the proof (`tp2`, `ulysses2`), against the plain model's run kept beside the plugin."""
+    variant = {"tp": "tp2", "cp": "ulysses2"}[proof]
+    return to_json(api.verify(plan_dir, out, proofs=(proof,), trust_code=True, variants=(variant,),
+                              baseline=out.parent / "baseline"))[proof]
+
+
+def _plant(out, name: str, old: str, new: str) -> str:
+    path = next(out.glob(f"*/{name}"))
+    text = path.read_text()
+    planted, n = re.subn(old, new, text, count=1, flags=re.DOTALL)
+    assert n == 1, old
+    path.write_text(planted)
+    return text
+
+
+def test_a_proof_as_generated_records_what_it_sharded_and_split(generated):
+    plan_dir, out = generated
+    tp = _verify(plan_dir, out, "tp")
+    assert tp["status"] == "pass", tp
+    engaged = next(iter(tp["variants"].values()))["engaged"]["tp"]
+    assert engaged["sharded"] >= 4 and not engaged["unresolved"]
+    shard = next(s for s in engaged["shards"] if s["name"].endswith("attn.to_q.weight"))
+    assert shard["local"][0] * 2 == shard["full"][0]  # colwise: half the rows on each of 2 ranks
+    cp = _verify(plan_dir, out, "cp")
+    assert cp["status"] == "pass", cp
+    engaged = next(iter(cp["variants"].values()))["engaged"]["cp"]
+    assert engaged["split"] >= 1 and engaged["fired"] == engaged["hooks"] and not engaged["unfired"]
+    split = engaged["splits"][0]
+    assert split["local"][split["dim"]] * 2 == split["full"][split["dim"]]  # half the sequence on each rank
+
+
+def test_an_empty_tp_plan_is_vacuous_and_a_key_that_matches_nothing_fails(generated):
+    plan_dir, out = generated
+    original = _plant(out, "tp_planner.py", r"LAYER_PLANS = \{.*?\n\}\nSHARD_DIV_ATTR = \{.*?\n\}",
+                      "LAYER_PLANS = {}\nSHARD_DIV_ATTR = {}")
+    try:
+        tp = _verify(plan_dir, out, "tp")
+        assert tp["status"] == "vacuous" and "nothing was sharded" in tp["why"], tp
+        assert all(v["max_abs"] == 0 for v in tp["variants"].values() if "max_abs" in v)  # bit-identical: only
+    finally:                                                                                # the evidence tells
+        next(out.glob("*/tp_planner.py")).write_text(original)
+    _plant(out, "tp_planner.py", r"LAYER_PLANS = \{.*?\n\}\nSHARD_DIV_ATTR = \{.*?\n\}",
+           'LAYER_PLANS = {"blocks": {"attn.nope": "colwise"}}\nSHARD_DIV_ATTR = {"blocks": {}}')
+    try:
+        tp = _verify(plan_dir, out, "tp")
+        assert tp["status"] == "fail" and "match no module" in tp["why"], tp
+    finally:
+        next(out.glob("*/tp_planner.py")).write_text(original)
+
+
+def test_a_cp_plan_that_splits_nothing_is_vacuous(generated):
+    plan_dir, out = generated
+    original = _plant(out, "cp_planner.py", r"        plan = \{.*?\n        \}\n",
+                      '        plan = {"": {"hidden_states": _ContextParallelInput(split_dim=1, expected_dims=7)}}\n')
+    try:
+        cp = _verify(plan_dir, out, "cp")
+        assert cp["status"] == "vacuous" and "no tensor was split" in cp["why"], cp
+    finally:
+        next(out.glob("*/cp_planner.py")).write_text(original)
+    _plant(out, "cp_planner.py", r"        plan = \{.*?\n        \}\n", "        plan = {}\n")
+    try:
+        cp = _verify(plan_dir, out, "cp")
+        assert cp["status"] == "vacuous", cp
+    finally:
+        next(out.glob("*/cp_planner.py")).write_text(original)
