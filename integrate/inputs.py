@@ -10,6 +10,7 @@ to any of them afterwards voids it.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 from integrate.errors import InputError
@@ -39,30 +40,34 @@ MAX_OWN_SOURCES = 5000  # a research repository's own Python files; past this th
 
 
 def own_sources(paths) -> list[Path]:
-    """Every Python file of the packages (or, outside a package, the folders) that hold `paths`, for files outside
-    installed packages: the model's own code, which `verify` runs (with --trust-code) through imports the analysis
-    never followed. Installed packages (diffusers) are bound by the files the analysis read."""
+    """Every Python file of the packages that hold `paths` (for a file in no package: the Python files beside it),
+    for files outside installed packages: the model's own code, which `verify` runs (with --trust-code) through
+    imports the analysis never followed. Installed packages (diffusers) are bound by the files the analysis read.
+    Hidden folders, `__pycache__` and virtual environments are not entered."""
     from integrate.workers import installed
 
-    roots = []
+    found: list[Path] = []
     for path in filter(None, paths):
         path = Path(path).resolve()
         if not path.is_file() or installed(path):
             continue
+        if not (path.parent / "__init__.py").is_file():  # a loose file: its siblings are what it can import
+            found += sorted(p.resolve() for p in path.parent.glob("*.py") if p.is_file())
+            continue
         root = path.parent
-        while (root / "__init__.py").is_file() and (root.parent / "__init__.py").is_file():
+        while (root.parent / "__init__.py").is_file():
             root = root.parent
-        roots.append(root)
-    found: list[Path] = []
-    for root in dict.fromkeys(roots):
-        for file in sorted(root.rglob("*.py")):
-            if any(part.startswith(".") or part == "__pycache__" for part in file.relative_to(root).parts):
-                continue
-            found.append(file.resolve())
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_SOURCES
+                             and not (Path(folder) / d / "pyvenv.cfg").exists())
+            found += [(Path(folder) / f).resolve() for f in sorted(files) if f.endswith(".py")]
             if len(found) > MAX_OWN_SOURCES:
                 raise InputError(f"{root} holds more than {MAX_OWN_SOURCES} Python files: point --transformer-file "
                                  "and --pipeline-file at the model's own package")
     return list(dict.fromkeys(found))
+
+
+_NOT_SOURCES = {"__pycache__", "node_modules", "site-packages"}
 
 
 def sha256_of(path: Path) -> str:

@@ -117,7 +117,7 @@ def test_a_planted_journal_touches_nothing_outside_the_tree(tree, data):
     (tree / "caching" / "__init__.py").write_text("original = True\n")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.text(alphabet=st.sampled_from(list("\"'\\ x#;(){}$`\n")), min_size=1, max_size=12))
 def test_a_model_folder_name_never_becomes_code(tmp_path_factory, name):
     """The folder's name reaches PLAN.md, plan.json, every generated module's docstrings and the test matrix."""

@@ -38,7 +38,22 @@ FOLDERS = ['m"""""' + ";__import__('os').system('touch marker');{'''",  # the is
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
-def test_a_model_folder_and_config_values_never_run_from_the_fixture(tmp_path, folder):
+def test_a_fixture_written_for_any_folder_and_config_value_holds_data_only(tmp_path, folder):
+    """The fixture module's text as verify writes it, for each shape (the next test runs one end to end)."""
+    from integrate.verify.fixture import render
+
+    note = "x''':0,#\"\"\"; __import__('os').system('touch marker')"
+    text = render(transformer_class="M", transformer_module="m", config={"note": note}, changes={"n": (1, '""" x')},
+                  slots=[], image_tokens=4, text_tokens=2, steps=1,
+                  config_source=str(tmp_path / folder / "transformer" / "config.json"))
+    tree = ast.parse(text)
+    assert str(tmp_path / folder) in ast.get_docstring(tree, clean=False)
+    config = next(n.value for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "CONFIG")
+    assert ast.literal_eval(config) == {"note": note} and not {"system", "__import__"} & _calls(tree)
+
+
+def test_a_model_folder_and_config_values_never_run_from_the_fixture(tmp_path):
+    folder = FOLDERS[0]
     model = tmp_path / folder
     shutil.copytree(MOTIF, model)
     config = json.loads((model / "transformer" / "config.json").read_text())
