@@ -6,6 +6,7 @@ matches no module fails. Each plant's outputs agree with the 1-process run exact
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 
 import pytest
 from conftest import ROOT
@@ -35,13 +36,22 @@ def _verify(plan_dir, out, proof: str) -> dict:
                               baseline=out.parent / "baseline"))[proof]
 
 
-def _plant(out, name: str, old: str, new: str) -> str:
+@contextmanager
+def _planted(out, name: str, old: str, new: str):
+    """The plugin's `name` with `old` (a regular expression) replaced by `new`, put back afterwards."""
     path = next(out.glob(f"*/{name}"))
     text = path.read_text()
     planted, n = re.subn(old, new, text, count=1, flags=re.DOTALL)
     assert n == 1, old
     path.write_text(planted)
-    return text
+    try:
+        yield
+    finally:
+        path.write_text(text)
+
+
+TP_PLANS = r"LAYER_PLANS = \{.*?\n\}\nSHARD_DIV_ATTR = \{.*?\n\}"
+CP_PLAN = r"        plan = \{.*?\n        \}\n"
 
 
 def test_a_proof_as_generated_records_what_it_sharded_and_split(generated):
@@ -62,35 +72,22 @@ def test_a_proof_as_generated_records_what_it_sharded_and_split(generated):
 
 def test_an_empty_tp_plan_is_vacuous_and_a_key_that_matches_nothing_fails(generated):
     plan_dir, out = generated
-    original = _plant(out, "tp_planner.py", r"LAYER_PLANS = \{.*?\n\}\nSHARD_DIV_ATTR = \{.*?\n\}",
-                      "LAYER_PLANS = {}\nSHARD_DIV_ATTR = {}")
-    try:
+    with _planted(out, "tp_planner.py", TP_PLANS, "LAYER_PLANS = {}\nSHARD_DIV_ATTR = {}"):
         tp = _verify(plan_dir, out, "tp")
-        assert tp["status"] == "vacuous" and "nothing was sharded" in tp["why"], tp
-        assert all(v["max_abs"] == 0 for v in tp["variants"].values() if "max_abs" in v)  # bit-identical: only
-    finally:                                                                                # the evidence tells
-        next(out.glob("*/tp_planner.py")).write_text(original)
-    _plant(out, "tp_planner.py", r"LAYER_PLANS = \{.*?\n\}\nSHARD_DIV_ATTR = \{.*?\n\}",
-           'LAYER_PLANS = {"blocks": {"attn.nope": "colwise"}}\nSHARD_DIV_ATTR = {"blocks": {}}')
-    try:
+    assert tp["status"] == "vacuous" and "nothing was sharded" in tp["why"], tp
+    assert all(v["max_abs"] == 0 for v in tp["variants"].values())  # bit-identical: only the evidence tells
+    with _planted(out, "tp_planner.py", TP_PLANS,
+                  'LAYER_PLANS = {"blocks": {"attn.nope": "colwise"}}\nSHARD_DIV_ATTR = {"blocks": {}}'):
         tp = _verify(plan_dir, out, "tp")
-        assert tp["status"] == "fail" and "match no module" in tp["why"], tp
-    finally:
-        next(out.glob("*/tp_planner.py")).write_text(original)
+    assert tp["status"] == "fail" and "match no module" in tp["why"], tp
 
 
 def test_a_cp_plan_that_splits_nothing_is_vacuous(generated):
     plan_dir, out = generated
-    original = _plant(out, "cp_planner.py", r"        plan = \{.*?\n        \}\n",
-                      '        plan = {"": {"hidden_states": _ContextParallelInput(split_dim=1, expected_dims=7)}}\n')
-    try:
+    never = '        plan = {"": {"hidden_states": _ContextParallelInput(split_dim=1, expected_dims=7)}}\n'
+    with _planted(out, "cp_planner.py", CP_PLAN, never):
         cp = _verify(plan_dir, out, "cp")
-        assert cp["status"] == "vacuous" and "no tensor was split" in cp["why"], cp
-    finally:
-        next(out.glob("*/cp_planner.py")).write_text(original)
-    _plant(out, "cp_planner.py", r"        plan = \{.*?\n        \}\n", "        plan = {}\n")
-    try:
+    assert cp["status"] == "vacuous" and "no tensor was split" in cp["why"], cp
+    with _planted(out, "cp_planner.py", CP_PLAN, "        plan = {}\n"):
         cp = _verify(plan_dir, out, "cp")
-        assert cp["status"] == "vacuous", cp
-    finally:
-        next(out.glob("*/cp_planner.py")).write_text(original)
+    assert cp["status"] == "vacuous" and "no context-parallel hook" in cp["why"], cp

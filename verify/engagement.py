@@ -113,11 +113,11 @@ def _shards(model, full: dict[str, tuple]) -> list[dict]:
 _INSTALLED: set[str] = set()
 
 
-def _install() -> None:
-    """Wrap the hook classes' methods once per process; each call reports to `Engagement.current`."""
+def _first_import(names):
+    """Each module of `names` that imports and has not been handed out before in this process."""
     import importlib
 
-    for name in _HOOK_MODULES:
+    for name in names:
         if name in _INSTALLED:
             continue
         try:
@@ -125,6 +125,12 @@ def _install() -> None:
         except ImportError:
             continue
         _INSTALLED.add(name)
+        yield module
+
+
+def _install() -> None:
+    """Wrap the hook classes' methods once per process; each call reports to `Engagement.current`."""
+    for module in _first_import(_HOOK_MODULES):
         for cls in vars(module).values():
             if not isinstance(cls, type):
                 continue
@@ -135,14 +141,7 @@ def _install() -> None:
                     _wrap_prepare(cls)
             elif cls.__name__.endswith("GatherHook"):
                 _wrap(cls, "post_forward", "gather")
-    for name in _REGISTRIES:
-        if name in _INSTALLED:
-            continue
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        _INSTALLED.add(name)
+    for module in _first_import(_REGISTRIES):
         registry = getattr(module, "HookRegistry", None)
         if registry is not None and "register_hook" in vars(registry):
             _wrap_register(registry)

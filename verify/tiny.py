@@ -245,9 +245,12 @@ def _every_kind(cls, config: dict[str, Any], tiny: Tiny, widths: str, head: int)
     shrunk = {k: v for k, (v, _) in tiny.changes.items() if is_layers(k) and isinstance(v, int) and v > 0}
     if not shrunk:
         return tiny
+    # the kinds the most layers this looks for would build: tiny widths, so cheap to build (the full config's
+    # dozens of wide layers on the meta device are not)
+    most = {k: min(v, MAX_TINY_LAYERS) for k, v in shrunk.items()}
     try:
-        full = module_kinds(cls, {k: v for k, v in config.items() if not k.startswith("_")})
-    except Exception:  # noqa: BLE001 - the full config does not build on the meta device: nothing to compare
+        full = module_kinds(cls, {**tiny.config, **most})
+    except Exception:  # noqa: BLE001 - that count does not build: nothing to compare
         return tiny
     missing = full - module_kinds(cls, tiny.config)
     if not missing:
