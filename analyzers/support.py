@@ -5,6 +5,8 @@ Reported beside the analysis, clearly labelled; never used as the analysis.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import libcst as cst
 
 from integrate.errors import InputError
@@ -244,3 +246,36 @@ def _raising_if(node: cst.CSTNode, name: str) -> cst.If | None:
         if name in {n.value for n in find_all(branch.test, cst.Name)} and find_all(branch.body, cst.Raise):
             return branch
     return None
+
+
+def planner_accepts(path: Path, class_name: str) -> tuple[tuple[str, ...], int] | None:
+    """The transformer classes a cache-dit planner class insists on (`assert isinstance(transformer, (A, B))` in
+    its methods), with the first such line: a planner cache-dit's registry hands out by name prefix may have been
+    written for other models than the one asking. None when the file or class is not found, or the planner
+    asserts no class (then nothing is claimed either way)."""
+    from integrate.source import parse_source, read_text
+
+    try:
+        src = parse_source(path, read_text(path))
+    except (OSError, InputError, cst.ParserSyntaxError):
+        return None
+    cls = src.classes.get(class_name)
+    if cls is None:
+        return None
+    names: list[str] = []
+    first = 0
+    for fn in find_all(cls, cst.FunctionDef):
+        params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params, *fn.params.kwonly_params)]
+        model = "transformer" if "transformer" in params else None  # cache-dit's planners name it so
+        for check in find_all(fn, cst.Assert) if model else ():
+            for call in [check.test, *find_all(check.test, cst.Call)]:
+                if not (isinstance(call, cst.Call) and dotted(call.func) == "isinstance" and len(call.args) == 2
+                        and dotted(call.args[0].value) == model):
+                    continue
+                kinds = call.args[1].value
+                elements = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+                found = [(dotted(e) or "").rpartition(".")[2] for e in elements]
+                if all(found):
+                    names += found
+                    first = first or src.line(check)
+    return (tuple(dict.fromkeys(names)), first) if names else None

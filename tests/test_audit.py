@@ -35,39 +35,99 @@ def test_replace_builtin_registers_ours_over_cache_dits_own_and_refuses_checkout
 
 def test_audit_finds_cache_dits_bria_pattern_and_says_how_to_reproduce(tmp_path):
     """cache-dit 1.5.3 registers Pattern_0 for Bria, whose blocks return (encoder_hidden_states,
-    hidden_states): its own adapter breaks on the first block, ours (Pattern_1) passes."""
+    hidden_states): its own adapter breaks on the first block, ours (Pattern_1) passes. It registers no TP
+    planner for Bria: that proof is a feature cache-dit lacks, read from what its registry answered in the run."""
     env = {"INTEGRATE_CACHE_DIR": str(tmp_path / "cache")}
-    proc = run_cli("audit", "--only", "BriaTransformer2DModel", "--proof", "cache", "--json", env=env)
+    proc = run_cli("audit", "--only", "BriaTransformer2DModel", "--proof", "cache", "--proof", "tp", "--json",
+                   env=env)
     assert proc.returncode == 1, proc.stderr[-2000:]
     data = json.loads(proc.stdout)
     assert data["schema"] == "integrate.audit" and data["findings"] == 1
     row = data["rows"][0]
     assert row["status"] == "finding" and row["adapter"].split(":")[0].endswith(".py")
-    cache = row["proofs"][0]
+    cache, tp = row["proofs"]
     assert cache["name"] == "cache" and cache["cache_dit"] in ("fail", "error") and cache["ours"] == "pass"
+    assert cache["status"] == "finding"
+    assert tp["status"] == "cache-dit-lacks" and tp["ours"] == "pass" and tp["cache_dit_registers"] is None
+    assert "registers no tensor-parallel planner for BriaTransformer2DModel" in tp["label_why"]
+    assert data["labels"] == {"cache": {"finding": 1}, "tp": {"cache-dit-lacks": 1}}
+    assert data["compared"]["tp"]["compared"] == 0 and data["compared"]["cache"] == {"compared": 1, "cache_dit": 0,
+                                                                                      "ours": 1}
     assert cache["cache_dit_first_divergence"] == "transformer_blocks.0"
     assert row["our_patterns"]["transformer_blocks"] == "Pattern_1"
     assert any("transformer_bria.py:445: returns (encoder_hidden_states, hidden_states)" in e for e in row["evidence"])
     assert "--cache-dit-own --proof cache" in row["reproduce"]
-    again = run_cli("audit", "--only", "BriaTransformer2DModel", "--proof", "cache", "--json", env=env)
+    again = run_cli("audit", "--only", "BriaTransformer2DModel", "--proof", "cache", "--proof", "tp", "--json",
+                    env=env)
     assert json.loads(again.stdout)["rows"][0]["cached"] is True  # the row was cached by its files
     bad = run_cli("audit", "--only", "NotAClass", env=env)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("fixture, proofs, status", [
-    ("needs-edit", [("error", "error")], "no-fixture"),  # nothing ran: not a finding, whatever the proofs say
-    ("derived", [("fail", "pass")], "finding"),
-    ("derived", [("pass", "pass"), ("error", "pass")], "finding"),
-    ("derived", [("fail", "fail")], "both-fail"),
-    ("derived", [("pass", "error")], "ours-fails"),
-    ("edited", [("pass", "pass"), ("skipped", "skipped")], "agree"),
-])
-def test_a_finding_needs_a_fixture_that_ran_and_our_proof_passing(fixture, proofs, status):
-    from integrate.survey.audit import row_status
-    from integrate.survey.records import AuditProof
+LACKS = "cache-dit registers no tensor-parallel planner for X"
 
-    assert row_status(fixture, [AuditProof("cache", t, o) for t, o in proofs]) == status
+
+@pytest.mark.parametrize("fixture, theirs, ours, lacks, label", [
+    ("needs-edit", "error", "error", None, "no-fixture"),  # nothing ran: not a finding, whatever the proofs say
+    ("derived", "fail", "pass", None, "finding"),
+    ("derived", "vacuous", "pass", None, "finding"),  # cache-dit's proved nothing: it failed
+    ("derived", "error", "pass", LACKS, "cache-dit-lacks"),  # a missing feature, announced: not a defect
+    ("derived", "error", "error", LACKS, "ours-fails"),
+    ("derived", "error", "skipped", LACKS, "unproved"),
+    ("derived", "fail", "fail", None, "both-fail"),
+    ("derived", "pass", "error", None, "ours-fails"),
+    ("derived", "pass", "vacuous", None, "ours-fails"),
+    ("edited", "pass", "pass", None, "agree"),
+    ("derived", "pass", "needs-code", None, "unproved"),  # one side proved nothing: never agree
+    ("derived", "skipped", "pass", None, "unproved"),
+])
+def test_each_proof_gets_one_label_that_means_one_thing(fixture, theirs, ours, lacks, label):
+    from integrate.survey.audit import proof_label
+
+    assert proof_label(fixture, theirs, ours, lacks)[0] == label
+
+
+def test_a_rows_status_is_its_most_telling_proof_and_the_figure_counts_the_same_proofs():
+    from integrate.survey.audit import row_status, tally
+    from integrate.survey.records import AuditProof, AuditRow
+
+    a = [AuditProof("cache", "pass", "pass", "agree"), AuditProof("tp", "error", "pass", "cache-dit-lacks")]
+    b = [AuditProof("cache", "fail", "pass", "finding"), AuditProof("tp", "pass", "needs-code", "unproved")]
+    assert row_status(a) == "cache-dit-lacks" and row_status(b) == "finding"
+    labels, compared = tally([AuditRow("A", None, None, "x", tuple(a)), AuditRow("B", None, None, "x", tuple(b))],
+                             ("cache", "tp"))
+    assert labels == {"cache": {"agree": 1, "finding": 1}, "tp": {"cache-dit-lacks": 1, "unproved": 1}}
+    # the tp rows are not compared: cache-dit has none on A, ours proved nothing on B
+    assert compared == {"cache": {"compared": 2, "cache_dit": 1, "ours": 2}, "tp": {"compared": 0, "cache_dit": 0,
+                                                                                      "ours": 0}}
+
+
+def test_a_planner_cache_dit_hands_out_by_prefix_for_other_models_is_read_from_its_asserts():
+    """cache-dit's lookup gives HunyuanVideo15Transformer3DModel the planner registered as 'HunyuanVideo', whose
+    `_apply` asserts HunyuanVideoTransformer3DModel; a planner that asserts blocks, not the transformer, claims
+    nothing (read from the installed cache-dit 1.5.3)."""
+    import cache_dit
+    from pathlib import Path
+
+    from integrate.analyzers.support import planner_accepts
+
+    root = Path(cache_dit.__file__).parent / "distributed" / "transformers"
+    names, line = planner_accepts(root / "hunyuan.py", "HunyuanVideoContextParallelismPlanner")
+    assert names == ("HunyuanVideoTransformer3DModel",) and line > 0
+    assert planner_accepts(root / "qwen_image.py", "QwenImageTensorParallelismPlanner") is None  # asserts blocks
+    assert planner_accepts(root / "hunyuan.py", "NoSuchPlanner") is None
+
+    from integrate.survey.audit import registration
+    from integrate.verify.records import Engaged, ParallelProof, PlannerLookup, Variant
+
+    def proof(asked):
+        lookup = PlannerLookup("cp", asked, True, planner="cache_dit.x.HunyuanVideoContextParallelismPlanner",
+                               key="HunyuanVideo", file=str(root / "hunyuan.py"), line=265)
+        return ParallelProof("error", variants={"ulysses2": Variant("error", engaged=Engaged(planners=(lookup,)))})
+
+    where, lacks = registration("cp", proof("HunyuanVideo15Transformer3DModel"))
+    assert where == "HunyuanVideo -> hunyuan.py:265" and "written for HunyuanVideoTransformer3DModel" in lacks
+    assert registration("cp", proof("HunyuanVideoTransformer3DModel")) == (where, None)  # its own model
 
 
 def _fake_row(row, diffusers_version, work, proofs):

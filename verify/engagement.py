@@ -21,6 +21,8 @@ from contextlib import contextmanager
 # where context-parallel hooks live: cache-dit's own, and diffusers' (which cache-dit's runtime may use)
 _HOOK_MODULES = ("cache_dit.distributed.core._context_parallel", "diffusers.hooks.context_parallel")
 _REGISTRIES = ("cache_dit.distributed.core._hooks", "diffusers.hooks.hooks")
+# where cache-dit looks a transformer's planners up by class name (a registered key the name starts with)
+_PLANNER_REGISTERS = ("cache_dit.distributed.transformers.register",)
 _UNRESOLVED = "could not be resolved"  # torch's warning for a TP plan key that matches no module
 MAX_LISTED = 40  # parameters / splits listed per variant (the counts are always whole)
 
@@ -39,6 +41,7 @@ class Engagement:
         self.unresolved: list[str] = []
         self.params: list[dict] = []  # {name, full, local, placements}
         self.tp = False
+        self.planners: list[dict] = []  # what cache-dit's planner registries answered: {kind, asked, ...}
         _install()
         Engagement.current = self
 
@@ -59,7 +62,7 @@ class Engagement:
             self.params = _shards(model, full)
 
     def report(self) -> dict:
-        out: dict = {}
+        out: dict = {"planners": self.planners} if self.planners else {}
         if self.tp:
             sharded = [p for p in self.params if p["local"] != p["full"] or any(
                 x.startswith("Shard") for x in p.get("placements", ()))]
@@ -145,6 +148,11 @@ def _install() -> None:
         registry = getattr(module, "HookRegistry", None)
         if registry is not None and "register_hook" in vars(registry):
             _wrap_register(registry)
+    for module in _first_import(_PLANNER_REGISTERS):
+        for name, kind in (("ContextParallelismPlannerRegister", "cp"), ("TensorParallelismPlannerRegister", "tp")):
+            register = getattr(module, name, None)
+            if register is not None and "get_planner" in vars(register):
+                _wrap_lookup(register, kind)
 
 
 _CURRENT_MODULE: list = []
@@ -192,3 +200,41 @@ def _wrap_register(registry) -> None:
         return original(self, hook, name)
 
     registry.register_hook = spy
+
+
+def _wrap_lookup(register, kind: str) -> None:
+    """Record what the registry answers for each lookup: the planner class, the key it is registered under and
+    where it is defined, or the registry's refusal (it registers nothing the class name starts with)."""
+    original = register.get_planner  # bound to the register class
+
+    def spy(cls, transformer, *args, **kwargs):
+        asked = transformer if isinstance(transformer, str) else type(transformer).__name__
+        e = Engagement.current
+        try:
+            found = original(transformer, *args, **kwargs)
+        except Exception as exc:
+            if e is not None:
+                e.planners.append({"kind": kind, "asked": asked, "found": False,
+                                   "why": f"{type(exc).__name__}: {str(exc)[:200]}"})
+            raise
+        if e is not None:
+            e.planners.append({"kind": kind, "asked": asked, "found": True, **_where(cls, found, asked)})
+        return found
+
+    register.get_planner = classmethod(spy)
+
+
+def _where(register, planner, asked: str) -> dict:
+    """The planner's dotted name, the registry key that answered (the first the name starts with, as cache-dit's
+    lookup walks them) and the file and line of its class."""
+    import inspect
+
+    keys = [k for table in vars(register).values() if isinstance(table, dict)
+            for k, v in table.items() if v is planner and isinstance(k, str) and asked.startswith(k)]
+    out = {"planner": f"{planner.__module__}.{planner.__qualname__}", "key": keys[0] if keys else None}
+    try:
+        out["file"] = inspect.getsourcefile(planner) or ""
+        out["line"] = inspect.getsourcelines(planner)[1]
+    except (OSError, TypeError):
+        pass
+    return out

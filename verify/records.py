@@ -13,7 +13,7 @@ from integrate.records import OMIT, Omit
 
 NOT_REQUESTED = "not requested"  # the `why` of a proof this run was not asked for
 VERIFY_SCHEMA = "integrate.verify"
-VERIFY_SCHEMA_VERSION = "1.6"
+VERIFY_SCHEMA_VERSION = "1.7"
 GPU_SCHEMA = "integrate.verify.gpu"
 GPU_SCHEMA_VERSION = "1.0"
 
@@ -166,9 +166,24 @@ class CpEngagement:
 
 
 @dataclass(frozen=True)
+class PlannerLookup:
+    """What cache-dit's CP or TP planner registry answered when the run asked it for the transformer's planner."""
+
+    kind: Literal["cp", "tp"]
+    asked: str  # the class name looked up
+    found: bool
+    planner: str | Omit = OMIT  # its dotted class name
+    key: str | None | Omit = OMIT  # the registered name prefix that answered
+    file: str | Omit = OMIT
+    line: int | Omit = OMIT
+    why: str | Omit = OMIT  # the registry's refusal, when it found none
+
+
+@dataclass(frozen=True)
 class Engaged:
     tp: TpEngagement | Omit = OMIT
     cp: CpEngagement | Omit = OMIT
+    planners: tuple[PlannerLookup, ...] | Omit = OMIT  # 1.7: cache-dit's planner lookups during the setup
 
 
 @dataclass(frozen=True)

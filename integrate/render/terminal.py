@@ -312,24 +312,37 @@ def survey(data: dict) -> str:
 
 
 def audit(data: dict) -> str:
-    """One line per class: each proof as cache-dit's / ours; findings with their reproduction."""
+    """One line per class: each proof's label with cache-dit's / ours; findings with their reproduction; the
+    labels counted per proof and the side-by-side figure over the same proofs."""
     lines = [f"cache-dit {data['cache_dit']['version']} vs integrate {data['tool_version']} "
-             f"(proofs: {', '.join(data['proofs'])}; each cell: cache-dit's / ours)"]
+             f"(proofs: {', '.join(data['proofs'])}; each cell: label (cache-dit's / ours))"]
     for r in data["rows"]:
-        cells = "  ".join(f"{p['name']} {p['cache_dit']}/{p['ours']}" for p in r["proofs"])
-        lines.append(f"{r['transformer_class']:<40} {r['status']:<10} {cells}" + (" (cached)" if r.get("cached")
-                                                                                   else ""))
+        cells = "  ".join(f"{p['name']} {p.get('status', '?')} ({p['cache_dit']}/{p['ours']})" for p in r["proofs"])
+        lines.append(f"{r['transformer_class']:<40} {r['status']:<15} {cells}" + (" (cached)" if r.get("cached")
+                                                                                    else ""))
         if r.get("why"):
             lines.append(f"    {r['why']}")
         for p in r["proofs"]:
-            if p["cache_dit"] in ("fail", "error"):
+            if p.get("label_why"):
+                lines.append(f"    {p['name']} {p['status']}: {p['label_why']}")
+            if p["cache_dit"] in ("fail", "error", "vacuous") and p.get("status") != "cache-dit-lacks":
                 where = p.get("cache_dit_first_divergence")
                 lines.append(f"    cache-dit's {p['name']}: {p.get('cache_dit_why', '')}"
+                             + (f" (first divergent module: {where})" if where else ""))
+            if p["ours"] in ("fail", "error", "vacuous"):
+                where = p.get("ours_first_divergence")
+                lines.append(f"    ours {p['name']}: {p.get('ours_why', '')}"
                              + (f" (first divergent module: {where})" if where else ""))
         if r.get("status") == "finding":
             lines += [f"    ours: {k} {v}" for k, v in r.get("our_patterns", {}).items()]
             lines += [f"    evidence: {e}" for e in r.get("evidence", [])]
         if r.get("reproduce"):
             lines += ["    reproduce:"] + [f"      {x}" for x in r["reproduce"].splitlines()]
-    lines.append(f"{data['findings']} finding(s) in {len(data['rows'])} integration(s)")
+    for name, counts in data.get("labels", {}).items():
+        lines.append(f"{name}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
+    for name, c in data.get("compared", {}).items():
+        if c["compared"]:
+            lines.append(f"{name}, where both integrations ran it to a verdict ({c['compared']} row(s)): cache-dit's "
+                         f"passes {c['cache_dit']}, ours {c['ours']}")
+    lines.append(f"{data['findings']} row(s) with a finding in {len(data['rows'])} integration(s)")
     return "\n".join(lines)

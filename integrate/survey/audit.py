@@ -4,9 +4,12 @@ For each transformer class whose cache-dit adapter accepts it (the survey's supp
 model folder, through `integrate.api` in this process: the plan (no probe), an approval recorded as
 automatic, `generate --replace-builtin` (ours registered over cache-dit's own), then the same CPU proofs
 twice on the same fixture: once with cache-dit's own integration (`verify --cache-dit-own`: the plugin is
-not imported) and once with ours. A proof cache-dit's integration fails while ours passes it is a finding,
-printed with the shell lines that reproduce it from scratch; a row whose fixture the plain model does not
-run on proves nothing either way (`no-fixture`), and one where both fail is left to a person (`both-fail`).
+not imported) and once with ours. Each proof gets one label (`proof_label`): a proof cache-dit's integration
+fails while ours passes is a finding, printed with the shell lines that reproduce it from scratch; a proof
+cache-dit has no planner of its own for is `cache-dit-lacks` (a missing feature, not a defect); a side that did
+not run the proof to a verdict leaves it `unproved`; a row whose fixture the plain model does not run on proves
+nothing either way (`no-fixture`); both failing is left to a person (`both-fail`). What cache-dit's registry
+answered is read from the run itself (verify records each planner lookup), never guessed from names.
 
 Rows are cached by the content of the model's source files, the installed cache-dit's and this tool's
 version (the same result cache as the survey; `--no-cache` ignores it).
@@ -27,7 +30,7 @@ from integrate import __version__, api, cache
 from integrate.errors import InputError
 from integrate.records import OMIT, from_json, to_json
 
-from .records import AUDIT_SCHEMA, AUDIT_SCHEMA_VERSION, AuditProof, AuditReport, AuditRow, SurveyRow
+from .records import AUDIT_SCHEMA, AUDIT_SCHEMA_VERSION, PROOF_LABELS, AuditProof, AuditReport, AuditRow, SurveyRow
 
 REVIEWER = "integrate audit (automatic: a scratch plan to compare with cache-dit's own, not a human review)"
 DEFAULT_PROOFS = ("cache", "cp", "tp")
@@ -88,6 +91,7 @@ def audit_row(row: SurveyRow, diffusers_version: str | None, work: Path, proofs:
     except Exception as exc:  # noqa: BLE001 - one row failing never stops the audit
         return AuditRow(**head, status="error", why=f"{step}: {type(exc).__name__}: {exc}",
                         seconds=round(time.monotonic() - started, 1))
+    fixture = theirs.fixture.status
     out = []
     for name in proofs:
         t, o = getattr(theirs, name), getattr(ours, name)
@@ -97,32 +101,97 @@ def audit_row(row: SurveyRow, diffusers_version: str | None, work: Path, proofs:
                 extra[f"{side}_why"] = proof.why
             if proof.first_divergence is not None:
                 extra[f"{side}_first_divergence"] = proof.first_divergence.module
-        out.append(AuditProof(name, t.status, o.status, **extra))
-    bad = ("fail", "error")
-    found = [p for p in out if p.cache_dit in bad and p.ours == "pass"]  # ours passes where cache-dit's fails
+        registers, lacks = registration(name, t)
+        if registers is not OMIT:
+            extra["cache_dit_registers"] = registers
+        label, why = proof_label(fixture, t.status, o.status, lacks)
+        if why:
+            extra["label_why"] = why
+        out.append(AuditProof(name, t.status, o.status, label, **extra))
+    found = [p for p in out if p.status == "finding"]
     extra = {"reproduce": reproduce(row, diffusers_version, tuple(p.name for p in found))} if found else {}
-    status = row_status(theirs.fixture.status, out)
+    status = row_status(out)
     if status == "no-fixture":
         extra["why"] = f"fixture: {theirs.fixture.errors[0]}" if theirs.fixture.errors else "no usable fixture"
-    return AuditRow(**head, status=status, proofs=tuple(out), fixture=theirs.fixture.status,
+    return AuditRow(**head, status=status, proofs=tuple(out), fixture=fixture,
                     seconds=round(time.monotonic() - started, 1), **extra)
 
 
-def row_status(fixture: str, proofs: list[AuditProof]) -> str:
-    """A row's verdict. Without a fixture the plain model ran on, nothing was proved on either side: the fixture
-    is the problem, not an integration (`no-fixture`). A finding is a proof cache-dit's integration fails while
-    ours passes; both failing is left to a person (the integrations, the fixture or the proof). A proof that proved
-    nothing (`vacuous`: nothing sharded or split) counts as failed on either side."""
-    bad = ("fail", "error", "vacuous")
+BAD = ("fail", "error", "vacuous")  # a proof that proved nothing (`vacuous`: nothing sharded or split) failed
+_KIND = {"cp": "context-parallel", "tp": "tensor-parallel"}
+
+
+def proof_label(fixture: str, theirs: str, ours: str, lacks: str | None) -> tuple[str, str | None]:
+    """One proof's label and, where the two statuses do not say it, why. Each label means one thing:
+
+    * `no-fixture`: the plain model did not run on the fixture; nothing was proved on either side;
+    * `cache-dit-lacks`: cache-dit has no integration of its own for this proof (its registry answers nothing for
+      the class, or hands out by name prefix a planner that asserts other classes) and ours passes;
+    * `unproved`: a side did not run the proof to a verdict (`skipped` on this machine, `needs-code`);
+    * `finding`: cache-dit's integration fails the proof (or proves nothing) and ours passes it;
+    * `both-fail` / `ours-fails` / `agree`: as said (a pass is a pass with engagement: see `vacuous`).
+    """
     if fixture not in ("derived", "edited"):
-        return "no-fixture"
-    if any(p.cache_dit in bad and p.ours == "pass" for p in proofs):
-        return "finding"
-    if any(p.cache_dit in bad and p.ours in bad for p in proofs):
-        return "both-fail"
-    if any(p.ours in bad for p in proofs):
-        return "ours-fails"
-    return "agree"
+        return "no-fixture", None
+    if lacks is not None:
+        if ours in BAD:
+            return "ours-fails", lacks
+        return ("cache-dit-lacks", lacks) if ours == "pass" else ("unproved", f"{lacks}; ours: {ours}")
+    if theirs not in ("pass", *BAD) or ours not in ("pass", *BAD):
+        return "unproved", f"cache-dit's: {theirs}, ours: {ours} (a proof not run to a verdict proves nothing)"
+    if theirs in BAD:
+        return ("finding" if ours == "pass" else "both-fail"), None
+    return ("ours-fails" if ours in BAD else "agree"), None
+
+
+def registration(name: str, proof) -> tuple[str | None | object, str | None]:
+    """(cache-dit's planner that answered, as "key -> file:line", or None when its registry has none; OMIT when
+    the run recorded no lookup or the proof has no planner), and why cache-dit lacks an integration of its own
+    for this proof (None when it has one)."""
+    from integrate.analyzers.support import planner_accepts
+
+    if name not in _KIND or proof.variants is OMIT:
+        return OMIT, None
+    lookups = [x for v in proof.variants.values() if v.engaged is not OMIT and v.engaged.planners is not OMIT
+               for x in v.engaged.planners if x.kind == name]
+    if not lookups:
+        return OMIT, None
+    first = lookups[0]
+    if not first.found:
+        return None, f"cache-dit registers no {_KIND[name]} planner for {first.asked} ({first.why})"
+    file = first.file if first.file is not OMIT else ""
+    at = f"{Path(file).name}:{first.line}" if file and first.line is not OMIT else "?"
+    where = f"{first.key} -> {at}"
+    accepts = planner_accepts(Path(file), first.planner.rpartition(".")[2]) if file and first.planner else None
+    if accepts and first.asked not in accepts[0]:
+        return where, (f"cache-dit hands out its {_KIND[name]} planner {first.planner.rpartition('.')[2]} for the "
+                       f"name prefix '{first.key}', but it is written for {', '.join(accepts[0])} (it asserts so at "
+                       f"{Path(file).name}:{accepts[1]})")
+    return where, None
+
+
+def row_status(proofs: list[AuditProof]) -> str:
+    """A row's status: the most telling of its proofs' labels (a finding first, agreement last)."""
+    labels = {p.status for p in proofs}
+    return next((x for x in PROOF_LABELS if x in labels), "unproved")
+
+
+def tally(rows: list[AuditRow], proofs: tuple[str, ...]) -> tuple[dict, dict]:
+    """Per proof, how many rows carry each label, and the side-by-side figure over the same proofs: the rows where
+    both integrations ran the proof to a verdict (cache-dit registering one of its own), and how many each passed."""
+    labels: dict[str, dict[str, int]] = {n: {} for n in proofs}
+    compared = {n: {"compared": 0, "cache_dit": 0, "ours": 0} for n in proofs}
+    for r in rows:
+        for p in r.proofs:
+            if p.name not in labels:
+                continue
+            labels[p.name][p.status] = labels[p.name].get(p.status, 0) + 1
+            if p.status in ("finding", "both-fail", "agree") or (p.status == "ours-fails" and p.cache_dit == "pass"):
+                c = compared[p.name]
+                c["compared"] += 1
+                c["cache_dit"] += p.cache_dit == "pass"
+                c["ours"] += p.ours == "pass"
+    return labels, compared
 
 
 def default_jobs() -> int:
@@ -156,7 +225,8 @@ def run_audit(only: tuple[str, ...] = (), proofs: tuple[str, ...] = DEFAULT_PROO
     for i, row in enumerate(rows):
         keys[i] = cache.key_for("audit", {"file": row.file, "class": row.transformer_class,
                                           "pipeline": row.analysed_pipeline, "proofs": list(proofs),
-                                          "cache_dit": survey.cache_dit.version, "tool": __version__})
+                                          "cache_dit": survey.cache_dit.version, "tool": __version__,
+                                          "schema": AUDIT_SCHEMA_VERSION})
         deps[i] = [row.file, *(p.file for p in row.pipelines if p.cls == row.analysed_pipeline)]
         if row.already_supported and row.already_supported.matches:
             deps[i].append(row.already_supported.matches[0].adapter.rpartition(":")[0])
@@ -192,5 +262,6 @@ def run_audit(only: tuple[str, ...] = (), proofs: tuple[str, ...] = DEFAULT_PROO
                                           why=f"the audit process failed: {type(exc).__name__}: {exc}")
                     done(i, result)
     out = [results[i] for i in range(len(rows))]
+    labels, compared = tally(out, tuple(proofs))
     return AuditReport(AUDIT_SCHEMA, AUDIT_SCHEMA_VERSION, __version__, survey.cache_dit, survey.diffusers,
-                       tuple(proofs), tuple(out), sum(r.status == "finding" for r in out))
+                       tuple(proofs), tuple(out), sum(r.status == "finding" for r in out), labels, compared)

@@ -109,7 +109,10 @@ class SurveyReport:
 # -- integrate audit -----------------------------------------------------------------------------------------
 
 AUDIT_SCHEMA = "integrate.audit"
-AUDIT_SCHEMA_VERSION = "1.1"
+AUDIT_SCHEMA_VERSION = "1.2"
+
+# one proof's label (1.2: per proof, each meaning one thing); a row's status is its most telling proof's label
+PROOF_LABELS = ("finding", "ours-fails", "both-fail", "cache-dit-lacks", "unproved", "agree", "no-fixture")
 
 
 @dataclass(frozen=True)
@@ -117,8 +120,12 @@ class AuditProof:
     """One proof, run on cache-dit's own integration and on ours (same fixture, same plain model)."""
 
     name: str
-    cache_dit: str  # "pass" | "fail" | "error" | "skipped"
+    cache_dit: str  # "pass" | "fail" | "error" | "skipped" | "vacuous" | "needs-code"
     ours: str
+    status: str = "unproved"  # one of PROOF_LABELS (1.2)
+    label_why: str | Omit = OMIT  # why this label, where the two statuses alone do not say it (1.2)
+    cache_dit_registers: str | None | Omit = OMIT  # cache-dit's planner that answered ("key -> file:line"), or
+    #                                                None: its registry has none for the class (1.2; CP and TP)
     cache_dit_why: str | Omit = OMIT
     ours_why: str | Omit = OMIT
     cache_dit_first_divergence: str | None | Omit = OMIT  # the module, when a proof failed there
@@ -130,8 +137,7 @@ class AuditRow:
     transformer_class: str
     pipeline: str | None
     adapter: str | None  # cache-dit's registration ("file:line") that answers for the class
-    status: str  # "finding" (cache-dit's fails a proof ours passes), "agree", "ours-fails", "both-fail",
-    #              "no-fixture" (nothing proved either way), "error"
+    status: str  # the most telling of its proofs' labels (PROOF_LABELS, in that order), or "error"
     proofs: tuple[AuditProof, ...] = ()
     fixture: str | Omit = OMIT
     why: str | Omit = OMIT
@@ -151,7 +157,11 @@ class AuditReport:
     diffusers: Package
     proofs: tuple[str, ...]
     rows: tuple[AuditRow, ...]
-    findings: int
+    findings: int  # rows with a finding (exit 1)
+    labels: dict[str, dict[str, int]] = field(default_factory=dict)  # proof -> label -> how many rows (1.2)
+    # proof -> {"compared": rows where both sides ran the proof to a verdict, "cache_dit": passes among
+    # them, "ours": passes among them}: the side-by-side figure over the same proofs (1.2)
+    compared: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:

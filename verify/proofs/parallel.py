@@ -90,7 +90,7 @@ def judge(base: Baseline, variants: list[dict], runs: dict[str, tuple[list, list
                 good = [a for a, r in zip(arrays, reps) if r is not None and "error" not in r] or arrays[:1]
                 rows[key] = Variant("error", error=err,
                                     first_divergence=_with_inputs(base, base.locate(good, key, err), reps),
-                                    **_noted(reps, why))
+                                    **_noted(reps, why), engaged=recorded(reps))
             continue
         shapes = {tuple(a[f"{key}/out"].shape) for a in arrays}
         if shapes != {tuple(base.out.shape)}:  # not gathered back whole: no element-wise comparison to make
@@ -122,15 +122,21 @@ def judge(base: Baseline, variants: list[dict], runs: dict[str, tuple[list, list
     return ParallelProof(status, variants=rows)
 
 
+def recorded(reps: list) -> Engaged | Omit:
+    """What rank 0 (or the first rank that reported) recorded of the plan having acted, also where it then raised
+    (the planner lookups it made stay evidence of what cache-dit handed it)."""
+    rank = next((r for r in reps if r is not None), None) or {}
+    raw = rank.get("engaged")
+    return from_json(Engaged, raw) if isinstance(raw, dict) and raw else OMIT
+
+
 def engagement(variant: dict, reps: list) -> tuple[Engaged | Omit, str | None, str | None]:
     """(what rank 0 recorded of the plan having acted, the status that overrides a numeric pass, why): a TP plan key
     that matches no module fails; nothing sharded (TP) or split (CP) is `vacuous`; planned CP hooks that never fired
     are said, and leave a pass a pass."""
-    rank = next((r for r in reps if r is not None), None) or {}
-    raw = rank.get("engaged")
-    if not isinstance(raw, dict):
+    engaged = recorded(reps)
+    if engaged is OMIT:
         return OMIT, None, None
-    engaged = from_json(Engaged, raw)
     status, why = None, []
     tp, cp = engaged.tp, engaged.cp
     if variant.get("tp"):
