@@ -23,11 +23,14 @@ def test_replace_builtin_registers_ours_over_cache_dits_own_and_refuses_checkout
     assert json.loads(gen.stdout)["registered"]["adapter"] == "Bria"
     probe = subprocess.run(
         [os.sys.executable, "-c",
-         "import integrate_bria\n"
+         "import cache_dit.caching.block_adapters\n"
          "from cache_dit.caching.block_adapters.block_registers import BlockAdapterRegister as R\n"
-         "print(R._adapters['Bria'].__module__, next(iter(R._adapters)))"],
+         "before = R.supported_pipelines()[1]\n"
+         "import integrate_bria\n"
+         "print(R._adapters['Bria'].__module__, R.supported_pipelines()[1] == before)"],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tmp_path / "ours")}, timeout=300)
-    assert probe.stdout.split() == ["integrate_bria.adapter", "Bria"], probe.stderr[-2000:]
+    # ours replaced cache-dit's entry under its own name, where it stands: the lookup order is cache-dit's
+    assert probe.stdout.split() == ["integrate_bria.adapter", "True"], probe.stderr[-2000:]
     bad = run_cli("generate", str(plan_dir), "--mode", "checkout", "--cache-dit-src", str(tmp_path),
                   "--replace-builtin")
     assert bad.returncode == 2 and "--replace-builtin" in bad.stderr
@@ -130,7 +133,7 @@ def test_a_planner_cache_dit_hands_out_by_prefix_for_other_models_is_read_from_i
     assert registration("cp", proof("HunyuanVideoTransformer3DModel")) == (where, None)  # its own model
 
 
-def _fake_row(row, diffusers_version, work, proofs):
+def _fake_row(row, diffusers_version, work, proofs, classes=frozenset()):
     """Stands in for a row's proofs (minutes each), in a pool process of its own."""
     from integrate.survey.records import AuditRow
 
@@ -151,3 +154,16 @@ def test_audit_rows_run_in_a_process_pool_and_come_back_in_order(monkeypatch, su
     assert [r.transformer_class for r in report.rows] == survey_order  # whatever finished first
     assert all(r.why.startswith("pid ") and r.why != f"pid {os.getpid()}" for r in report.rows)  # in the pool
     assert "2 at a time" in lines[0] and sum(": agree" in line for line in lines) == 3
+
+
+def test_a_planner_key_that_is_another_models_prefix_is_not_this_models_integration():
+    """cache-dit's TP planner registered as 'HunyuanVideo' answers HunyuanVideo15Transformer3DModel by prefix; the
+    installed diffusers defines HunyuanVideoTransformer3DModel, whose prefix it is. SkyReelsV2's own key is its own."""
+    from integrate.survey import class_names
+    from integrate.survey.audit import prefix_owner
+
+    names = class_names()
+    assert "HunyuanVideoTransformer3DModel" in names and "SkyReelsV2Transformer3DModel" in names
+    assert prefix_owner("HunyuanVideo", "HunyuanVideo15Transformer3DModel", names) == "HunyuanVideoTransformer3DModel"
+    assert prefix_owner("SkyReelsV2", "SkyReelsV2Transformer3DModel", names) is None
+    assert prefix_owner("QwenImageTransformer2DModel", "QwenImageTransformer2DModel", names) is None

@@ -91,3 +91,21 @@ def test_a_cp_plan_that_splits_nothing_is_vacuous(generated):
     with _planted(out, "cp_planner.py", CP_PLAN, "        plan = {}\n"):
         cp = _verify(plan_dir, out, "cp")
     assert cp["status"] == "vacuous" and "no context-parallel hook" in cp["why"], cp
+
+
+def test_a_cp_planner_that_cuts_inside_its_own_forward_is_engaged_by_the_shapes_its_modules_saw():
+    """cache-dit's Krea2 planner registers no hook: it replaces the transformer's forward and cuts the sequence
+    there. With no split hook, modules whose inputs on the rank are shaped otherwise than in the 1-process run are
+    the evidence; where every module saw the 1-process shapes, the pass is vacuous."""
+    from integrate.verify.proofs.locate import Baseline
+    from integrate.verify.proofs.parallel import engagement
+
+    base = Baseline({"input_shapes": {"blocks.0": {"hidden_states": [1, 64, 32]}}}, {}, None)
+    variant = {"name": "ulysses2", "ulysses": 2}
+    cut = [{"engaged": {"planners": [{"kind": "cp", "asked": "M", "found": True}]},
+            "input_shapes": {"blocks.0": {"hidden_states": [1, 32, 32]}}}]
+    engaged, status, why = engagement(variant, cut, base)
+    assert status is None and engaged.cp.local_inputs == 1 and "blocks.0.hidden_states" in engaged.cp.first_local
+    assert "no hook split a tensor" in why
+    whole = [{**cut[0], "input_shapes": {"blocks.0": {"hidden_states": [1, 64, 32]}}}]
+    assert engagement(variant, whole, base)[1] == "vacuous"

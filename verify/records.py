@@ -163,6 +163,10 @@ class CpEngagement:
     unfired: tuple[str, ...]
     split: int  # tensors a split hook cut
     splits: tuple[CpSplit, ...]  # those (or, where none was cut, what the hooks were given), at most 40
+    # 1.7, where no hook cut a tensor: modules whose tensor inputs on the rank are shaped otherwise than in the
+    # 1-process run (a planner that cuts inside a forward it replaces), and the first as "path.param full -> local"
+    local_inputs: int | Omit = OMIT
+    first_local: str | Omit = OMIT
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,7 @@ class PlannerLookup:
     file: str | Omit = OMIT
     line: int | Omit = OMIT
     why: str | Omit = OMIT  # the registry's refusal, when it found none
+    handed: bool | Omit = OMIT  # verify answered the lookup with the plugin's planner (the plugin could not register it)
 
 
 @dataclass(frozen=True)

@@ -178,9 +178,18 @@ def run_survey(paths: list[str], jobs: int | None = None, use_cache: bool = True
     return out
 
 
-def _defining(tasks: list[Task], classes: set[str], use_cache: bool = True) -> list[Task]:
+def class_names(use_cache: bool = True) -> frozenset[str]:
+    """Every class the surveyed files of the installed diffusers define at top level (a parse, cached by content)."""
+    tasks, _ = collect([])
+    names: set[str] = set()
+    _defining(tasks, set(), use_cache, names)
+    return frozenset(names)
+
+
+def _defining(tasks: list[Task], classes: set[str], use_cache: bool = True, seen: set[str] | None = None) -> list[Task]:
     """The tasks whose file defines one of `classes` at top level (a parse, none of the analysis; the names
-    each file defines are kept in the result cache by its content, so a second `--only` parses nothing)."""
+    each file defines are kept in the result cache by its content, so a second `--only` parses nothing). `seen`
+    collects every name found."""
     ws = Workspace()
     keep = []
     for task in tasks:
@@ -195,6 +204,8 @@ def _defining(tasks: list[Task], classes: set[str], use_cache: bool = True) -> l
                 continue
             if use_cache:
                 cache.store(key, {"classes": names}, [task.path])
+        if seen is not None:
+            seen.update(names)
         if classes & set(names):
             keep.append(task)
     return keep

@@ -60,7 +60,8 @@ def reproduce(row: SurveyRow, diffusers_version: str | None, proofs: tuple[str, 
     ])
 
 
-def audit_row(row: SurveyRow, diffusers_version: str | None, work: Path, proofs: tuple[str, ...]) -> AuditRow:
+def audit_row(row: SurveyRow, diffusers_version: str | None, work: Path, proofs: tuple[str, ...],
+              classes: frozenset[str] = frozenset()) -> AuditRow:
     started = time.monotonic()
     adapter = None
     support = row.already_supported
@@ -99,9 +100,9 @@ def audit_row(row: SurveyRow, diffusers_version: str | None, work: Path, proofs:
         for side, proof in (("cache_dit", t), ("ours", o)):
             if proof.why is not OMIT and proof.status != "pass":
                 extra[f"{side}_why"] = proof.why
-            if proof.first_divergence is not None:
+            if proof.first_divergence not in (None, OMIT):  # a proof that located no module has none
                 extra[f"{side}_first_divergence"] = proof.first_divergence.module
-        registers, lacks = registration(name, t)
+        registers, lacks = registration(name, t, classes)
         if registers is not OMIT:
             extra["cache_dit_registers"] = registers
         label, why = proof_label(fixture, t.status, o.status, lacks)
@@ -144,10 +145,14 @@ def proof_label(fixture: str, theirs: str, ours: str, lacks: str | None) -> tupl
     return ("ours-fails" if ours in BAD else "agree"), None
 
 
-def registration(name: str, proof) -> tuple[str | None | object, str | None]:
+def registration(name: str, proof, classes: frozenset[str] = frozenset()) -> tuple[str | None | object, str | None]:
     """(cache-dit's planner that answered, as "key -> file:line", or None when its registry has none; OMIT when
     the run recorded no lookup or the proof has no planner), and why cache-dit lacks an integration of its own
-    for this proof (None when it has one)."""
+    for this proof (None when it has one): its registry has none, or the planner that answered was handed out by a
+    name prefix that belongs to another model: it asserts other transformer classes, or the prefix is another
+    transformer class of the installed diffusers with something between (`HunyuanVideo` + `15` +
+    `Transformer3DModel`: HunyuanVideoTransformer3DModel's prefix, not HunyuanVideo15's). `classes`: the transformer
+    classes of the installed diffusers."""
     from integrate.analyzers.support import planner_accepts
 
     if name not in _KIND or proof.variants is OMIT:
@@ -167,7 +172,22 @@ def registration(name: str, proof) -> tuple[str | None | object, str | None]:
         return where, (f"cache-dit hands out its {_KIND[name]} planner {first.planner.rpartition('.')[2]} for the "
                        f"name prefix '{first.key}', but it is written for {', '.join(accepts[0])} (it asserts so at "
                        f"{Path(file).name}:{accepts[1]})")
+    owner = prefix_owner(first.key, first.asked, classes) if isinstance(first.key, str) else None
+    if owner is not None:
+        return where, (f"cache-dit hands out its {_KIND[name]} planner {first.planner.rpartition('.')[2]} for the "
+                       f"name prefix '{first.key}', which is {owner}'s: it registers none for {first.asked} itself")
     return where, None
+
+
+def prefix_owner(key: str, asked: str, classes: frozenset[str]) -> str | None:
+    """Another transformer class whose name is `key` followed by the tail of `asked`'s name, where `asked` has more
+    in between (`HunyuanVideo` | `15` | `Transformer3DModel`): the model the prefix was registered for."""
+    if not asked.startswith(key) or asked == key:
+        return None
+    rest = asked[len(key):]
+    owners = sorted(c for c in classes if c != asked and c.startswith(key) and len(c) > len(key)
+                    and rest.endswith(c[len(key):]) and len(c[len(key):]) < len(rest))
+    return owners[0] if owners else None
 
 
 def row_status(proofs: list[AuditProof]) -> str:
@@ -209,6 +229,10 @@ def run_audit(only: tuple[str, ...] = (), proofs: tuple[str, ...] = DEFAULT_PROO
     progress = progress or (lambda line: None)
     # quiet: a bad --only is one line, nothing before it; with --only, only the files defining those classes
     survey = api.survey(classes=tuple(only) or None, progress=lambda line: None)
+    # every class the installed diffusers' transformer files define (whose prefix a planner was registered under)
+    from . import class_names
+
+    classes = class_names(use_cache)
     rows = [r for r in survey.rows if r.status == "ok" and r.transformer_class and r.already_supported
             and r.already_supported.registered]
     if only:
@@ -247,10 +271,10 @@ def run_audit(only: tuple[str, ...] = (), proofs: tuple[str, ...] = DEFAULT_PROO
         if jobs == 1 or len(todo) <= 1:
             for i in todo:
                 progress(f"audit {rows[i].transformer_class} ...")
-                done(i, audit_row(rows[i], survey.diffusers.version, Path(tmp), proofs))
+                done(i, audit_row(rows[i], survey.diffusers.version, Path(tmp), proofs, classes))
         else:  # each row in a process of its own: its proofs start their own workers
             with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
-                futures = {pool.submit(audit_row, rows[i], survey.diffusers.version, Path(tmp), proofs): i
+                futures = {pool.submit(audit_row, rows[i], survey.diffusers.version, Path(tmp), proofs, classes): i
                            for i in todo}
                 for fut in as_completed(futures):
                     i = futures[fut]

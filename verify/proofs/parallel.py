@@ -12,7 +12,8 @@ import dataclasses
 from integrate.records import OMIT, Omit, from_json
 
 from .. import compare
-from ..records import Divergence, Engaged, InputShape, OutputShape, ParallelProof, Variant, WorkerError
+from ..records import (CpEngagement, Divergence, Engaged, InputShape, OutputShape, ParallelProof, Variant,
+                       WorkerError)
 from .locate import Baseline, worker_error
 
 
@@ -101,7 +102,7 @@ def judge(base: Baseline, variants: list[dict], runs: dict[str, tuple[list, list
             continue
         f = [compare.figures(base.out, a[f"{key}/out"]) for a in arrays]
         worst = max(f, key=lambda x: x.max_abs).as_dict()
-        engaged, short, said = engagement(variant, reps)
+        engaged, short, said = engagement(variant, reps, base)
         if worst["ok"]:
             noted = _noted(reps, said, "agrees, but " if short is None else "")
             rows[key] = Variant(short or "pass", **worst, **noted, engaged=engaged)
@@ -130,13 +131,19 @@ def recorded(reps: list) -> Engaged | Omit:
     return from_json(Engaged, raw) if isinstance(raw, dict) and raw else OMIT
 
 
-def engagement(variant: dict, reps: list) -> tuple[Engaged | Omit, str | None, str | None]:
+def engagement(variant: dict, reps: list, base: Baseline | None = None) -> tuple[Engaged | Omit, str | None,
+                                                                             str | None]:
     """(what rank 0 recorded of the plan having acted, the status that overrides a numeric pass, why): a TP plan key
     that matches no module fails; nothing sharded (TP) or split (CP) is `vacuous`; planned CP hooks that never fired
-    are said, and leave a pass a pass."""
+    are said, and leave a pass a pass. A CP planner may split inside a forward it replaces, with no hook (cache-dit's
+    Krea2): then modules whose tensor inputs on the rank are shaped otherwise than in the 1-process run are the
+    evidence that the sequence was cut."""
     engaged = recorded(reps)
     if engaged is OMIT:
         return OMIT, None, None
+    if (variant.get("ulysses") or variant.get("ring")) and base is not None and \
+            (engaged.cp is OMIT or not engaged.cp.split):
+        engaged = _with_local_inputs(engaged, reps, base)
     status, why = None, []
     tp, cp = engaged.tp, engaged.cp
     if variant.get("tp"):
@@ -151,14 +158,37 @@ def engagement(variant: dict, reps: list) -> tuple[Engaged | Omit, str | None, s
             why.append(f"nothing was sharded: each of the {tp.parameters} parameters keeps its full shape on every "
                        "rank")
     if variant.get("ulysses") or variant.get("ring"):
+        local = cp.local_inputs if cp is not OMIT and cp.local_inputs is not OMIT else 0
         if cp is OMIT:
             status, why = status or "vacuous", [*why, "no context-parallel hook was registered"]
-        elif not cp.split:
+        elif not cp.split and not local:
             status = status or "vacuous"
-            why.append(f"no tensor was split: {cp.hooks} hook(s) registered, {cp.fired} fired")
+            why.append(f"no tensor was split: {cp.hooks} hook(s) registered, {cp.fired} fired, and every module's "
+                       "inputs are shaped as in the 1-process run")
+        elif not cp.split:
+            why.append(f"no hook split a tensor ({cp.hooks} registered), but {local} module(s) ran on inputs cut "
+                       f"otherwise (the planner's own forward), first {cp.first_local}")
         if cp is not OMIT and cp.unfired:
             why.append(f"{len(cp.unfired)} planned hook(s) never fired, first {cp.unfired[0]}")
     return engaged, status, "; ".join(why) or None
+
+
+def _with_local_inputs(engaged: Engaged, reps: list, base: Baseline) -> Engaged:
+    """`engaged` with the modules whose tensor inputs on rank 0 differ in shape from the 1-process run's (the same
+    parameter of the same module), counted, and the first of them said."""
+    rank = next((r for r in reps if r is not None), None) or {}
+    here, whole = rank.get("input_shapes") or {}, base.report.get("input_shapes") or {}
+    differ = []
+    for path, shapes in here.items():
+        for name, shape in shapes.items():
+            full = (whole.get(path) or {}).get(name)
+            if full is not None and list(full) != list(shape):
+                differ.append(f"{path}.{name} {tuple(full)} -> {tuple(shape)}")
+                break
+    if not differ:
+        return engaged
+    cp = engaged.cp if engaged.cp is not OMIT else CpEngagement(0, 0, (), 0, ())
+    return dataclasses.replace(engaged, cp=dataclasses.replace(cp, local_inputs=len(differ), first_local=differ[0]))
 
 
 def _with_inputs(base: Baseline, div: Divergence | None, reps: list) -> Divergence | None:
