@@ -14,7 +14,7 @@ from integrate.gate.records import GateReport
 
 from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
-ANALYSIS_SCHEMA_VERSION = "1.13"
+ANALYSIS_SCHEMA_VERSION = "1.14"
 
 
 @dataclass(frozen=True)
@@ -473,6 +473,9 @@ class SupportNote:
     registered: bool
     matches: tuple[SupportMatch, ...]
     prefix_only: str | Omit = OMIT  # why a prefix match is not support, when its adapter asserts other classes
+    # "cp" / "tp" -> the planner name cache-dit registers that answers a lookup of the transformer class first,
+    # "'key' (file:line)" (1.16): a plugin cannot register its own planner ahead of it through the public API
+    planners: dict[str, str] | Omit = OMIT
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ Reported beside the analysis, clearly labelled; never used as the analysis.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import libcst as cst
@@ -51,6 +52,48 @@ def registered_adapters(ws: Workspace) -> dict[str, str]:
 
 
 _ACCEPTS: dict[str, tuple[str, ...] | None] = {}
+
+
+def registered_planners(ws: Workspace, package: str, register: str) -> dict[str, str]:
+    """{name prefix: "file:line"} for every `@<register>.register("...")` class decorator in the folder that
+    defines `register` (cache-dit's planners sit beside their registry), read statically; {} when not found.
+    The folder's files are read with the standard `ast` (a tenth of a full syntax tree's time, every plan pays it)
+    and a decorator counts where its name is `register` as imported or defined in that file."""
+    try:
+        found = ws.locate_class(package, register)
+    except InputError:
+        return {}
+    return dict(_planner_table(str(found.src.path.parent), register))
+
+
+@functools.lru_cache(maxsize=8)
+def _planner_table(folder: str, register: str) -> tuple[tuple[str, str], ...]:
+    import ast
+
+    out: dict[str, str] = {}
+    for path in sorted(Path(folder).glob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OSError):
+            continue
+        names = {a.asname or a.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                 for a in node.names if a.name == register}
+        names |= {node.name for node in tree.body if isinstance(node, ast.ClassDef) and node.name == register}
+        for node in ast.walk(tree) if names else ():
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for deco in node.decorator_list:
+                if (isinstance(deco, ast.Call) and isinstance(deco.func, ast.Attribute) and deco.func.attr == "register"
+                        and isinstance(deco.func.value, ast.Name) and deco.func.value.id in names and deco.args
+                        and isinstance(deco.args[0], ast.Constant) and isinstance(deco.args[0].value, str)):
+                    out.setdefault(deco.args[0].value, f"{path}:{node.lineno}")
+    return tuple(out.items())
+
+
+def answered_by(name: str, registered: dict[str, str]) -> str | None:
+    """A registered name that answers a lookup of `name` (one `name` starts with), which a registration added later
+    through cache-dit's public API cannot go ahead of; None when none does."""
+    return next((key for key in registered if name.startswith(key)), None)
 
 
 def _accepted_classes(fn: cst.FunctionDef) -> tuple[str, ...] | None:
@@ -103,8 +146,16 @@ def support_note(ws: Workspace, pipeline_class: str | None, transformer_class: s
     refused = bool(transformer_class) and any(m.accepts and transformer_class not in m.accepts for m in matches)
     prefix_only = (f"cache-dit's adapter for the prefix accepts only "
                    f"{', '.join(next(m.accepts for m in matches if m.accepts))}") if refused else OMIT
+    planners = {}
+    for kind, register in (("cp", "ContextParallelismPlannerRegister"), ("tp", "TensorParallelismPlannerRegister")):
+        table = registered_planners(ws, "cache_dit.distributed.transformers.register", register)
+        key = answered_by(transformer_class or "", table) if transformer_class else None
+        if key is not None:
+            file, _, line = table[key].rpartition(":")
+            planners[kind] = f"'{key}' ({Path(file).name}:{line})"
     return SupportNote("reported beside the analysis: the installed cache-dit's own adapter registry",
-                       bool(adapters), bool(matches) and not refused, tuple(matches), prefix_only)
+                       bool(adapters), bool(matches) and not refused, tuple(matches), prefix_only,
+                       planners if planners else OMIT)
 
 
 def cache_defaults(ws: Workspace) -> CacheDefaults | None:

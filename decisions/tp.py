@@ -102,7 +102,11 @@ def _plan_list(b: BlockStructure) -> TpList:
         attrs = _shard_div_attrs(a)
         if attrs:
             shard[a.path] = tuple(attrs)
-            if a.rope_at is not None and a.in_projs:
+            if a.rope_at is not None and a.in_projs and a.processor is None:
+                # the cut wraps the processor's call: with none, an entry would be a no-op in the planner
+                notes.append(f"`{a.path}` applies RoPE with no processor ({a.rope_at.why}): a RoPE as wide as the "
+                             "whole projection is not cut to the rank's columns")
+            elif a.rope_at is not None and a.in_projs:
                 rope[a.path] = a.in_projs[0].removeprefix(a.path + ".")  # relative to the attention module
                 evidence.append(Evidence(a.rope_at.file, a.rope_at.line,
                                          f"`{a.path}`: {a.rope_at.why}; a RoPE tensor as wide as `{a.in_projs[0]}`'s "

@@ -23,10 +23,11 @@ import libcst as cst
 from integrate.analyzers.records import Analysis, Finding
 from integrate.decisions import patch_findings
 from integrate.decisions.cp import TEXT_STREAMS
+from integrate.decisions.matrix import rows as matrix_rows
 from integrate.decisions.records import Approval, Plan
 
 from integrate import __version__, escape
-from integrate.records import to_json
+from integrate.records import OMIT, to_json
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, find_method
 from integrate.syntax import body_of, params_of, walk_statements
@@ -101,6 +102,22 @@ class _Build:
         self.common = {"m": self.data["model"], "plan_sha": escape.Code(sha[:12]),
                        "supported": bool(support and support.registered) and not self.replace_builtin,
                        "replace": self.replace_builtin, "native": self.native}
+
+    def answered_by(self, kind: str, name: str) -> str | None:
+        """Where a plugin cannot register `name` through cache-dit's public API: a name the installed cache-dit
+        registers answers a lookup of `name` first (the plan's support note, read statically), and a registration
+        goes at the end. Returns "'key' (file:line)", or None (and always None in a checkout, where the import
+        order puts ours first). `kind`: adapter (`name`: one the adapter is registered under), cp or tp (the
+        transformer's class)."""
+        support = self.plan.already_supported
+        if self.native or support is None:
+            return None
+        if kind == "adapter":
+            key = next((m for m in support.matches if name.startswith(m.prefix)), None)
+            return f"'{key.prefix}' ({Path(key.adapter.rpartition(':')[0]).name}:{key.adapter.rpartition(':')[2]})" \
+                if key else None
+        planners = support.planners if support.planners is not OMIT else {}
+        return planners.get(kind)
 
     def piece(self, role: str, module: str, symbol: str, template: str, **ctx: Any) -> None:
         self.pieces.append(Piece(role, module, symbol, _render(template, **ctx, **self.common)))
@@ -268,6 +285,8 @@ def _adapter(b: _Build) -> dict:
         "holder": holder if elsewhere else None,
         "holder_at": f"{Path(at.file).name}:{at.line}" if at is not None else "",
         "prefix": None if third_party else prefix, "also": also, "func": f"{b.name}_adapter", "blocks": blocks,
+        # the class name cache-dit looks the adapter up by (a pipeline's, or the transformer's alone)
+        "lookup": b.m.transformer_class if b.m.no_pipeline else p_cls,
         "third_party": third_party,
         "has_separate_cfg": bool(separate), "cfg_why": cfg_why,
         "check_forward_pattern": all(x.check_forward_pattern for x in cache.block_lists),
@@ -282,6 +301,8 @@ def _adapter(b: _Build) -> dict:
         imports.append(("torch", None))
     elif not b.common["supported"]:  # registered only when cache-dit's own adapter does not accept the model
         imports.append(("cache_dit.caching.block_adapters.block_registers", "BlockAdapterRegister"))
+        if not b.native and not b.replace_builtin:  # says so where a built-in name answers first
+            imports.append(("logging", None))
     if b.functor:
         imports.append((b.functor["module"], b.functor["cls"]))
     if b.manual_patch:
@@ -298,11 +319,41 @@ def _adapter(b: _Build) -> dict:
             b.notes.append(f"cache-dit's own adapter accepts {b.m.transformer_class}: the plugin registers no "
                            "adapter over it, and its planners only where cache-dit has none")
         else:
-            b.registered["adapter"] = prefix if also is None else f"{prefix}, {also}"
+            names = [n for n in (prefix, also) if n]
+            taken = {n: b.answered_by("adapter", n) for n in names} if not b.replace_builtin else {}
+            for n, key in taken.items():
+                if key:
+                    b.notes.append(f"cache-dit's adapter registered as {key} answers {n} first, and its public API "
+                                   f"cannot register ours ahead: the plugin leaves {n} unregistered; hand the adapter "
+                                   f"over (`cache_dit.enable_cache({adapter['func']}(pipe), ...)`) or write it into "
+                                   "a checkout (--mode checkout)")
+            kept = [n for n in names if not taken.get(n)]
+            if kept:
+                b.registered["adapter"] = ", ".join(kept)
+            if len(kept) < len(names):
+                b.notes.append("the cache rows of test_matrix.sh run through cache-dit's registry, which answers "
+                               "this pipeline with a built-in adapter, not ours, until it is written into a checkout")
     return adapter
 
 
 # -- parallelism ------------------------------------------------------------------------------------
+
+
+def _planner_registered(b: _Build, kind: str, cls: str, hand_over: str) -> bool:
+    """Record a CP / TP planner as registered under the transformer's class name, unless a name the installed
+    cache-dit registers answers for it first (then a note says so: cache-dit's own planner of a model it supports
+    staying in charge, or how to hand ours over)."""
+    key = b.answered_by(kind, b.m.transformer_class)
+    if key is None:
+        b.registered[f"{kind}_planner"] = b.m.transformer_class
+        return True
+    if b.common["supported"]:
+        b.notes.append(f"cache-dit's {kind.upper()} planner registered as {key} answers {b.m.transformer_class}: it "
+                       f"stays in charge, and {cls} is not registered")
+    else:
+        b.notes.append(f"cache-dit's {kind.upper()} planner registered as {key} answers {b.m.transformer_class} "
+                       f"first, and its public API cannot register ours ahead: {cls} is not registered; {hand_over}")
+    return False
 
 
 def _cp_planner(b: _Build) -> str | None:
@@ -324,14 +375,14 @@ def _cp_planner(b: _Build) -> str | None:
                ("cache_dit.distributed.transformers.register", "ContextParallelismPlanner")]
     if not unregistered:
         imports.append(("cache_dit.distributed.transformers.register", "ContextParallelismPlannerRegister"))
+        if not b.native and not b.common["supported"]:  # the warning where a name of cache-dit's answers first
+            imports.append(("logging", None))
     if mask:
         imports += [("inspect", None), ("torch", None), ("torch.distributed as dist", None)]
-    if cp.local_attention or cp.run_whole:
-        imports.append(("copy", None))
     if cp.run_whole:
         imports += [("inspect", None), ("torch", None), ("torch.distributed as dist", None)]
     if cp.sdpa_mend:
-        imports += [("contextvars", None), ("copy", None), ("importlib", None), ("types", None),
+        imports += [("contextvars", None), ("importlib", None), ("types", None),
                     ("cache_dit.attention", "_dispatch_attention_fn")]
     if cp.kv_expand or cp.mask_mend:
         imports += [("functools", None), ("importlib", None), ("inspect", None)]
@@ -358,8 +409,9 @@ def _cp_planner(b: _Build) -> str | None:
         b.notes.append(f"{b.m.transformer_class} is no diffusers model: the CP planner is registered nowhere (a "
                        "short class name would answer for cache-dit's own models by prefix); hand its plan over: "
                        f"`config.cp_plan = {cp_cls}().apply(transformer=model, parallelism_config=config)`")
-    else:
-        b.registered["cp_planner"] = b.m.transformer_class
+    elif not _planner_registered(b, "cp", cp_cls, "hand its plan over: `config.cp_plan = "
+                                 f"{cp_cls}().apply(transformer=model, parallelism_config=config)`"):
+        pass
     if cp.rope_drift_fix.needed:
         b.manual.append("RoPE drift fix: positions are computed from a local length after a root split")
     if any("{" in k for k in cp.plan):
@@ -394,7 +446,7 @@ def _tp_planner(b: _Build) -> str | None:
     rope = {x.attr: dict(x.rope_shard) for x in tp.block_lists if x.rope_shard}
     imports = [("logging", None)] + ([("torch", None)] if rearrange or scan or chunked or rope else [])
     if rope:
-        imports += [("copy", None), ("inspect", None)]
+        imports.append(("inspect", None))
     imports += [("cache_dit.distributed.utils", "shard_div_attr"),
                 ("cache_dit.distributed.transformers.register", "TensorParallelismPlanner"),
                 ("cache_dit.distributed.transformers.register", "TensorParallelismPlannerRegister"),
@@ -405,7 +457,8 @@ def _tp_planner(b: _Build) -> str | None:
             imports=import_block(imports), parts=_parts(b.patch), rearrange=rearrange, norms=norms, scan=scan,
             chunked=chunked, rope=rope,
             tp_prefix=b.m.transformer_class, tp_cls=tp_cls)
-    b.registered["tp_planner"] = b.m.transformer_class
+    _planner_registered(b, "tp", tp_cls, "cache-dit's TP takes planners from its registry only: write it into a "
+                        "checkout (--mode checkout); verify hands it over to prove it")
     for k in tp.patch_kernels_first:
         b.notes.append(f"check before TP: {k.why} ({Path(k.file).name}:{k.line})")
     for x in tp.block_lists:
@@ -423,14 +476,14 @@ def _encoders(b: _Build) -> list[str]:
             te_cls = f"{camel(te.cls)}TensorParallelismPlanner"
             module = escape.ident(f"te_{te.component}")
             source = te.tp_plan_source
-            imports = [("cache_dit.distributed.text_encoders.register", n) for n in
+            imports = [("logging", None)] * (not b.native) + [("cache_dit.distributed.text_encoders.register", n) for n in
                        ("TextEncoderTensorParallelismPlanner", "TextEncoderTensorParallelismPlannerRegister")] + [
                        ("torch.distributed.tensor.parallel", n) for n in
                        ("ColwiseParallel", "RowwiseParallel", "parallelize_module")]
             b.piece("te_planner", module, te_cls, "te_planner.py.j2", imports=import_block(imports),
                     te={**data, "source": f"{Path(source.file).name}:{source.line}"},
                     plans=_te_layer_plans(te.tp_plan), te_cls=te_cls)
-            b.registered[f"te_planner:{te.component}"] = te.cls
+            b.registered[f"te_planner:{te.component}"] = te.cls  # written where no planner answers for te.cls
             te_modules.append(module)
         elif te.supported:
             b.notes.append(f"{te.component} `{te.cls}`: TE-P already supported by cache-dit")
@@ -467,11 +520,13 @@ def _example(b: _Build) -> None:
             ("Example", "ExampleInitConfig", "ExampleInputData", "ExampleRegister", "ExampleType")]
         if inputs:
             imports.insert(0, ("ast", None))
-        # a plugin runs where the plan was made; a checkout is for cache-dit's tree, where a local path means nothing
-        default = hub_id(m.model_path) if not b.stubs else m.model_path
-        if not b.stubs and default is None:
+        # a folder of this machine means nothing on another (a plugin is shared, a checkout merged): the default is
+        # the hub id the folder is a snapshot of, else none and the variable must be set
+        default = hub_id(m.model_path)
+        if default is None:
             b.notes.append(f"no hub id is known for {m.model_path or 'the model'}: the example has no default "
-                           f"model and reads ${m.env_var}; _env_path_mapping is left unchanged")
+                           f"model and reads ${m.env_var} (export {m.env_var}=<the model folder>)"
+                           + ("; _env_path_mapping is left unchanged" if not b.stubs else ""))
         b.piece("example", "example", f"{b.name}_example", "example.py.j2", imports=import_block(imports),
                 default_path=default, task_type=m.example_type_guess, pipeline_cls=pipeline_cls,
                 example_func=f"{b.name}_example",
@@ -489,17 +544,13 @@ def _example(b: _Build) -> None:
 
 def _package(b: _Build, adapter: dict, cp_cls: str | None, tp_cls: str | None, te_modules: list[str]) -> None:
     plan, import_name = b.plan, b.import_name
-    cp = plan.parallelism.cp
     task = b.m.example_type_guess
-    uaa = any(v.needed for v in cp.ulysses_anything.values())
-    vae = plan.vae
     if not b.m.no_pipeline:  # the matrix runs the example through cache-dit's generate CLI
         b.extra["test_matrix.sh"] = _render(
-            "test_matrix.sh.j2", import_name=import_name, uaa=uaa, tep=bool(plan.text_encoders), bn=cp.cache_bn_min,
-            ring=not cp.mask_reorder.needed and not cp.ring_blocked_by, vaep=bool(vae and vae.supported),
-            ext="mp4" if task in ("T2V", "I2V") else "png",
+            "test_matrix.sh.j2", import_name=import_name, rows=matrix_rows(plan),
+            ext="mp4" if "V" in (task or "") else "png",
             inputs=list(plan.example_inputs) if "example" in b.registered else [],
-            **b.common)
+            default_model=hub_id(b.m.model_path), **b.common)
     contents = [f"{p.role}: `{p.symbol}` ({p.module}.py)" for p in b.pieces]
     modules = sorted(["_activate"] + [p.module for p in b.pieces])
     activate = [("cache_dit.distributed.transformers.planners", "_activate_cp_planners"),

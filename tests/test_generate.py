@@ -345,8 +345,10 @@ def test_an_adapter_is_found_by_the_transformer_alone_where_the_pipeline_prefix_
     assert json.loads(gen.stdout)["registered"]["adapter"] == "Kandinsky6TI2VA, Kandinsky6Transformer3DModel"
     code = ("import integrate_kandinsky6_ti2_va\n"
             "from cache_dit.caching.block_adapters.block_registers import BlockAdapterRegister as R\n"
-            "names = list(R._adapters)\n"
-            "print(sorted(n for n in names[:2]), R._adapters['Kandinsky6TI2VA'] is R._adapters["
+            "names = R.supported_pipelines()[1]\n"  # cache-dit's lookup: the first name a class starts with
+            "first = [next(n for n in names if c.startswith(n)) for c in "
+            "('Kandinsky6TI2VAPipeline', 'Kandinsky6Transformer3DModel')]\n"
+            "print(sorted(first), R._adapters['Kandinsky6TI2VA'] is R._adapters["
             "'Kandinsky6Transformer3DModel'])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path / "out",
                           timeout=300, check=False)
@@ -381,3 +383,38 @@ def test_a_change_no_rewrite_answers_becomes_a_stub_with_its_contract_and_a_fill
     (plugin / "manual_patch.py").write_text(stub.replace("Contract", "Contract (read)"))  # still a stub
     run_cli("generate", str(plan_dir), "--out", str(tmp_path / "out"))
     assert (plugin / "manual_patch.py").read_text() == stub
+
+
+def test_the_gpu_matrix_lists_the_same_rows_in_the_script_pr_and_verify_and_none_for_a_missing_planner(tmp_path):
+    """test_matrix.sh, `verify --gpu --print` (and PR.md, which embeds the script) take their rows from one list
+    (decisions/matrix.py); a plan with no CP planner and none of cache-dit's has no CP row."""
+    import dataclasses
+    import shlex
+
+    from integrate.decisions.matrix import rows
+
+    model = make_model_dir(tmp_path / "m", "SanaVideoPipeline", "SanaVideoTransformer3DModel")
+    plan_dir, _, gen = _plan_approve_generate(model, tmp_path)
+    assert gen.returncode == 0, gen.stderr
+    script = [shlex.split(line) for line in (tmp_path / "out" / "test_matrix.sh").read_text().splitlines()
+              if line.startswith("run ")]
+    printed = run_cli("verify", str(plan_dir), "--generated", str(tmp_path / "out"), "--gpu", "--print")
+    commands = [shlex.split(line) for line in printed.stdout.splitlines() if line.startswith(("python ", "torchrun "))]
+
+    def row(words):  # (processes, the flags before the output file, the output file's name)
+        n = int(words[1]) if words[0] == "run" else (1 if words[0] == "python" else int(words[1].split("=")[1]))
+        flags = words[2:] if words[0] == "run" else words[words.index("sana_video") + 1:]
+        cut = flags.index("--save-path")
+        return n, flags[:cut], Path(flags[cut + 1]).name
+
+    assert [row(w) for w in script] == [row(w) for w in commands] and len(script) >= 6
+    from integrate.decisions.records import Plan
+    from integrate.records import from_json
+
+    plan = from_json(Plan, json.loads((plan_dir / "plan.json").read_text()))
+    names = [r.name for r in rows(plan)]
+    assert "ulysses2" in names and "tp2" in names
+    bare = dataclasses.replace(plan, parallelism=dataclasses.replace(
+        plan.parallelism, cp=dataclasses.replace(plan.parallelism.cp, plan={}),
+        tp=dataclasses.replace(plan.parallelism.tp, block_lists=())))
+    assert [r.name for r in rows(bare)] == ["baseline", "cache"]  # no planner written, none of cache-dit's

@@ -1,6 +1,6 @@
 """Transformer-only integration (`--no-pipeline --separate-cfg yes|no`): a model the installed diffusers has
 no pipeline for. Without both flags the gate still refuses; with them the chain runs to a proof, the adapter
-registered under the transformer's class name (cache-dit looks a bare transformer up by it)."""
+written for the transformer's class name (cache-dit looks a bare transformer up by it)."""
 
 from __future__ import annotations
 
@@ -51,11 +51,14 @@ def test_a_transformer_only_plan_generates_and_proves_the_declared_cfg_style(mod
     assert run_cli("approve", str(plan_dir), "--reviewer", "Ada").returncode == 0
     gen = run_cli("generate", str(plan_dir), "--out", str(out), "--json")
     report = json.loads(gen.stdout)
-    assert report["registered"]["adapter"] == CLASS  # a bare transformer is looked up by its class name
+    # a bare transformer is looked up by its class name, which cache-dit's `Flux` answers first: through its public
+    # API the plugin cannot register ahead of it, and says so (verify hands the adapter over to prove it)
+    assert "adapter" not in report["registered"]
+    assert any(f"registered as 'Flux' (adapters.py:" in n and f"answers {CLASS} first" in n for n in report["notes"])
     assert "example" not in report["registered"] and not (out / "test_matrix.sh").exists()
     assert any("transformer-only" in n for n in report["notes"])
 
     proof = run_cli("verify", str(plan_dir), "--generated", str(out), "--proof", "cache", "--json")
     cache = json.loads(proof.stdout)["cache"]
     assert cache["status"] == "pass", cache
-    assert cache["has_separate_cfg"] is True  # the registered adapter answered for the transformer alone
+    assert cache["has_separate_cfg"] is True  # ours answered for the transformer alone (cache-dit's Flux says False)

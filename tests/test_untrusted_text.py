@@ -310,7 +310,7 @@ def test_the_prescribed_command_ignores_a_cache_dit_py_in_the_working_directory(
     assert done.returncode == 0, done.stderr[-2000:]
     assert not (work / "marker").exists()
     matrix = (tmp_path / "out" / "test_matrix.sh").read_text()
-    assert "run1() { python -P -m " in matrix and "export PYTHONSAFEPATH=1" in matrix
+    assert "        python -P -m integrate_motif_video " in matrix and "export PYTHONSAFEPATH=1" in matrix
 
 
 # -- 7. smaller promises ------------------------------------------------------------------------------------------

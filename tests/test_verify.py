@@ -277,6 +277,16 @@ def test_a_checkouts_pr_description_carries_the_saved_cpu_proofs(motif, tmp_path
     for proof in ("state\\_dict", "cache", "cp", "tp"):
         assert f"| {proof} | pass |" in pr, pr
     assert "ulysses2: pass (max abs" in pr.replace("\\", "")
+    assert "None" not in pr and ":0`" not in pr  # no hole where a value or a line is missing
+    # a report with a variant that stopped (no figure) and no timing still leaves no hole
+    stopped = json.loads(json.dumps(report))
+    stopped.pop("seconds", None)
+    first = next(iter(stopped["tp"]["variants"]))
+    stopped["tp"]["variants"][first] = {"status": "error", "why": "stopped"}
+    saved.write_text(json.dumps(stopped))
+    assert run_cli(*args, "--verify-report", str(saved)).returncode == 0
+    pr = (tmp_path / "pr" / "PR.md").read_text()
+    assert f"{first}: error" in pr.replace("\\", "") and "None" not in pr
     other = tmp_path / "other.json"
     other.write_text(json.dumps({**report, "model": {**report["model"], "transformer_class": "FluxTransformer2DModel"}}))
     for bad, needle in ((other, "not of MotifVideoTransformer3DModel"), (plan_dir / "plan.json", "not the JSON of")):

@@ -15,6 +15,7 @@ import math
 import os
 import sys
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 from integrate.verify.engagement import Engagement
@@ -747,17 +748,28 @@ def _uneven_all_gather(dist) -> None:
 
 
 class _Plugin:
-    """What this worker hands cache-dit itself, read from the imported plugin: its transformer-only adapter (a model
-    no diffusers pipeline runs) and its CP planner where it is registered nowhere (a plain torch module); None
-    where the plugin registers them."""
+    """What this worker hands cache-dit itself, read from the imported plugin: what it could not register through
+    cache-dit's public API (a transformer-only adapter for a model no diffusers pipeline runs; an adapter or planner
+    whose name a registration of cache-dit's answers first; a CP planner for a plain torch module). None where the
+    plugin registers it (or defers to cache-dit's own)."""
 
     adapter = None
     cp_planner = None
+    tp_planner = None
 
     @classmethod
     def read(cls, plugin) -> None:
-        cls.adapter = getattr(plugin, "ADAPTER", None)
+        cls.adapter = None
+        if getattr(plugin, "ADAPTER_REGISTERED", True) is False and getattr(plugin, "ADAPTER", None) is not None:
+            fn = plugin.ADAPTER
+            if getattr(plugin, "ADAPTER_TRANSFORMER_ONLY", False):
+                cls.adapter = fn
+            else:  # a pipeline's adapter, given the transformer in cache-dit's stand-in pipeline
+                from cache_dit.caching import FakeDiffusionPipeline
+
+                cls.adapter = lambda model: fn(FakeDiffusionPipeline(model))
         cls.cp_planner = plugin.CP_PLANNER if getattr(plugin, "CP_PLANNER_REGISTERED", True) is False else None
+        cls.tp_planner = plugin.TP_PLANNER if getattr(plugin, "TP_PLANNER_REGISTERED", True) is False else None
 
 
 def _adapter_for(model):
@@ -868,14 +880,42 @@ def _setup_parallel(model, variant: dict, fx) -> None:
     pc = ParallelismConfig(**cfg)
     if _Plugin.cp_planner is not None and (variant.get("ulysses") or variant.get("ring")):  # as the plugin says to
         pc.cp_plan = _Plugin.cp_planner().apply(transformer=model, parallelism_config=pc)
-    if variant.get("cache"):
-        # through the adapter: cache-dit's transformer-only path cannot add parallelism after caching
-        adapter = _adapter_for(model)
-        # `bn`: the plan's `cache_bn_min` (a gather on a cached list's last block keeps that block among the last)
-        config = _cache_config(0.0, fx.STEPS, fx.STEPS, variant.get("bn", 0))
-        cache_dit.enable_cache(adapter, cache_config=config, parallelism_config=pc)
-    else:
-        cache_dit.enable_cache(model, parallelism_config=pc)
+    with _tp_handed(_Plugin.tp_planner if variant.get("tp") else None):
+        if variant.get("cache"):
+            # through the adapter: cache-dit's transformer-only path cannot add parallelism after caching
+            adapter = _adapter_for(model)
+            # `bn`: the plan's `cache_bn_min` (a gather on a cached list's last block keeps that block among the last)
+            config = _cache_config(0.0, fx.STEPS, fx.STEPS, variant.get("bn", 0))
+            cache_dit.enable_cache(adapter, cache_config=config, parallelism_config=pc)
+        else:
+            cache_dit.enable_cache(model, parallelism_config=pc)
+
+
+@contextmanager
+def _tp_handed(planner):
+    """cache-dit's TP takes a planner from its registry only: where the plugin could not register its own (a name
+    cache-dit registered answers first), the proof hands it over by answering the lookup with it for the setup's
+    length (this harness only; the plugin itself never touches the registry). The lookup is recorded as handed."""
+    if planner is None:
+        yield
+        return
+    from cache_dit.distributed.transformers.register import TensorParallelismPlannerRegister as register
+
+    original = vars(register)["get_planner"]
+
+    def handed(cls, transformer, *args, **kwargs):
+        e = Engagement.current
+        if e is not None:
+            e.planners.append({"kind": "tp", "asked": transformer if isinstance(transformer, str) else
+                               type(transformer).__name__, "found": True, "handed": True,
+                               "planner": f"{planner.__module__}.{planner.__qualname__}"})
+        return planner
+
+    register.get_planner = classmethod(handed)
+    try:
+        yield
+    finally:
+        register.get_planner = original
 
 
 def main() -> None:

@@ -8,13 +8,13 @@ so and reports no figures.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from integrate.decisions.matrix import rows as matrix_rows
 from integrate.decisions.records import Plan
 
 from integrate.escape import dotted, ident
@@ -52,30 +52,11 @@ class Row:
 
 
 def matrix(plan: Plan, out: str) -> list[Row]:
-    """Baseline, cache, Ulysses 2, ring 2, TP 2, TP + TE-P, TP + VAE-P, Ulysses + TP: the rows the plan
-    allows (TE-P only with a text-encoder plan, ring not when a mask must be reordered or reaches attention at all:
-    cache-dit's ring takes no mask)."""
+    """The plan's GPU matrix (decisions/matrix.py: the same rows test_matrix.sh and PR.md list), as commands."""
     video = "V" in (plan.model.example_type_guess or "")
     ext = "mp4" if video else "png"
-    cp = plan.parallelism.cp
-    two = cp.ulysses_anything.get("2")
-    uaa = ["--ulysses-anything"] if two is not None and two.needed else []
-    rows = [Row("baseline", 1, (), f"{out}/base.{ext}"), Row("cache", 1, ("--cache", "--summary"), f"{out}/cache.{ext}")]
-    if cp.plan:
-        rows.append(Row("ulysses2", 2, ("--parallel", "ulysses", *uaa), f"{out}/ulysses2.{ext}"))
-        if not cp.mask_reorder.needed and not cp.ring_blocked_by:
-            rows.append(Row("ring2", 2, ("--parallel", "ring"), f"{out}/ring2.{ext}"))
-    if plan.parallelism.tp.block_lists:
-        rows.append(Row("tp2", 2, ("--parallel", "tp"), f"{out}/tp2.{ext}"))
-        if plan.text_encoders:
-            rows.append(Row("tp2+te-p", 2, ("--parallel", "tp", "--parallel-text"), f"{out}/tp2_tep.{ext}"))
-        if plan.vae:
-            rows.append(Row("tp2+vae-p", 2, ("--parallel", "tp", "--parallel-vae"), f"{out}/tp2_vaep.{ext}"))
-        if cp.plan:
-            # cache-dit derives the degrees from the process count: 2 x 2 needs 4 processes
-            rows.append(Row("ulysses2+tp2", 4, ("--parallel", "ulysses_tp", *uaa), f"{out}/ulysses_tp.{ext}"))
-    inputs = tuple((i.flag, i.env_var) for i in plan.example_inputs)
-    return [dataclasses.replace(r, inputs=inputs) for r in rows]  # every row takes what the pipeline requires
+    inputs = tuple((i.flag, i.env_var) for i in plan.example_inputs)  # every row takes what the pipeline requires
+    return [Row(r.name, r.gpus, r.args, f"{out}/{r.stem}.{ext}", inputs) for r in matrix_rows(plan)]
 
 
 def gpu_count() -> int:

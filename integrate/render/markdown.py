@@ -67,7 +67,8 @@ def revise_command(alt: dict[str, Any], index: int) -> str:
 _ENV.filters["code"] = code_span
 _ENV.filters["revise_command"] = revise_command
 _ENV.filters["md_text"] = md_text
-
+_ENV.filters["where"] = lambda e: f"{Path(str(e['file'])).name}:{e['line']}" if e.get("line") else \
+    Path(str(e["file"])).name  # a line of 0 is no line: not written
 
 def cp_code(plan: dict[str, Any]) -> str:
     """The CP hook plan written the way a cache-dit planner spells it."""
@@ -109,13 +110,19 @@ def _proof_detail(name: str, proof: dict[str, Any]) -> str:
         parts.append(str(proof["why"]))
     variants = proof.get("variants") if isinstance(proof.get("variants"), dict) else {}
     for variant, v in variants.items():
-        if isinstance(v, dict):
-            parts.append(f"{variant}: {v.get('status')} (max abs {v.get('max_abs')})")
+        if isinstance(v, dict):  # a variant that stopped has no figure: none is written (never "None")
+            figure = v.get("max_abs")
+            parts.append(f"{variant}: {v.get('status')}" + (f" (max abs {figure:.3g})"
+                                                             if isinstance(figure, (int, float)) else ""))
     on = proof.get("caching_on") if isinstance(proof.get("caching_on"), dict) else {}
     if name == "cache" and on:
-        parts.append(f"cached steps {on.get('cached_steps')}, max rel L2 {on.get('max_rel_l2')}")
-    if proof.get("first_divergence"):
-        parts.append(f"first divergence: {proof['first_divergence']}")
+        said = [f"{label} {on[key]:.3g}" if isinstance(on.get(key), float) else f"{label} {on[key]}"
+                for key, label in (("cached_steps", "cached steps"), ("max_rel_l2", "max rel L2"))
+                if on.get(key) is not None]
+        parts += said
+    divergence = proof.get("first_divergence")
+    if isinstance(divergence, dict) and divergence.get("module"):
+        parts.append(f"first divergence: {divergence['module']}")
     return "; ".join(parts) or "-"
 
 
@@ -124,8 +131,9 @@ def proof_rows(report: dict[str, Any]) -> dict[str, Any]:
     fixture = report.get("fixture") if isinstance(report.get("fixture"), dict) else {}
     rows = [{"name": name, "status": report[name].get("status"), "detail": _proof_detail(name, report[name])}
             for name in ("state_dict", "cache", "cp", "tp", "full_size") if isinstance(report.get(name), dict)]
-    return {"rows": rows, "seconds": report.get("seconds"),
-            "fixture_source": f"fixture {fixture.get('status')}, inputs from {fixture.get('source')}"}
+    source = f"fixture {fixture.get('status') or 'unknown'}" + (
+        f", inputs from {fixture['source']}" if fixture.get("source") else "")
+    return {"rows": rows, "seconds": report.get("seconds"), "fixture_source": source}
 
 
 def pr_markdown(*, plan: dict[str, Any], approval: dict[str, Any], registered: dict[str, str], files: list[str],

@@ -3,8 +3,9 @@
 # Each configuration is compared with the 1-GPU baseline by PSNR and SSIM; cache needs PSNR > 30,
 # parallel configurations PSNR > 35; SSIM > 0.90 for all. Run from a machine with 2 GPUs.
 set -euo pipefail
-DEFAULT_MODEL=<work>/model
-export DENOISE_DIR="${DENOISE_DIR:-$DEFAULT_MODEL}"
+# no hub id is known for the model (a folder of the machine the plan was made on means nothing elsewhere)
+: "${DENOISE_DIR:?set DENOISE_DIR to the model folder}"
+export DENOISE_DIR
 # `python -m` puts the folder it is run from first on sys.path, so a cache_dit.py (or torch.py) there would be
 # imported in place of the real package: -P and PYTHONSAFEPATH (for torchrun's workers) keep it off, and the
 # folder holding this script (and the plugin) goes on PYTHONPATH instead.
@@ -12,16 +13,26 @@ export PYTHONSAFEPATH=1
 export PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 OUT="${OUT:-.tmp/denoise}"
 mkdir -p "$OUT"
-run1() { python -P -m integrate_denoise denoise "$@"; }
-run2() { torchrun --nproc_per_node=2 -m integrate_denoise denoise "$@"; }
+INPUTS=()
+# one process, or N under torchrun (cache-dit takes the parallel degrees from the process count)
+run() {
+    local n=$1
+    shift
+    if [ "$n" -eq 1 ]; then
+        python -P -m integrate_denoise denoise "${INPUTS[@]}" "$@"
+    else
+        torchrun --nproc_per_node="$n" -m integrate_denoise denoise "${INPUTS[@]}" "$@"
+    fi
+}
 check() { cache-dit-metrics psnr ssim -i1 "$OUT/base.png" -i2 "$OUT/$1"; }
 
-run1 --save-path "$OUT/base.png"
-run1 --cache --summary --save-path "$OUT/cache.png" && check cache.png
-run2 --parallel ulysses --save-path "$OUT/cp2.png" && check cp2.png
+# the rows `integrate verify --gpu --print` lists, and PR.md (decisions/matrix.py)
+run 1 --track-memory --save-path "$OUT/base.png"
+run 1 --cache --summary --track-memory --save-path "$OUT/cache.png" && check cache.png
+run 2 --parallel ulysses --track-memory --save-path "$OUT/ulysses2.png" && check ulysses2.png
 # the plan gathers on a cached list's last block: with the cache on, that block must be among the last Bn
-run2 --parallel ulysses --cache --Bn 1 --save-path "$OUT/cp2_cache.png" && check cp2_cache.png
-run2 --parallel ring --save-path "$OUT/ring2.png" && check ring2.png
-run2 --parallel tp --save-path "$OUT/tp2.png" && check tp2.png
+run 2 --parallel ulysses --cache --Bn 1 --track-memory --save-path "$OUT/ulysses2_cache.png" && check ulysses2_cache.png
+run 2 --parallel ring --track-memory --save-path "$OUT/ring2.png" && check ring2.png
+run 2 --parallel tp --track-memory --save-path "$OUT/tp2.png" && check tp2.png
 # cache-dit takes the degrees from the process count: Ulysses 2 x TP 2 needs 4 processes
-torchrun --nproc_per_node=4 -m integrate_denoise denoise --parallel ulysses_tp --save-path "$OUT/ulysses2_tp2.png" && check ulysses2_tp2.png
+run 4 --parallel ulysses_tp --track-memory --save-path "$OUT/ulysses2_tp2.png" && check ulysses2_tp2.png

@@ -16,6 +16,8 @@ from . import _activate, adapter, cp_planner, patch_functor  # noqa: F401
 IMPORT_NAME = "integrate_denoise"
 # transformer-only, registered nowhere: `cache_dit.enable_cache(ADAPTER(model), ...)`
 ADAPTER = adapter.denoise_adapter
+ADAPTER_REGISTERED = False
+ADAPTER_TRANSFORMER_ONLY = True
 CP_PLANNER = cp_planner.DenoiseContextParallelismPlanner
 # registered nowhere: `config.cp_plan = CP_PLANNER().apply(transformer=model, parallelism_config=config)`
 CP_PLANNER_REGISTERED = False

@@ -37,3 +37,4 @@ def denoise_adapter(pipe, **kwargs) -> BlockAdapter:
 
 # Not registered: denoise is not a diffusers pipeline, and a registry entry under a short name
 # would lose to a built-in one or answer for other models.
+REGISTERED = False

@@ -15,5 +15,6 @@ from . import _activate, adapter, cp_planner, example, tp_planner  # noqa: F401
 
 IMPORT_NAME = "integrate_flux"
 ADAPTER_PREFIX = "Flux"
+ADAPTER = adapter.flux_adapter
 CP_PLANNER = cp_planner.FluxContextParallelismPlanner
 TP_PLANNER = tp_planner.FluxTensorParallelismPlanner

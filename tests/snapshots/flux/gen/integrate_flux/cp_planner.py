@@ -30,8 +30,18 @@ class FluxContextParallelismPlanner(ContextParallelismPlanner):
         return plan
 
 
+def _answering(name: str, registered: list[str]) -> str | None:
+    """The registered name cache-dit answers a lookup of `name` with: the first one `name` starts with."""
+    return next((key for key in registered if name.startswith(key)), None)
+
+
+ANSWERED_BY: dict[str, str] = {}  # our name -> the registered name that answers for it first (ours not registered)
+
 # cache-dit supports FluxTransformer2DModel: its own planner stays in charge where it has one.
-try:
-    ContextParallelismPlannerRegister.get_planner("FluxTransformer2DModel")
-except ValueError:
+_answer = _answering("FluxTransformer2DModel", ContextParallelismPlannerRegister.supported_planners()[1])
+if _answer is None:
     ContextParallelismPlannerRegister.register("FluxTransformer2DModel")(FluxContextParallelismPlanner)
+else:
+    ANSWERED_BY["FluxTransformer2DModel"] = _answer
+
+REGISTERED = not ANSWERED_BY

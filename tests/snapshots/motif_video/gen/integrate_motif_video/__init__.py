@@ -25,5 +25,12 @@ from . import (  # noqa: F401
 
 IMPORT_NAME = "integrate_motif_video"
 ADAPTER_PREFIX = "MotifVideo"
+ADAPTER = adapter.motif_video_adapter
+# False where a name cache-dit registered answers for this model first: `cache_dit.enable_cache(ADAPTER(pipe), ...)`
+ADAPTER_REGISTERED = adapter.REGISTERED
 CP_PLANNER = cp_planner.MotifVideoContextParallelismPlanner
+# False where a name cache-dit registered answers first: hand the plan over as above
+CP_PLANNER_REGISTERED = cp_planner.REGISTERED
 TP_PLANNER = tp_planner.MotifVideoTensorParallelismPlanner
+# False where a name cache-dit registered answers first (its TP takes planners from the registry only)
+TP_PLANNER_REGISTERED = tp_planner.REGISTERED

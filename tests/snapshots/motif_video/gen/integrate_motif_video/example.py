@@ -1,6 +1,6 @@
 """The `motif_video` example for `cache_dit.generate`: where the model is and what to run it with.
 
-The model path comes from $MOTIF_VIDEO_DIR (default: DEFAULT_PATH below). Task type
+The model path comes from $MOTIF_VIDEO_DIR, which must be set (no hub id is known for the model). Task type
 T2V is a guess from the class name: check the inputs below before trusting a test.
 The call leaves sizes and steps at MotifVideoPipeline's own defaults, which its checks accept; pass
 --height / --width / --num-inference-steps to change them.
@@ -19,7 +19,7 @@ from cache_dit._utils.registers import (
 )
 from diffusers.pipelines.motif_video.pipeline_motif_video import MotifVideoPipeline
 
-DEFAULT_PATH = "<repo>/examples/motif-video"
+DEFAULT_PATH = ""  # none known: $MOTIF_VIDEO_DIR must be set
 
 
 def motif_video_example(args: argparse.Namespace, **kwargs) -> Example:
@@ -27,7 +27,8 @@ def motif_video_example(args: argparse.Namespace, **kwargs) -> Example:
         args=args,
         init_config=ExampleInitConfig(
             task_type=ExampleType.T2V,
-            model_name_or_path=os.environ.get("MOTIF_VIDEO_DIR", DEFAULT_PATH),
+            # no default model: the variable must be set
+            model_name_or_path=os.environ["MOTIF_VIDEO_DIR"],
             pipeline_class=MotifVideoPipeline,
         ),
         input_data=ExampleInputData(

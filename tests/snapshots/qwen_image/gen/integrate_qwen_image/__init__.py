@@ -15,5 +15,6 @@ from . import _activate, adapter, cp_planner, example, tp_planner  # noqa: F401
 
 IMPORT_NAME = "integrate_qwen_image"
 ADAPTER_PREFIX = "QwenImage"
+ADAPTER = adapter.qwen_image_adapter
 CP_PLANNER = cp_planner.QwenImageContextParallelismPlanner
 TP_PLANNER = tp_planner.QwenImageTensorParallelismPlanner

@@ -39,11 +39,21 @@ class QwenImageContextParallelismPlanner(ContextParallelismPlanner):
         return plan
 
 
+def _answering(name: str, registered: list[str]) -> str | None:
+    """The registered name cache-dit answers a lookup of `name` with: the first one `name` starts with."""
+    return next((key for key in registered if name.startswith(key)), None)
+
+
+ANSWERED_BY: dict[str, str] = {}  # our name -> the registered name that answers for it first (ours not registered)
+
 # cache-dit supports QwenImageTransformer2DModel: its own planner stays in charge where it has one.
-try:
-    ContextParallelismPlannerRegister.get_planner("QwenImageTransformer2DModel")
-except ValueError:
+_answer = _answering("QwenImageTransformer2DModel", ContextParallelismPlannerRegister.supported_planners()[1])
+if _answer is None:
     ContextParallelismPlannerRegister.register("QwenImageTransformer2DModel")(QwenImageContextParallelismPlanner)
+else:
+    ANSWERED_BY["QwenImageTransformer2DModel"] = _answer
+
+REGISTERED = not ANSWERED_BY
 
 
 def _ulysses_order(lengths: tuple[int, int], total: int, group, device) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """The `qwen_image` example for `cache_dit.generate`: where the model is and what to run it with.
 
-The model path comes from $QWEN_IMAGE_DIR (default: DEFAULT_PATH below). Task type
+The model path comes from $QWEN_IMAGE_DIR, which must be set (no hub id is known for the model). Task type
 T2I is a guess from the class name: check the inputs below before trusting a test.
 The call leaves sizes and steps at QwenImagePipeline's own defaults, which its checks accept; pass
 --height / --width / --num-inference-steps to change them.
@@ -19,7 +19,7 @@ from cache_dit._utils.registers import (
 )
 from diffusers.pipelines.qwenimage.pipeline_qwenimage import QwenImagePipeline
 
-DEFAULT_PATH = "<work>/model"
+DEFAULT_PATH = ""  # none known: $QWEN_IMAGE_DIR must be set
 
 
 def qwen_image_example(args: argparse.Namespace, **kwargs) -> Example:
@@ -27,7 +27,8 @@ def qwen_image_example(args: argparse.Namespace, **kwargs) -> Example:
         args=args,
         init_config=ExampleInitConfig(
             task_type=ExampleType.T2I,
-            model_name_or_path=os.environ.get("QWEN_IMAGE_DIR", DEFAULT_PATH),
+            # no default model: the variable must be set
+            model_name_or_path=os.environ["QWEN_IMAGE_DIR"],
             pipeline_class=QwenImagePipeline,
         ),
         input_data=ExampleInputData(

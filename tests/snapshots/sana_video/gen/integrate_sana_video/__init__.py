@@ -15,5 +15,12 @@ from . import _activate, adapter, cp_planner, example, tp_planner  # noqa: F401
 
 IMPORT_NAME = "integrate_sana_video"
 ADAPTER_PREFIX = "SanaVideo"
+ADAPTER = adapter.sana_video_adapter
+# False where a name cache-dit registered answers for this model first: `cache_dit.enable_cache(ADAPTER(pipe), ...)`
+ADAPTER_REGISTERED = adapter.REGISTERED
 CP_PLANNER = cp_planner.SanaVideoContextParallelismPlanner
+# False where a name cache-dit registered answers first: hand the plan over as above
+CP_PLANNER_REGISTERED = cp_planner.REGISTERED
 TP_PLANNER = tp_planner.SanaVideoTensorParallelismPlanner
+# False where a name cache-dit registered answers first (its TP takes planners from the registry only)
+TP_PLANNER_REGISTERED = tp_planner.REGISTERED

@@ -1,6 +1,6 @@
 """The `sana_video` example for `cache_dit.generate`: where the model is and what to run it with.
 
-The model path comes from $SANA_VIDEO_DIR (default: DEFAULT_PATH below). Task type
+The model path comes from $SANA_VIDEO_DIR, which must be set (no hub id is known for the model). Task type
 T2V is a guess from the class name: check the inputs below before trusting a test.
 The call leaves sizes and steps at SanaVideoPipeline's own defaults, which its checks accept; pass
 --height / --width / --num-inference-steps to change them.
@@ -19,7 +19,7 @@ from cache_dit._utils.registers import (
 )
 from diffusers.pipelines.sana_video.pipeline_sana_video import SanaVideoPipeline
 
-DEFAULT_PATH = "<work>/model"
+DEFAULT_PATH = ""  # none known: $SANA_VIDEO_DIR must be set
 
 
 def sana_video_example(args: argparse.Namespace, **kwargs) -> Example:
@@ -27,7 +27,8 @@ def sana_video_example(args: argparse.Namespace, **kwargs) -> Example:
         args=args,
         init_config=ExampleInitConfig(
             task_type=ExampleType.T2V,
-            model_name_or_path=os.environ.get("SANA_VIDEO_DIR", DEFAULT_PATH),
+            # no default model: the variable must be set
+            model_name_or_path=os.environ["SANA_VIDEO_DIR"],
             pipeline_class=SanaVideoPipeline,
         ),
         input_data=ExampleInputData(
