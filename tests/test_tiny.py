@@ -184,3 +184,27 @@ def test_filled_input_channels_divide_by_the_group_norms_groups():
         filled = fill_unset(defaults)
         assert filled["in_channels"] % defaults["norm_num_groups"] == 0
         assert derive(cls, {**defaults, **filled}).error is None
+
+
+def test_a_tiny_width_keeps_the_divisibility_the_full_config_has():
+    """ZImage's feed-forward width is derived in the model (`int(dim / 3 * 8)`): 10240 at full size, 85 from a tiny
+    width of 32, which no TP proof cuts evenly. The derivation takes a larger head dim where that keeps every
+    width's division by 4 (a width as narrow as a head count aside); where none does (Mochi's text FFN, sized from
+    the tiny text width), it says so."""
+    import inspect
+
+    import diffusers
+
+    from integrate.verify.tiny import lost_divisibility, derive
+
+    def defaults(cls):
+        return {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
+                if k != "self" and p.default is not inspect.Parameter.empty}
+
+    zimage = diffusers.ZImageTransformer2DModel
+    tiny = derive(zimage, defaults(zimage))
+    assert tiny.error is None and tiny.head > 16 and not lost_divisibility(zimage, defaults(zimage), tiny)
+    assert any("would not divide by 4 as the full config's does" in n for n in tiny.notes)
+    mochi = diffusers.MochiTransformer3DModel
+    said = derive(mochi, defaults(mochi)).notes
+    assert any("at any tiny head dim tried" in n for n in said)

@@ -4,7 +4,8 @@ Structure is what the proofs check, so the tiny model keeps it: every block list
 blocks and the order of the list lengths (a decoder tail stays shorter than the list it is cut
 from), the GQA ratio is kept with every head count even (so CP 2 and TP 2 divide it), RoPE axis
 splits keep summing to the head dim (each axis even), the head dim (16) keeps a factor of three the real
-one has (24), and the wide dims shrink together. The result
+one has (24), and the wide dims shrink together. A Linear width the model derives from them (a feed-forward
+`int(dim * 8 / 3)`) keeps the division by 4 the full config's has, with a larger head dim where needed. The result
 is sized on the meta device before anything is allocated.
 """
 
@@ -34,6 +35,7 @@ class Tiny:
     parameters: int | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)  # what the derivation had to do, in words
+    head: int = HEAD_DIM  # the head dim the tiny widths were derived from
 
 
 def is_layers(key: str) -> bool:
@@ -223,6 +225,48 @@ def _on_meta(cls, config: dict[str, Any]) -> tuple[int, str | None]:
     return sum(p.numel() for p in model.parameters()), empty
 
 
+def linear_widths(cls, config: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """{module kind (list indices `*`): (in, out) features} of every `nn.Linear` of `cls` built from `config` on the
+    meta device (the first of each kind)."""
+    import torch
+
+    with torch.device("meta"):
+        model = build(cls, config)
+    out: dict[str, tuple[int, int]] = {}
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.Linear):
+            out.setdefault(".".join("*" if p.isdigit() else p for p in name.split(".")), (m.in_features, m.out_features))
+    return out
+
+
+DIVISOR = 4  # what a width is cut by: TP 2, a gated FFN's two halves each cut by TP 2, Ulysses 2 x TP 2
+MIN_CUT = 16  # the narrowest width looked at (the tiny model's own width is 32)
+
+
+def lost_divisibility(cls, config: dict[str, Any], tiny: Tiny) -> list[str]:
+    """The Linear widths the tiny config makes indivisible by DIVISOR where the full config's are divisible (a
+    feed-forward width derived in the model, `int(dim * 8 / 3)`: 10240 at full size, 85 tiny), as
+    "kind: full -> tiny". Built on the meta device; the full config only where the tiny one has such a width."""
+    try:
+        small = linear_widths(cls, tiny.config)
+    except Exception:  # noqa: BLE001 - nothing to compare
+        return []
+    # a width as small as a head count (a per-head gate: 2 tiny heads) divides as the tiny heads do: not looked at
+    odd = {k: w for k, w in small.items() if (w[0] % DIVISOR and w[0] >= MIN_CUT) or (w[1] % DIVISOR and w[1] >= MIN_CUT)}
+    if not odd:
+        return []
+    try:
+        full = linear_widths(cls, {k: v for k, v in config.items() if not k.startswith("_")})
+    except Exception:  # noqa: BLE001 - the full config does not build here: nothing to compare
+        return []
+    lost = []
+    for k, (i, o) in odd.items():
+        if k in full and ((i % DIVISOR and i >= MIN_CUT and not full[k][0] % DIVISOR)
+                          or (o % DIVISOR and o >= MIN_CUT and not full[k][1] % DIVISOR)):
+            lost.append(f"{k}: {full[k][0]}x{full[k][1]} -> {i}x{o}")
+    return lost
+
+
 def module_kinds(cls, config: dict[str, Any]) -> set[str]:
     """Every module path of `cls` built from `config` on the meta device, list indices written `*`
     (`transformer_blocks.*.img_mlp.shared_expert`): the kinds of module the config builds."""
@@ -279,6 +323,30 @@ def _every_kind(cls, config: dict[str, Any], tiny: Tiny, widths: str, head: int)
     return grown
 
 
+def _keep_divisible(cls, config: dict[str, Any], tiny: Tiny, widths: str, head: int, max_params: int) -> Tiny:
+    """`tiny`, or the first config with a larger head dim whose Linear widths keep every divisibility by DIVISOR
+    the full config's have: a width a proof cannot cut evenly at tiny size (and can at full size) would fail the
+    proof for the fixture's sake, not the integration's. Said in `notes`; a loss no head dim mends, too."""
+    lost = lost_divisibility(cls, config, tiny)
+    tiny.head = head
+    if not lost:
+        return tiny
+    for bigger in (3 * head // 2, 2 * head, 3 * head, 4 * head):
+        other = tiny_config(config, widths, bigger)
+        try:
+            other.parameters, empty = _on_meta(cls, other.config)
+        except Exception:  # noqa: BLE001 - the model refuses that width
+            continue
+        if empty is None and other.parameters <= max_params and not lost_divisibility(cls, config, other):
+            other.head = bigger
+            other.notes = [*tiny.notes, f"a head dim of {bigger}: with {head}, {lost[0]} would not divide by "
+                                        f"{DIVISOR} as the full config's does"]
+            return other
+    tiny.notes.append(f"{lost[0]} does not divide by {DIVISOR} as the full config's does, at any tiny head dim "
+                      "tried: a parallel proof may fail on that width for the fixture's sake")
+    return tiny
+
+
 def derive(cls, config: dict[str, Any], max_params: int = MAX_PARAMS, widths: str = "tiny") -> Tiny:
     """The tiny config, checked by building it on the meta device; `error` says what failed. A layer the tiny
     width makes 0 wide (a width rounded down to a multiple of 128, NucleusMoE's FFN) proves nothing and cannot
@@ -298,7 +366,8 @@ def derive(cls, config: dict[str, Any], max_params: int = MAX_PARAMS, widths: st
                      f"tiny config doubles the head dim")
     tiny.notes = notes
     if empty is None:
-        tiny = _every_kind(cls, config, tiny, widths, head)
+        tiny = _keep_divisible(cls, config, tiny, widths, head, max_params)
+        tiny = _every_kind(cls, config, tiny, widths, tiny.head)
         tiny.parameters, empty = _on_meta(cls, tiny.config)
     if empty is not None:
         tiny.error = f"`{empty}` is 0 wide even with a head dim of {4 * HEAD_DIM}"
