@@ -167,3 +167,43 @@ def test_a_planner_key_that_is_another_models_prefix_is_not_this_models_integrat
     assert prefix_owner("HunyuanVideo", "HunyuanVideo15Transformer3DModel", names) == "HunyuanVideoTransformer3DModel"
     assert prefix_owner("SkyReelsV2", "SkyReelsV2Transformer3DModel", names) is None
     assert prefix_owner("QwenImageTransformer2DModel", "QwenImageTransformer2DModel", names) is None
+
+
+def test_skyreels_tp_cache_dits_planner_shards_nothing_and_ours_is_handed_over_and_engaged(tmp_path):
+    """cache-dit 1.5.3's SkyReelsV2 TP planner names `attn.*` modules on blocks that have `attn1` / `attn2`: torch
+    skips the keys, nothing is sharded, the output matches the 1-process run, and the proof fails on the unresolved
+    keys. Ours cannot be registered over cache-dit's through its public API (its `SkyReelsV2` answers first): the
+    plugin says so, and verify hands our planner over, recorded as handed, with shards on record."""
+    from integrate import api
+    from integrate.records import to_json
+
+    model = make_model_dir(tmp_path / "m", "SkyReelsV2Pipeline", "SkyReelsV2Transformer3DModel")
+    api.write_plan(api.plan(api.flags_for(str(model)), probe=False), tmp_path / "plan")
+    api.approve(tmp_path / "plan", "test")
+    gen = api.generate(tmp_path / "plan", out=tmp_path / "out", replace_builtin=True)
+    assert "tp_planner" not in gen.registered and any("'SkyReelsV2'" in n for n in gen.notes)
+    theirs = to_json(api.verify(tmp_path / "plan", tmp_path / "out", proofs=("tp",), cache_dit_own=True))["tp"]
+    assert theirs["status"] == "fail" and "match no module" in theirs["why"]
+    ours = to_json(api.verify(tmp_path / "plan", tmp_path / "out", proofs=("tp",)))["tp"]
+    assert ours["status"] == "pass", ours.get("why")
+    engaged = next(iter(ours["variants"].values()))["engaged"]
+    lookup = next(x for x in engaged["planners"] if x["kind"] == "tp")
+    assert lookup["handed"] is True and lookup["planner"].startswith("integrate_sky_reels_v2.tp_planner.")
+    assert engaged["tp"]["sharded"] > 0 and not engaged["tp"]["unresolved"]
+
+
+def test_krea2_cp_cache_dits_planner_cuts_in_its_own_forward_and_counts_as_engaged(tmp_path):
+    """cache-dit 1.5.3's Krea2 CP planner returns an empty hook plan and replaces the transformer's forward, which
+    cuts the sequence itself: no hook fires, and the blocks' inputs on the rank are shorter than in the 1-process
+    run. That is engagement (a pass), not `vacuous` (which the hook spies alone had said)."""
+    from integrate import api
+    from integrate.records import to_json
+
+    model = make_model_dir(tmp_path / "m", "Krea2Pipeline", "Krea2Transformer2DModel")
+    api.write_plan(api.plan(api.flags_for(str(model)), probe=False), tmp_path / "plan")
+    api.approve(tmp_path / "plan", "test")
+    api.generate(tmp_path / "plan", out=tmp_path / "out", replace_builtin=True)
+    theirs = to_json(api.verify(tmp_path / "plan", tmp_path / "out", proofs=("cp",), cache_dit_own=True))["cp"]
+    assert theirs["status"] == "pass", theirs.get("why")
+    cp = next(iter(theirs["variants"].values()))["engaged"]["cp"]
+    assert cp["hooks"] == 0 and cp["split"] == 0 and cp["local_inputs"] > 0
