@@ -770,10 +770,11 @@ def checkout_test(gen: Generated, plan: Plan, approval: Approval, artifacts) -> 
     adapter = None
     if "adapter" in gen.registered and "adapter" in by_role:
         pipeline = (m.pipeline_class or "").split(".")[0]
+        keys = gen.registered["adapter"].split(", ")  # the name, and the transformer's own class name where also
         names = [m.transformer_class] if m.no_pipeline or not pipeline else [pipeline]
-        if ", " in gen.registered["adapter"]:  # also under the transformer's own class name
+        if len(keys) > 1:
             names.append(m.transformer_class)
-        adapter = {"names": list(dict.fromkeys(names)), "module": by_role["adapter"][0][1]}
+        adapter = {"pairs": list(dict.fromkeys(zip(names, keys))), "module": by_role["adapter"][0][1]}
     planners = []
     for kind, (act_mod, act, reg_mod, reg) in _ACTIVATION.items():
         for piece, module in by_role.get(kind, []):

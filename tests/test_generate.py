@@ -220,6 +220,8 @@ def test_checkout_mode_writes_into_a_cache_dit_tree_idempotently(motif, tmp_path
     # is distributed by cache-dit's own DistributedRMSNorm
     written = {Path(f).relative_to(out).as_posix() for f in json.loads(first.stdout)["files"]}
     assert written == {"PR.md", "test_matrix.sh", "tests/api/test_motif_video_registrations.py"}
+    registrations = (out / "tests/api/test_motif_video_registrations.py").read_text()
+    assert "._adapters" not in registrations and "_registry" not in registrations  # public API only
     pr = (out / "PR.md").read_text()
     assert "## CPU proofs" in pr and "Not attached" in pr and "python -P -m cache_dit.generate motif_video" in pr
     (out / "tests" / "api" / "test_norm.py").write_text(
