@@ -149,7 +149,7 @@ def support_note(ws: Workspace, pipeline_class: str | None, transformer_class: s
     planners = {}
     for kind, register in (("cp", "ContextParallelismPlannerRegister"), ("tp", "TensorParallelismPlannerRegister")):
         table = registered_planners(ws, "cache_dit.distributed.transformers.register", register)
-        key = answered_by(transformer_class or "", table) if transformer_class else None
+        key = answered_by(transformer_class, table) if transformer_class else None
         if key is not None:
             file, _, line = table[key].rpartition(":")
             planners[kind] = f"'{key}' ({Path(file).name}:{line})"

@@ -31,18 +31,13 @@ class MatrixRow:
         return "--cache" in self.args
 
 
-def _cp_written(plan: Plan) -> bool:
+def _planner_exists(plan: Plan, kind: str) -> bool:
+    """A `kind` ("cp" / "tp") planner for the model: one the plan writes, or cache-dit's own that answers for a model
+    it supports (the plan's support note)."""
+    written = bool(plan.parallelism.cp.plan) if kind == "cp" else bool(plan.parallelism.tp.block_lists)
     support = plan.already_supported
-    own = support is not None and support.registered and isinstance(getattr(support, "planners", None), dict) \
-        and "cp" in support.planners
-    return bool(plan.parallelism.cp.plan) or own
-
-
-def _tp_written(plan: Plan) -> bool:
-    support = plan.already_supported
-    own = support is not None and support.registered and isinstance(getattr(support, "planners", None), dict) \
-        and "tp" in support.planners
-    return bool(plan.parallelism.tp.block_lists) or own
+    own = support is not None and support.registered and isinstance(support.planners, dict) and kind in support.planners
+    return written or own
 
 
 def rows(plan: Plan) -> tuple[MatrixRow, ...]:
@@ -51,7 +46,7 @@ def rows(plan: Plan) -> tuple[MatrixRow, ...]:
     cp = plan.parallelism.cp
     uaa = ("--ulysses-anything",) if any(v.needed for v in cp.ulysses_anything.values()) else ()
     out = [MatrixRow("baseline", 1, (), "base"), MatrixRow("cache", 1, ("--cache", "--summary"), "cache")]
-    cp_rows, tp_rows = _cp_written(plan), _tp_written(plan)
+    cp_rows, tp_rows = _planner_exists(plan, "cp"), _planner_exists(plan, "tp")
     if cp_rows:
         out.append(MatrixRow("ulysses2", 2, ("--parallel", "ulysses", *uaa), "ulysses2"))
         bn = ("--Bn", str(int(cp.cache_bn_min))) if cp.cache_bn_min else ()

@@ -18,6 +18,8 @@ from __future__ import annotations
 import warnings
 from contextlib import contextmanager
 
+from integrate.verify.tiny import kind_of
+
 # where context-parallel hooks live: cache-dit's own, and diffusers' (which cache-dit's runtime may use)
 _HOOK_MODULES = ("cache_dit.distributed.core._context_parallel", "diffusers.hooks.context_parallel")
 _REGISTRIES = ("cache_dit.distributed.core._hooks", "diffusers.hooks.hooks")
@@ -68,7 +70,7 @@ class Engagement:
                 x.startswith("Shard") for x in p.get("placements", ()))]
             kinds = {}  # one row per kind of parameter (`transformer_blocks.*.attn.to_q.weight`), as named first
             for p in sharded:
-                kinds.setdefault(".".join("*" if x.isdigit() else x for x in p["name"].split(".")), p)
+                kinds.setdefault(kind_of(p["name"]), p)
             out["tp"] = {"parameters": len(self.params), "sharded": len(sharded),
                          "shards": list(kinds.values())[:MAX_LISTED], "unresolved": self.unresolved}
         if self.planned:

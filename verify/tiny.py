@@ -225,6 +225,11 @@ def _on_meta(cls, config: dict[str, Any]) -> tuple[int, str | None]:
     return sum(p.numel() for p in model.parameters()), empty
 
 
+def kind_of(path: str) -> str:
+    """A module or parameter path with its list indices written `*` (`blocks.3.attn` -> `blocks.*.attn`)."""
+    return ".".join("*" if part.isdigit() else part for part in path.split("."))
+
+
 def linear_widths(cls, config: dict[str, Any]) -> dict[str, tuple[int, int]]:
     """{module kind (list indices `*`): (in, out) features} of every `nn.Linear` of `cls` built from `config` on the
     meta device (the first of each kind)."""
@@ -235,12 +240,18 @@ def linear_widths(cls, config: dict[str, Any]) -> dict[str, tuple[int, int]]:
     out: dict[str, tuple[int, int]] = {}
     for name, m in model.named_modules():
         if isinstance(m, torch.nn.Linear):
-            out.setdefault(".".join("*" if p.isdigit() else p for p in name.split(".")), (m.in_features, m.out_features))
+            out.setdefault(kind_of(name), (m.in_features, m.out_features))
     return out
 
 
 DIVISOR = 4  # what a width is cut by: TP 2, a gated FFN's two halves each cut by TP 2, Ulysses 2 x TP 2
 MIN_CUT = 16  # the narrowest width looked at (the tiny model's own width is 32)
+
+
+def _uncut(width: int) -> bool:
+    """A width DIVISOR does not divide, wide enough to be looked at (one as small as a head count, a per-head gate
+    over 2 tiny heads, divides as the tiny heads do)."""
+    return bool(width % DIVISOR) and width >= MIN_CUT
 
 
 def lost_divisibility(cls, config: dict[str, Any], tiny: Tiny) -> list[str]:
@@ -251,8 +262,7 @@ def lost_divisibility(cls, config: dict[str, Any], tiny: Tiny) -> list[str]:
         small = linear_widths(cls, tiny.config)
     except Exception:  # noqa: BLE001 - nothing to compare
         return []
-    # a width as small as a head count (a per-head gate: 2 tiny heads) divides as the tiny heads do: not looked at
-    odd = {k: w for k, w in small.items() if (w[0] % DIVISOR and w[0] >= MIN_CUT) or (w[1] % DIVISOR and w[1] >= MIN_CUT)}
+    odd = {k: w for k, w in small.items() if _uncut(w[0]) or _uncut(w[1])}
     if not odd:
         return []
     try:
@@ -261,8 +271,7 @@ def lost_divisibility(cls, config: dict[str, Any], tiny: Tiny) -> list[str]:
         return []
     lost = []
     for k, (i, o) in odd.items():
-        if k in full and ((i % DIVISOR and i >= MIN_CUT and not full[k][0] % DIVISOR)
-                          or (o % DIVISOR and o >= MIN_CUT and not full[k][1] % DIVISOR)):
+        if k in full and ((_uncut(i) and not full[k][0] % DIVISOR) or (_uncut(o) and not full[k][1] % DIVISOR)):
             lost.append(f"{k}: {full[k][0]}x{full[k][1]} -> {i}x{o}")
     return lost
 
@@ -274,7 +283,7 @@ def module_kinds(cls, config: dict[str, Any]) -> set[str]:
 
     with torch.device("meta"):
         model = build(cls, config)
-    return {".".join("*" if part.isdigit() else part for part in name.split(".")) for name, _ in model.named_modules()}
+    return {kind_of(name) for name, _ in model.named_modules()}
 
 
 MAX_TINY_LAYERS = 8  # a block kind the full config builds only from some index on is looked for up to this many
