@@ -8,7 +8,7 @@ from integrate.analyzers.records import SupportNote
 from integrate.records import OMIT, Confidence, Omit
 
 SURVEY_SCHEMA = "integrate.survey"
-SURVEY_SCHEMA_VERSION = "1.2"
+SURVEY_SCHEMA_VERSION = "1.3"
 SUPPORT_LABEL = "cache-dit: registered in the installed cache-dit's adapter registry (read statically; a label, " \
                 "not analysis)"
 
