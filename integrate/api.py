@@ -406,6 +406,16 @@ def audit(only: tuple[str, ...] = (), *, proofs: tuple[str, ...] | None = None, 
     return run_audit(only, proofs or DEFAULT_PROOFS, use_cache=use_cache, progress=progress, jobs=jobs)
 
 
+def audit_fix(only: tuple[str, ...], cache_dit_src: Path, out: Path, *, proofs: tuple[str, ...] | None = None,
+              progress: Progress = _quiet):
+    """`audit --fix`: one class audited and, where cache-dit's cache integration is the finding, ours written over
+    it in the checkout, with a regression test that fails before and passes after (a `FixReport`)."""
+    from integrate.survey.audit import DEFAULT_PROOFS
+    from integrate.survey.fix import run_fix
+
+    return run_fix(tuple(only), Path(cache_dit_src), Path(out), tuple(proofs or DEFAULT_PROOFS), progress)
+
+
 def survey(paths: list[str] | tuple[str, ...] = (), *, jobs: int | None = None, use_cache: bool = True,
            verify_only: tuple[str, ...] | None = None, classes: tuple[str, ...] | None = None,
            progress: Progress = _quiet):

@@ -350,11 +350,29 @@ def survey(paths: tuple[str, ...], as_json: bool, jobs: int | None, no_cache: bo
 @click.option("--no-cache", is_flag=True, help="Ignore and do not write the result cache.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Rows proved at once, each in a process of its own (default: half the cores).")
+@click.option("--fix", is_flag=True,
+              help="With --only CLASS: write ours over cache-dit's integration where the audit finds it wrong, into "
+                   "--cache-dit-src, with a regression test (fails before, passes after) and PR.md under --out.")
+@click.option("--cache-dit-src", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="With --fix: the cache-dit source tree (repo root, its src/, or the cache_dit package).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="With --fix: where PR.md, fix.diff and the regression test are written.")
 @click.option("--json", "as_json", is_flag=True, help="Print the audit as JSON (schema: docs/schema.md).")
-def audit(only: tuple[str, ...], proofs: tuple[str, ...], no_cache: bool, jobs: int | None, as_json: bool) -> int:
+def audit(only: tuple[str, ...], proofs: tuple[str, ...], no_cache: bool, jobs: int | None, fix: bool,
+          cache_dit_src: Path | None, out_dir: Path | None, as_json: bool) -> int:
     """Prove every integration the installed cache-dit ships side by side with ours: the same CPU proofs on
     the same fixture. A proof cache-dit's own integration fails is a finding (exit 1), with the commands that
-    reproduce it."""
+    reproduce it. With --fix (one class): the fix, written into a cache-dit checkout (exit 0 when written)."""
+    if not fix and (cache_dit_src is not None or out_dir is not None):
+        raise InputError("--cache-dit-src and --out go with --fix")
+    if fix:
+        if cache_dit_src is None or out_dir is None:
+            raise InputError("--fix needs --cache-dit-src PATH (the checkout to fix) and --out DIR (PR.md, the test)")
+        result = api.audit_fix(only, cache_dit_src, out_dir, proofs=proofs or None,
+                               progress=lambda line: click.echo(line, err=True))
+        data = to_json(result)
+        _emit(data, as_json, lambda: terminal.audit_fix(data))
+        return 1 if result.failed else 0
     report = api.audit(only, proofs=proofs or None, use_cache=not no_cache, jobs=jobs,
                        progress=lambda line: click.echo(line, err=True))
     data = to_json(report)

@@ -57,6 +57,11 @@ def camel(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in re.split(r"[_\W]+", name) if part)
 
 
+def render(template: str, **ctx: Any) -> str:
+    """A template of this folder rendered with the escaping environment (a `.py.j2` result is checked to parse)."""
+    return _render(template, **ctx)
+
+
 def _render(template: str, **ctx: Any) -> str:
     text = _ENV.get_template(template).render(version=escape.Code(__version__), **ctx)
     text = re.sub(r"\n{3,}(?=\S)", "\n\n\n", text).rstrip() + "\n"

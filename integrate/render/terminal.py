@@ -346,3 +346,19 @@ def audit(data: dict) -> str:
                          f"passes {c['cache_dit']}, ours {c['ours']}")
     lines.append(f"{data['findings']} row(s) with a finding in {len(data['rows'])} integration(s)")
     return "\n".join(lines)
+
+
+def audit_fix(data: dict) -> str:
+    """What `audit --fix` did: the finding, the built-in rewritten, the regression test before and after."""
+    lines = [f"{data['transformer_class']}: {data['status']}" + (f" ({data['why']})" if data.get("why") else "")]
+    for p in data["audit"].get("proofs", []):
+        lines.append(f"  {p['name']}: {p.get('status', '?')} (cache-dit's {p['cache_dit']}, ours {p['ours']})")
+    for w in data.get("rewritten", []):
+        lines.append(f"  rewritten: cache_dit/{w['file']}:{w['line']} {w['function']} (registered as '{w['key']}'): "
+                     + ", ".join(w["changed"]))
+    for run in data.get("runs", []):
+        lines.append(f"  regression test, {run['tree']}: {run['status']}")
+    lines += [f"  changed in the checkout: cache_dit/{c}" for c in data.get("changed", [])]
+    lines += [f"  wrote {f}" for f in data.get("files", [])]
+    lines += [f"  manual: {m}" for m in data.get("manual", [])]
+    return "\n".join(lines)

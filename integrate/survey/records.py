@@ -166,3 +166,41 @@ class AuditReport:
     @property
     def failed(self) -> bool:
         return self.findings > 0
+
+
+FIX_SCHEMA = "integrate.audit-fix"
+FIX_SCHEMA_VERSION = "1.0"
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """The regression test run against one cache-dit tree."""
+
+    tree: str  # "before": the checkout as it was; "after": a copy with the fix written in
+    status: str  # "pass" | "fail"
+    tail: str = ""  # the end of pytest's output
+
+
+@dataclass(frozen=True)
+class FixReport:
+    """`integrate audit --only X --fix`: our integration written over cache-dit's where the audit found it wrong."""
+
+    schema: str
+    schema_version: str
+    tool_version: str
+    transformer_class: str
+    status: str  # "fixed" (test fails before, passes after, written) | "not-fixed" | "nothing-to-fix"
+    audit: AuditRow
+    package: str  # the checkout's cache_dit directory
+    rewritten: tuple[dict, ...] = ()  # {"file", "function", "key", "line", "changed"} per built-in rewritten
+    test: str | Omit = OMIT  # the regression test, in cache-dit's tests/ layout, under --out
+    runs: tuple[TestRun, ...] = ()  # before and after
+    files: tuple[str, ...] = ()  # written under --out
+    changed: tuple[str, ...] = ()  # files of the checkout written (relative to its cache_dit directory)
+    diff: str = ""
+    manual: tuple[str, ...] = ()  # findings no fix was written for, and why
+    why: str | Omit = OMIT
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "not-fixed"
