@@ -344,17 +344,22 @@ class _Rewrite(cst.CSTTransformer):
 
     def leave_For(self, original: cst.For, updated: cst.For):
         iterable = original.iter
+        target = original.target  # the name each block is bound to: `block`, or `block` of `i, block`
         if isinstance(iterable, cst.Call) and dotted(iterable.func) == "enumerate" and iterable.args:
             iterable = iterable.args[0].value
+            if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+                target = target.elements[1].value
         if isinstance(iterable, cst.Subscript):
             iterable = iterable.value
         attr = _list_attr(iterable, self.aliases)
         if attr is None:
             return updated
         if attr in self.pitfall_a:
-            updated = updated.visit(_Positional(self.pitfall_a[attr], original.target))
-            self.changes.append(Change("pitfall-a", attr,
-                                       f"the `{attr}` block call passes its streams positionally (pitfall A)"))
+            positional = _Positional(self.pitfall_a[attr], target)
+            updated = updated.visit(positional)
+            if positional.rewritten:  # else the finding stays unanswered: written to the manual part, never claimed
+                self.changes.append(Change("pitfall-a", attr,
+                                           f"the `{attr}` block call passes its streams positionally (pitfall A)"))
         hoisted = []
         codes = {op.code.strip() for op in self.hoist.get(attr, [])}
         if codes:
@@ -561,6 +566,7 @@ class _Positional(cst.CSTTransformer):
         roles = bl.roles
         self.order = [roles[r] for r in ("hidden_states", "encoder_hidden_states") if r in roles]
         self.params = params
+        self.rewritten = 0  # block calls rewritten
 
     def leave_Call(self, original: cst.Call, updated: cst.Call):
         if not (isinstance(original.func, cst.Name) and original.func.value == self.block_var):
@@ -575,11 +581,29 @@ class _Positional(cst.CSTTransformer):
                 by_name[a.keyword.value] = a
         if not all(p in by_name for p in self.order):
             return updated
-        args = [cst.Arg(value=by_name[p].value) for p in self.order]
+        # cache-dit's wrapper calls `block(hidden_states, encoder_hidden_states, *args, **kwargs)`: a keyword of the
+        # block named like one of the wrapper's own parameters but meaning another stream (LTX-2's
+        # `encoder_hidden_states`, third after `audio_hidden_states`) would meet that parameter twice, so every
+        # argument up to it goes positionally, in the block's own order
+        order = list(self.order)  # this call's: the streams, then any argument up to a clashing name
+        clash = [p for p in ("hidden_states", "encoder_hidden_states") if p in by_name and p not in order]
+        if clash:
+            if self.params[:len(order)] != order or any(p not in self.params for p in clash):
+                return updated
+            order = self.params[:max(self.params.index(p) for p in clash) + 1]
+            if not all(p in by_name for p in order):
+                return updated
+        # each argument keeps its own layout (comma, line break); only its keyword comes or goes
+        args = [by_name[p].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT) for p in order]
         tight = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
-        args += [cst.Arg(value=a.value, keyword=cst.Name(p), equal=tight)
-                 for p, a in by_name.items() if p not in self.order]
+        args += [a if a.keyword is not None else a.with_changes(keyword=cst.Name(p), equal=tight)
+                 for p, a in by_name.items() if p not in order]
         args += [a for a in updated.args if a.star]
+        if args and updated.args:  # the last argument ends the call as the original's last one did
+            args[-1] = args[-1].with_changes(comma=updated.args[-1].comma)
+            args[:-1] = [a if a.comma is not cst.MaybeSentinel.DEFAULT else a.with_changes(comma=cst.Comma(
+                whitespace_after=cst.SimpleWhitespace(" "))) for a in args[:-1]]
+        self.rewritten += 1
         return updated.with_changes(args=args)
 
 

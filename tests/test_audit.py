@@ -207,3 +207,44 @@ def test_krea2_cp_cache_dits_planner_cuts_in_its_own_forward_and_counts_as_engag
     assert theirs["status"] == "pass", theirs.get("why")
     cp = next(iter(theirs["variants"].values()))["engaged"]["cp"]
     assert cp["hooks"] == 0 and cp["split"] == 0 and cp["local_inputs"] > 0
+
+
+def test_ltx2_cache_finding_cache_dits_functor_lacks_the_pipelines_sigma_ours_passes(tmp_path):
+    """LTX2Pipeline (diffusers 0.42.1) passes `sigma=` to the transformer; cache-dit 1.5.3's LTX2PatchFunctor
+    replaces the forward with one that lacks it. Ours: the block call under `enumerate(...)` is made positional,
+    up to `encoder_hidden_states`, which cache-dit's wrapper would otherwise receive twice (its own parameter of
+    that name holds LTX-2's audio stream)."""
+    import libcst as cst
+
+    env = {"INTEGRATE_CACHE_DIR": str(tmp_path / "cache")}
+    proc = run_cli("audit", "--only", "LTX2VideoTransformer3DModel", "--proof", "cache", "--json", env=env)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (cache,) = json.loads(proc.stdout)["rows"][0]["proofs"]
+    assert cache["status"] == "finding" and cache["ours"] == "pass"
+    assert "unexpected keyword argument 'sigma'" in cache["cache_dit_why"]
+    model = make_model_dir(tmp_path / "m", "LTX2Pipeline", "LTX2VideoTransformer3DModel")
+    assert run_cli("plan", str(model), "--out", str(tmp_path / "plan"), "--no-probe").returncode == 0
+    assert run_cli("approve", str(tmp_path / "plan"), "--reviewer", "Ada").returncode == 0
+    # exit 1: its CFG style is left to a reviewer (manual), which does not touch the functor
+    assert run_cli("generate", str(tmp_path / "plan"), "--out", str(tmp_path / "out"), "--replace-builtin",
+                   env=env).returncode in (0, 1)
+    module = cst.parse_module((tmp_path / "out" / "integrate_ltx2" / "patch_functor.py").read_text())
+    calls = [c for c in _calls(module) if isinstance(c.func, cst.Name) and c.func.value == "block"]
+    assert len(calls) == 1
+    positional = [cst.Module([]).code_for_node(a.value) for a in calls[0].args if a.keyword is None]
+    keywords = {a.keyword.value for a in calls[0].args if a.keyword is not None}
+    assert positional == ["hidden_states", "audio_hidden_states", "encoder_hidden_states"]
+    assert "encoder_hidden_states" not in keywords and "perturbation_mask" in keywords
+
+
+def _calls(module):
+    import libcst as cst
+
+    found = []
+
+    class Calls(cst.CSTVisitor):
+        def visit_Call(self, node):
+            found.append(node)
+
+    module.visit(Calls())
+    return found
