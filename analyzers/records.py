@@ -14,7 +14,7 @@ from integrate.gate.records import GateReport
 
 from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
-ANALYSIS_SCHEMA_VERSION = "1.14"
+ANALYSIS_SCHEMA_VERSION = "1.15"
 
 
 @dataclass(frozen=True)
@@ -257,6 +257,9 @@ class LinearRole:
     # 1.12: [path in the block, class] of the module that cuts it: another config may build another class there
     # (Latte's `activation_fn`: GEGLU cuts, GELU does not), and the generated planner checks before reordering
     parts_by: tuple[str, str] | Omit = OMIT
+    # 1.15 (with parts): the attribute of the cutting module that holds each part's width (`mlp_hidden_dim` of
+    # `torch.split(x, [self.mlp_hidden_dim] * 2, dim=-1)`): the planner divides it by the TP size
+    parts_width: str | Omit = OMIT
 
 
 @dataclass(frozen=True)

@@ -324,7 +324,7 @@ def _chunked(tree: Tree, prefix: str, rel: str) -> tuple[int, str, str] | None:
         return bool(mine(value) or fed.reads(value, line))
 
     found = _cut(src, fwd, carries)
-    if found is not None:
+    if found is not None and len(found) == 2:  # a width read from an attribute is not followed inside an FFN
         return (*found, owner_rel)
     # the activation module it hands the output to cuts it (Flux2 / Flux3's SwiGLU: `x[..., :half]`, `x[..., half:]`)
     for call in find_all(fwd, cst.Call):
@@ -344,9 +344,44 @@ def _chunked(tree: Tree, prefix: str, rel: str) -> tuple[int, str, str] | None:
     return None
 
 
-def _cut(src: SourceFile, fwd: cst.FunctionDef, carries) -> tuple[int, str] | None:
+def split_by_width(src: SourceFile, call: cst.Call) -> tuple[cst.BaseExpression, int, str] | None:
+    """(the tensor, n, the attribute each part's width is read from) of `torch.split(x, [self.w, self.w], dim=-1)`
+    or `x.split([self.w, self.w], dim=-1)`: n equal parts of the last axis whose width is an attribute of the
+    module (`mlp_hidden_dim`), which a sharded projection needs divided; None for anything else (literal widths
+    cannot follow a shard)."""
+    name = dotted(call.func)
+    args = [a for a in call.args if a.keyword is None]
+    dims = [a.value for a in call.args if a.keyword is not None and a.keyword.value == "dim"]
+    if name in ("torch.split", "torch.functional.split") and len(args) >= 2:
+        tensor, sizes = args[0].value, args[1].value
+        dims += [a.value for a in args[2:3]]
+    elif isinstance(call.func, cst.Attribute) and call.func.attr.value == "split" and args and name not in (
+            "torch.split", "torch.functional.split"):
+        tensor, sizes = call.func.value, args[0].value
+        dims += [a.value for a in args[1:2]]
+    else:
+        return None
+    if not (isinstance(sizes, (cst.List, cst.Tuple)) and len(sizes.elements) > 1 and len(dims) == 1):
+        return None
+    dim = dims[0]
+    if not (isinstance(dim, cst.UnaryOperation) and isinstance(dim.operator, cst.Minus)
+            and isinstance(dim.expression, cst.Integer) and dim.expression.value == "1"):
+        return None
+    widths = {self_member(e.value) for e in sizes.elements}
+    if len(widths) != 1 or None in widths:
+        return None
+    return tensor, len(sizes.elements), widths.pop()
+
+
+def _cut(src: SourceFile, fwd: cst.FunctionDef, carries) -> tuple[int, str] | tuple[int, str, str] | None:
     """(n, where) for the first cut of a tensor `carries(value, line)` accepts into n equal parts: `x.chunk(n)`
-    with n > 1, or its two halves by slices of the last axis (`x[..., :half]` and `x[..., half:]`)."""
+    with n > 1, or its two halves by slices of the last axis (`x[..., :half]` and `x[..., half:]`); (n, where, the
+    module attribute holding each part's width) for `torch.split(x, [self.w, self.w], dim=-1)`."""
+    for call in find_all(fwd, cst.Call):
+        split = split_by_width(src, call)
+        if split is not None and carries(split[0], src.line(call)):
+            code = " ".join(src.code(call).split())
+            return split[1], f"`{code[:60]}`, {Path(src.path).name}:{src.line(call)}", split[2]
     for call in find_all(fwd, cst.Call):
         if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "chunk" and call.args):
             continue
@@ -521,7 +556,16 @@ def _block_dataflow(block: Node, loose: list[str], att_paths: list[str]) -> dict
             out[rel] = LinearRole(rel, "block_out", f"its input is `{', '.join(sorted(nested))}` output (line {line}): "
                                                     "the down projection of a feed-forward written inline")
         else:
-            out.setdefault(rel, LinearRole(rel, "block_in", f"applied to the block input (line {line})"))
+            # its output cut into equal parts by the block itself (`torch.split(self.proj_mlp(x), [self.w] * 2)`)
+            cut = _cut(src, fwd, lambda value, at, rel=rel: any(self_member(c.func) == rel for c in find_all(
+                value, cst.Call)) or f"linear:{rel}" in origin.reads(value, at))
+            extra = {}
+            if cut is not None:
+                extra = {"parts": cut[0], "parts_by": ("", block.cls.rpartition(".")[2])}
+                if len(cut) > 2:
+                    extra["parts_width"] = cut[2]
+            out.setdefault(rel, LinearRole(rel, "block_in", f"applied to the block input (line {line})" + (
+                f"; its output is cut into {cut[0]} equal parts ({cut[1]})" if cut else ""), **extra))
         for fed in (lin if att else sorted(nested)):  # a projection feeding a row-wise one: a column/row pair
             paired.add(fed)
     return {k: dataclasses.replace(r, feeds_rowwise=True) if r.role == "block_in" and k in paired else r

@@ -130,6 +130,10 @@ def _plan_list(b: BlockStructure) -> TpList:
             continue
         if r.role == "ffn_in" or (r.role == "block_in" and r.feeds_rowwise):
             layer_plan[path] = "colwise"
+            if r.role == "block_in" and isinstance(r.parts_width, str) and isinstance(r.parts_by, tuple):
+                # the block cuts its output by a width it holds: each rank's shard holds 1/size of each part
+                owner = r.parts_by[0]
+                shard[owner] = tuple(dict.fromkeys((*shard.get(owner, ()), r.parts_width)))
         elif r.role == "block_in":
             # its output goes on to something other than a row-wise Linear (an attention's own projections, a
             # chunk into shift / scale / gate): every rank needs it whole

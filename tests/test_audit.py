@@ -248,3 +248,15 @@ def _calls(module):
 
     module.visit(Calls())
     return found
+
+
+def test_ovis_tp_finding_the_swiglu_weight_is_reordered_but_not_its_bias(tmp_path):
+    """cache-dit 1.5.3's OvisImage planner interleaves the SwiGLU up-projection's weight rows for column-wise
+    sharding but not its bias: with the fixture's non-zero biases its TP run differs from the 1-process one at
+    that projection. Ours interleaves both, and divides the single block's `mlp_hidden_dim` it splits by."""
+    env = {"INTEGRATE_CACHE_DIR": str(tmp_path / "cache")}
+    proc = run_cli("audit", "--only", "OvisImageTransformer2DModel", "--proof", "tp", "--json", env=env)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (tp,) = json.loads(proc.stdout)["rows"][0]["proofs"]
+    assert (tp["status"], tp["cache_dit"], tp["ours"]) == ("finding", "fail", "pass")
+    assert tp["cache_dit_first_divergence"] == "transformer_blocks.0.ff.net.0.proj"

@@ -261,3 +261,36 @@ def test_an_attention_whose_kv_heads_do_not_divide_as_built_stays_whole_at_run_t
     report = api.verify(plan_dir, out, proofs=("tp",), trust_code=True)
     assert report.tp.status == "vacuous" and "nothing was sharded" in report.tp.why, report.tp
     assert all(v.max_abs is not None and v.ok for v in report.tp.variants.values()), report.tp  # no error
+
+
+def test_a_block_that_splits_its_own_projection_by_a_width_it_holds_divides_that_width():
+    """OvisImage's single block does `torch.split(self.proj_mlp(x), [self.mlp_hidden_dim] * 2, dim=-1)`: under a
+    column-wise `proj_mlp` each rank holds half of each part, so its rows are interleaved and the block's
+    `mlp_hidden_dim` is divided by the TP size (its own attribute: the path "" of the block itself)."""
+    plan = _plan("OvisImagePipeline", "OvisImageTransformer2DModel")
+    mlp = next(r for r in plan.facts.linears["single_transformer_blocks"] if r.path == "proj_mlp")
+    assert (mlp.role, mlp.parts, mlp.parts_width) == ("block_in", 2, "mlp_hidden_dim")
+    assert mlp.parts_by == ("", "OvisImageSingleTransformerBlock") and "transformer_ovis_image.py:249" in mlp.why
+    single = next(b for b in plan.parallelism.tp.block_lists if b.attr == "single_transformer_blocks")
+    assert single.layer_plan["proj_mlp"] == "colwise" and single.shard_div_attr[""] == ("mlp_hidden_dim",)
+    # Flux's single block cuts nothing: its proj_mlp is one part, nothing of the block is divided
+    flux = next(b for b in _plan("FluxPipeline", "FluxTransformer2DModel").parallelism.tp.block_lists
+                if b.attr == "single_transformer_blocks")
+    assert "" not in flux.shard_div_attr
+
+
+@pytest.mark.parametrize("code, expected", [
+    ("torch.split(self.proj(x), [self.w, self.w], dim=-1)", (2, "w")),
+    ("self.proj(x).split([self.w, self.w, self.w], dim=-1)", (3, "w")),
+    ("torch.split(self.proj(x), [self.w, self.v], dim=-1)", None),  # unequal
+    ("torch.split(self.proj(x), [64, 64], dim=-1)", None),  # a literal width cannot follow a shard
+    ("torch.split(self.proj(x), [self.w, self.w], dim=1)", None),  # not the last axis
+])
+def test_split_by_an_attribute_width(code, expected):
+    import libcst as cst
+
+    from integrate.analyzers.structure import split_by_width
+
+    call = cst.parse_expression(code)
+    got = split_by_width(None, call)
+    assert (got[1:] if got else None) == expected
