@@ -219,3 +219,193 @@ def rewrite_adapter(read: Callable[[str], str | None], rewrite: AdapterRewrite) 
     wrapper = cst.metadata.MetadataWrapper(module, unsafe_skip_copy=True)
     line = wrapper.resolve(cst.metadata.PositionProvider)[func].start.line
     return Rewritten(rel, func.name.value, key, line, tuple(editor.changed), new_module.code)
+
+
+# --- a built-in planner replaced by ours in its own module ------------------------------------------------------
+
+PLANNERS = "distributed/transformers"
+PLANNER_REGISTRIES = {"cp": "ContextParallelismPlannerRegister", "tp": "TensorParallelismPlannerRegister"}
+
+
+@dataclass(frozen=True)
+class PlannerRewrite:
+    """Our proved planner (a checkout-mode module: imports, helpers, one decorated class) written over the
+    built-in class cache-dit registers as `key`, in that class's own module."""
+
+    kind: str  # "cp" | "tp"
+    key: str  # the name the built-in class is registered under (cache-dit answered the lookup with it)
+    text: str  # our planner module's text
+    symbol: str  # our class in it
+
+
+def _registered_class_key(node: cst.ClassDef, registry: str) -> str | None:
+    for dec in node.decorators:
+        call = dec.decorator
+        if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "register" \
+                and cst.helpers.get_full_name_for_node(call.func.value) == registry and call.args \
+                and isinstance(call.args[0].value, cst.SimpleString):
+            return call.args[0].value.evaluated_value
+    return None
+
+
+def _bound(stmt: cst.CSTNode) -> set[str]:
+    from integrate.syntax import assigned_names
+
+    return set(assigned_names(stmt))
+
+
+def _is_import(stmt: cst.CSTNode) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom))
+                                                             for s in stmt.body)
+
+
+def _is_docstring(stmt: cst.CSTNode) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr) \
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+
+
+def _module_name(node: cst.ImportFrom) -> str:
+    dots = "." * len(node.relative)
+    return dots + (cst.helpers.get_full_name_for_node(node.module) if node.module is not None else "")
+
+
+def _import_sources(stmt: cst.SimpleStatementLine) -> dict[str, str]:
+    """{bound name: "module:name"} of an import statement line (`import a.b` binds `a`)."""
+    out: dict[str, str] = {}
+    for small in stmt.body:
+        if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+            for alias in small.names:
+                name = cst.helpers.get_full_name_for_node(alias.name)
+                bound = alias.asname.name.value if alias.asname else name
+                out[bound] = f"{_module_name(small)}:{name}"
+        elif isinstance(small, cst.Import):
+            for alias in small.names:
+                name = cst.helpers.get_full_name_for_node(alias.name)
+                bound = alias.asname.name.value if alias.asname else name.split(".")[0]
+                out[bound] = f"import {name}" if alias.asname else f"import {name.split('.')[0]}"
+    return out
+
+
+def _only(stmt: cst.SimpleStatementLine, names: set[str]) -> cst.SimpleStatementLine:
+    """The import statement line narrowed to the aliases that bind `names`."""
+    body = []
+    for small in stmt.body:
+        aliases = [a for a in small.names if (a.asname.name.value if a.asname else
+                                              cst.helpers.get_full_name_for_node(a.name).split(".")[0]
+                                              if isinstance(small, cst.Import) else
+                                              cst.helpers.get_full_name_for_node(a.name)) in names]
+        if aliases:
+            aliases[-1] = aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            body.append(small.with_changes(names=aliases, **({"lpar": None, "rpar": None}
+                                                            if isinstance(small, cst.ImportFrom) and len(aliases) == 1
+                                                            else {})))
+    return stmt.with_changes(body=body)
+
+
+def rewrite_planner(read: Callable[[str], str | None], files: list[str], rewrite: PlannerRewrite,
+                    relative: Callable[[str, cst.Module], cst.Module],
+                    formatted: Callable[[str, str], str]) -> Rewritten:
+    """The new text of the module that defines the built-in planner class registered as `rewrite.key`: that class
+    replaced where it stands by ours (the built-in's name and decorator kept, so its registration and every
+    import of it stay), our helpers around it, our imports after its imports (relative, as cache-dit imports
+    itself: `relative(relpath, module)`), each laid out by `formatted(relpath, text)` (the tree's yapf style)
+    before being spliced in, so no line of the module outside the replaced class changes. A helper name the
+    module already binds otherwise is refused (resolve by hand). `files`: the package's modules under
+    distributed/transformers."""
+    registry = PLANNER_REGISTRIES[rewrite.kind]
+    found = []
+    for rel in files:
+        text = read(rel)
+        if text is None or registry not in text:
+            continue
+        module = cst.parse_module(text)
+        found += [(rel, module, s) for s in module.body
+                  if isinstance(s, cst.ClassDef) and _registered_class_key(s, registry) == rewrite.key]
+    if len(found) != 1:
+        raise InputError(f"the checkout has {len(found)} classes registered with {registry} as '{rewrite.key}': "
+                         "the fix needs exactly one to write over; resolve by hand")
+    rel, module, old = found[0]
+    ours = relative(rel, cst.parse_module(formatted(rel, rewrite.text)))
+    body = [s for s in ours.body if not _is_docstring(s)]
+    cls = next((s for s in body if isinstance(s, cst.ClassDef) and s.name.value == rewrite.symbol), None)
+    if cls is None:
+        raise InputError(f"our planner module defines no class {rewrite.symbol}")
+    at = body.index(cls)
+    imports = [s for s in body if _is_import(s)]
+    before = [s for s in body[:at] if not _is_import(s)]
+    after = [s for s in body[at + 1:] if not _is_import(s)]
+    taken = {n for s in module.body if s is not old for n in _bound(s)}
+    have: dict[str, str] = {}  # name -> where the module imports it from
+    for stmt in module.body:
+        if _is_import(stmt):
+            have.update(_import_sources(stmt))
+    new_imports = []
+    for stmt in imports:
+        wanted = _import_sources(stmt)
+        # bound there already to something else; the same name imported from another path of one package
+        # (`torch.distributed._tensor` / `torch.distributed.tensor`: Replicate) is taken to be the same object
+        clash = {n for n, where in wanted.items() if n in taken and (
+            n not in have or have[n].rpartition(":")[2] != where.rpartition(":")[2]
+            or have[n].partition(".")[0] != where.partition(".")[0])}
+        if clash:  # bound there already, to something else
+            raise InputError(f"{rel} already binds {', '.join(sorted(clash))}, which our planner imports from "
+                             f"{', '.join(sorted({wanted[n] for n in clash}))}: resolve by hand")
+        missing = {n for n in wanted if n not in have}
+        if missing:
+            new_imports.append(_only(stmt, missing))
+    for stmt in before + after:
+        clash = _bound(stmt) & taken
+        if clash:
+            raise InputError(f"{rel} already defines {', '.join(sorted(clash))}, which our planner defines too: "
+                             "resolve by hand")
+    renamed = cls.with_changes(name=old.name, decorators=old.decorators,
+                               leading_lines=old.leading_lines)
+    out: list[cst.CSTNode] = []
+    first_import = min((i for i, s in enumerate(module.body) if _is_import(s)), default=-1)
+    last_import = max((i for i, s in enumerate(module.body) if _is_import(s)), default=-1)
+    plain = [s for s in new_imports if all(isinstance(x, cst.Import) for x in s.body)]  # `import inspect`
+    new_imports = [s for s in new_imports if s not in plain]  # `from x import y`: after the module's own
+    for i, stmt in enumerate(module.body):
+        if i == first_import:  # standard-library style `import x` lines go first, as isort orders them
+            out += [s.with_changes(leading_lines=[]) for s in plain]
+        if stmt is old:
+            out += [s.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]) if isinstance(
+                s, (cst.FunctionDef, cst.ClassDef)) else s for s in before]
+            out.append(renamed)
+            out += after
+        else:
+            out.append(stmt)
+        if i == last_import:
+            out += new_imports
+    if last_import < 0:
+        out = plain + new_imports + out
+    new_module = module.with_changes(body=out)
+    wrapper = cst.metadata.MetadataWrapper(module, unsafe_skip_copy=True)
+    line = wrapper.resolve(cst.metadata.PositionProvider)[old].start.line
+    return Rewritten(rel, old.name.value, rewrite.key, line, ("class",), new_module.code)
+
+
+def registered_keys(read: Callable[[str], str | None], files: list[str], registry: str) -> set[str]:
+    """Every name `registry.register("name")` decorates a function or class with, in `files` (read with libcst)."""
+    keys: set[str] = set()
+    for rel in files:
+        text = read(rel)
+        if text is None or registry not in text:
+            continue
+        for stmt in cst.parse_module(text).body:
+            if isinstance(stmt, cst.ClassDef):
+                key = _registered_class_key(stmt, registry)
+            elif isinstance(stmt, cst.FunctionDef) and registry == REGISTRY:
+                key = _registered_key(stmt)
+            else:
+                key = None
+            if key is not None:
+                keys.add(key)
+    return keys
+
+
+def also_answers(key: str, proved: str, classes: frozenset[str], keys: set[str]) -> list[str]:
+    """The other installed transformer classes that `key` answers (it prefixes them, and no longer registered
+    name does): a fix proved on `proved` alone would change them too, unproved."""
+    return sorted(c for c in classes if c != proved and c.startswith(key)
+                  and not any(len(k) > len(key) and c.startswith(k) for k in keys))

@@ -64,3 +64,21 @@ def cache_test(description: dict, *, name: str, lookup: str, key: str, where: st
                    key=key, where=where, finding=finding, slack=escape.py(float(slack)),
                    floor=escape.py(float(floor)))
     return path, text
+
+
+def tp_test(description: dict, *, name: str, lookup: str, key: str, where: str, finding: str) -> tuple[str, str]:
+    """(path in cache-dit's repository, text) of the regression test for a TP finding: 2 gloo processes on a CPU,
+    cache-dit's TP on the tiny model against its 1-process output, and some parameter really sharded."""
+    from . import render
+
+    escape.ident(name)
+    path = f"tests/parallelism/test_{name}_tp_regression.py"
+    inputs = [(n, escape.Code(_expr(n, d))) for n, d in description["inputs"].items()]
+    how = (f"cache-dit's tensor-parallel planner registered as '{key}' ({where}) is looked up for "
+           f"{description['cls']} and applied over 2 gloo processes (the test runs itself as each rank); each "
+           "rank's output must match the 1-process run, and some parameter must be sharded (local shape smaller "
+           "than the full one), else tensor parallelism did not engage. Random weights and biases: no download.")
+    text = render("regression_tp_test.py.j2", how=how, name=name, lookup=lookup, cls=description["cls"],
+                  module=description["module"], config=escape.py_dict(description["config"]), inputs=inputs,
+                  finding=finding)
+    return path, text

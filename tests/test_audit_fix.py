@@ -91,7 +91,8 @@ def test_fix_bria_writes_a_fix_whose_regression_test_fails_before_and_passes_aft
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(proc.stdout)
     assert data["schema"] == "integrate.audit-fix" and data["status"] == "fixed"
-    assert [(r["tree"], r["status"]) for r in data["runs"]] == [("before", "fail"), ("after", "pass")]
+    assert [(r["proof"], r["tree"], r["status"]) for r in data["runs"]] == [("cache", "before", "fail"),
+                                                                          ("cache", "after", "pass")]
     assert data["changed"] == ["caching/block_adapters/adapters.py"]
     # the checkout: only adapters.py changed, and only Bria's two patterns in it; no __pycache__ left behind
     cmp = filecmp.dircmp(INSTALLED, tree, ignore=["__pycache__"])
@@ -102,7 +103,7 @@ def test_fix_bria_writes_a_fix_whose_regression_test_fails_before_and_passes_aft
     assert len(_changed_lines(old, new)) == 4 and "Pattern_1" in "".join(_changed_lines(old, new))
     # the regression test, run here outside the tool: fails on the installed (old) cache-dit, passes on the fix
     test = tmp_path / "out" / "tests" / "api" / "test_bria_cache_regression.py"
-    assert data["test"] == "tests/api/test_bria_cache_regression.py" and test.is_file()
+    assert data["tests"] == ["tests/api/test_bria_cache_regression.py"] and test.is_file()
     before, after = _pytest(test, None), _pytest(test, tree.parent)
     assert f"FROM {INSTALLED}" in before.stdout and before.returncode == 1 and "RuntimeError" in before.stdout
     assert f"FROM {tree}" in after.stdout and after.returncode == 0, after.stdout[-3000:]
@@ -116,7 +117,7 @@ def test_fix_bria_writes_a_fix_whose_regression_test_fails_before_and_passes_aft
                     str(tree), "--out", str(tmp_path / "out2"), "--json", env=env)
     assert again.returncode == 1
     redo = json.loads(again.stdout)
-    assert redo["status"] == "not-fixed" and "does not show the defect" in redo["why"]
+    assert redo["status"] == "not-fixed" and any("does not show the defect" in m for m in redo["manual"])
     assert (tree / "caching/block_adapters/adapters.py").read_text() == new and not (tmp_path / "out2").exists()
 
 
@@ -136,3 +137,48 @@ def test_fix_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     proc = run_cli("audit", *args)
     assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "OUT").exists()
+
+
+def test_fix_a_tp_finding_replaces_the_built_in_planner_class_in_its_module(tmp_path):
+    """cache-dit 1.5.3's SkyReelsV2 TP planner names `attn.*` modules the blocks do not have: nothing is sharded.
+    The fix writes ours over that class where it stands (same name, same decorator: planners.py untouched); its
+    regression test (2 gloo processes, this machine's CPU) fails on the old tree (nothing sharded) and passes on
+    the new; run here again outside the tool."""
+    tree = tmp_path / "cache_dit"
+    shutil.copytree(INSTALLED, tree, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {"INTEGRATE_CACHE_DIR": str(tmp_path / "cache")}
+    proc = run_cli("audit", "--only", "SkyReelsV2Transformer3DModel", "--proof", "tp", "--fix", "--cache-dit-src",
+                   str(tree), "--out", str(tmp_path / "out"), "--json", env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert data["status"] == "fixed" and data["changed"] == ["distributed/transformers/skyreels.py"]
+    (w,) = data["rewritten"]
+    assert (w["function"], w["key"], w["changed"]) == ("SkyReelsV2TensorParallelismPlanner", "SkyReelsV2", ["class"])
+    new = (tree / "distributed/transformers/skyreels.py").read_text()
+    module = cst.parse_module(new)
+    (cls,) = [s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == w["function"]]
+    assert cst.Module([]).code_for_node(cls.decorators[0].decorator) == \
+        'TensorParallelismPlannerRegister.register("SkyReelsV2")'
+    assert '"attn1.to_q": "colwise"' in new and "SkyReelsV2ContextParallelismPlanner" in new  # CP planner kept
+    assert (tree / "distributed/transformers/planners.py").read_text() == \
+        (INSTALLED / "distributed/transformers/planners.py").read_text()
+    (test,) = data["tests"]
+    path = tmp_path / "out" / test
+    before, after = _pytest(path, None), _pytest(path, tree.parent)
+    assert before.returncode == 1 and "no parameter was sharded" in before.stdout
+    assert after.returncode == 0, after.stdout[-3000:]
+
+
+def test_a_registration_that_answers_other_installed_models_is_not_written_over():
+    """cache-dit registers its AnyFlow TP planner as 'AnyFlow', which also answers AnyFlowFARTransformer3DModel
+    (no longer name is registered for it): a planner proved on AnyFlowTransformer3DModel alone would change FAR
+    unproved. 'SkyReelsV2' answers no other installed model."""
+    from integrate.survey import model_class_names
+    from integrate.templates.builtin import PLANNER_REGISTRIES, PLANNERS, also_answers, registered_keys
+
+    files = sorted(str(f.relative_to(INSTALLED).as_posix()) for f in (INSTALLED / PLANNERS).glob("*.py"))
+    keys = registered_keys(_read(INSTALLED), files, PLANNER_REGISTRIES["tp"])
+    models = model_class_names()
+    assert also_answers("AnyFlow", "AnyFlowTransformer3DModel", models, keys) == ["AnyFlowFARTransformer3DModel"]
+    assert also_answers("SkyReelsV2", "SkyReelsV2Transformer3DModel", models, keys) == []
+    assert "AnyFlowTransformerBlock" not in models  # a block is no model: only ModelMixin classes count

@@ -148,7 +148,7 @@ def pr_markdown(*, plan: dict[str, Any], approval: dict[str, Any], registered: d
         test_path=test_path, manual=manual)
 
 
-def fix_markdown(report: dict[str, Any], *, text_of_test: str) -> str:
+def fix_markdown(report: dict[str, Any]) -> str:
     """PR.md of `integrate audit --fix`: the finding, the change, the regression test before and after."""
     longest = max([_longest_backtick_run(x) for x in (report.get("diff", ""), report["audit"].get("reproduce", ""),
                                                         *(r.get("tail", "") for r in report.get("runs", [])))] or [0])
@@ -156,5 +156,4 @@ def fix_markdown(report: dict[str, Any], *, text_of_test: str) -> str:
     for e in report["audit"].get("evidence", []):
         where, sep, why = e.partition(": ")
         evidence.append(f"{Path(where).name}{sep}{why}")
-    return _ENV.get_template("FIX.md.j2").render(r=report, fence="`" * max(3, longest + 1), test=text_of_test,
-                                                 evidence=evidence)
+    return _ENV.get_template("FIX.md.j2").render(r=report, fence="`" * max(3, longest + 1), evidence=evidence)

@@ -357,7 +357,7 @@ def audit_fix(data: dict) -> str:
         lines.append(f"  rewritten: cache_dit/{w['file']}:{w['line']} {w['function']} (registered as '{w['key']}'): "
                      + ", ".join(w["changed"]))
     for run in data.get("runs", []):
-        lines.append(f"  regression test, {run['tree']}: {run['status']}")
+        lines.append(f"  {run['proof']} regression test, {run['tree']}: {run['status']}")
     lines += [f"  changed in the checkout: cache_dit/{c}" for c in data.get("changed", [])]
     lines += [f"  wrote {f}" for f in data.get("files", [])]
     lines += [f"  manual: {m}" for m in data.get("manual", [])]

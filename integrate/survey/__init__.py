@@ -186,6 +186,28 @@ def class_names(use_cache: bool = True) -> frozenset[str]:
     return frozenset(names)
 
 
+def model_class_names(use_cache: bool = True) -> frozenset[str]:
+    """The model classes (ModelMixin subclasses, as the survey tells them) the surveyed files of the installed
+    diffusers define at top level (a parse, cached by content)."""
+    from .index import is_model
+
+    ws = Workspace()
+    names: set[str] = set()
+    for task in collect([])[0]:
+        key = cache.key_for("top-level model classes", {"file": task.path})
+        hit = cache.load(key) if use_cache else None
+        if hit is None:
+            try:
+                src = ws.load(Path(task.path))
+            except (InputError, RecursionError, MemoryError):
+                continue
+            hit = {"classes": sorted(n for n, c in src.classes.items() if is_model(ws, src, c))}
+            if use_cache:
+                cache.store(key, hit, [task.path])
+        names.update(hit["classes"])
+    return frozenset(names)
+
+
 def _defining(tasks: list[Task], classes: set[str], use_cache: bool = True, seen: set[str] | None = None) -> list[Task]:
     """The tasks whose file defines one of `classes` at top level (a parse, none of the analysis; the names
     each file defines are kept in the result cache by its content, so a second `--only` parses nothing). `seen`

@@ -13,8 +13,10 @@ the same fixture). Where cache-dit's own cache integration fails the cache proof
    `PR.md`, the test and `fix.diff` written under `--out`.
 
 A test that does not fail before, or does not pass after, leaves the checkout untouched (status `not-fixed`, exit 1).
-Findings of the CP and TP proofs are listed under `manual` with the planner that answered: writing a planner over a
-built-in one in place is not done yet. A fix that needs a PatchFunctor or a hand-written patch is `manual` too.
+A TP finding is fixed the same way with the built-in planner class replaced by ours where it stands (same name and
+decorator) and a regression test of 2 gloo processes. Each finding is fixed on its own; one whose test does not fail
+before and pass after, a cache fix that needs a PatchFunctor, a CP finding, and a registration that also answers
+another installed model class (a fix proved on one class would change the other unproved) are listed under `manual`.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ _RUNNER = ("import sys, cache_dit, pytest\n"
            "sys.exit(pytest.main(sys.argv[2:]))\n")
 
 
-def run_test(test: Path, package: Path, tree: str) -> TestRun:
+def run_test(test: Path, package: Path, tree: str, proof: str) -> TestRun:
     """pytest on `test` with cache_dit imported from `package` (checked), in a scratch folder (no conftest of the
     checkout's applies; nothing is cached)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
@@ -54,9 +56,9 @@ def run_test(test: Path, package: Path, tree: str) -> TestRun:
                                    "--tb=line", "--show-capture=no", "-p", "no:cacheprovider", "-p", "no:warnings", "--rootdir", cwd, str(test)], cwd=cwd, env=env,
                                   capture_output=True, text=True, timeout=TEST_TIMEOUT)
         except subprocess.TimeoutExpired:
-            return TestRun(tree, "fail", f"timed out after {TEST_TIMEOUT} s")
+            return TestRun(proof, tree, "fail", f"timed out after {TEST_TIMEOUT} s")
     tail = (proc.stdout + proc.stderr).strip()[-3000:]
-    return TestRun(tree, "pass" if proc.returncode == 0 else "fail", tail)
+    return TestRun(proof, tree, "pass" if proc.returncode == 0 else "fail", tail)
 
 
 def describe_fixture(fixture: Path) -> dict:
@@ -88,16 +90,41 @@ def _rewrite_for(plan):
                           check_forward_pattern=all(b.check_forward_pattern for b in lists)), None
 
 
+def _finding_text(p, what: str) -> str:
+    why = p.cache_dit_why if p.cache_dit_why is not OMIT else "it fails"
+    where = (f" (first divergent module: {p.cache_dit_first_divergence})"
+             if p.cache_dit_first_divergence not in (None, OMIT) else "")
+    return f"integrate audit, {p.name} proof: cache-dit's integration: {why}{where}; ours ({what}) passes the same proof."
+
+
+def _our_planner(base: Path, kind: str):
+    """(text, class) of our planner of `kind` as a checkout module (decorated, registered natively)."""
+    from integrate.decisions.approval import require_approved
+    from integrate.resolve import Workspace
+    from integrate.templates import build
+
+    plan, approval = require_approved(base / "plan")
+    analysis, ws = api.analysis_for_plan(plan, Workspace(expect=approval.sources))
+    src = ws.load(Path(plan.model.transformer_file))
+    gen = build(plan, approval, analysis, ws, src, src.classes[plan.model.transformer_class],
+                f"cache_dit.caching.patch_functors.functor_{plan.model.example_name}", "cache_dit.generate", True,
+                checkout=True)
+    piece = next((p for p in gen.pieces if p.role == f"{kind}_planner"), None)
+    return (piece.text, piece.symbol) if piece is not None else (None, None)
+
+
 def run_fix(only: tuple[str, ...], src: Path, out: Path, proofs: tuple[str, ...],
             progress: Callable[[str], None] | None = None) -> FixReport:
     from integrate.decisions.approval import require_approved
     from integrate.files import write_tree
     from integrate.render.markdown import fix_markdown
+    from integrate.templates.builtin import (ADAPTERS, PLANNER_REGISTRIES, PLANNERS, REGISTRY, PlannerRewrite,
+                                             also_answers, registered_keys, rewrite_adapter)
     from integrate.templates.checkout import apply_checkout, find_package, formatted, yapf_style
-    from integrate.templates.regression import cache_test
+    from integrate.templates.regression import cache_test, tp_test
     from integrate.verify.proofs import cache as cache_proof
 
-    from . import class_names
+    from . import class_names, model_class_names
     from .audit import audit_row
 
     progress = progress or (lambda line: None)
@@ -121,65 +148,108 @@ def run_fix(only: tuple[str, ...], src: Path, out: Path, proofs: tuple[str, ...]
             return FixReport(**head, status="nothing-to-fix", audit=audited,
                              why=audited.why if audited.status == "error" else
                              f"the audit labels {row.transformer_class} {audited.status}: no finding to fix")
-        manual = [f"{p.name}: cache-dit's planner ({p.cache_dit_registers if p.cache_dit_registers is not OMIT else '?'})"
-                  " fails where ours passes; writing a planner over a built-in one in place is not done yet "
-                  "(generate --replace-builtin gives ours as a plugin)" for p in findings if p.name != "cache"]
-        cache = next((p for p in findings if p.name == "cache"), None)
-        if cache is None:
-            return FixReport(**head, status="not-fixed", audit=audited, manual=tuple(manual),
-                             why="no fix written: the findings are of planners only")
         base = work / "audit" / row.transformer_class
         plan, _ = require_approved(base / "plan")
-        rewrite, why = _rewrite_for(plan)
-        if rewrite is None:
-            return FixReport(**head, status="not-fixed", audit=audited, manual=(f"cache: {why}", *manual), why=why)
-        progress("writing the regression test from the audit's fixture")
-        description = describe_fixture(base / "out" / "verify_fixture.py")
-        finding = (f"integrate audit: {cache.cache_dit_why if cache.cache_dit_why is not OMIT else 'it fails'}"
-                   + (f" (first divergent module: {cache.cache_dit_first_divergence})"
-                      if cache.cache_dit_first_divergence not in (None, OMIT) else "")
-                   + "; our integration ("
-                   + ", ".join(f"{a}: {p}" for a, p in zip(rewrite.blocks, rewrite.patterns))
-                   + ") passes the same proof.")
         name = plan.model.example_name or row.transformer_class.lower()
-        # the key and file cache-dit answers with, read from the checkout (its adapter may differ from the installed)
-        from integrate.templates.builtin import rewrite_adapter
+        lookup = " / ".join(n for n in ((plan.model.pipeline_class or "").split(".")[0],
+                                        plan.model.transformer_class) if n)
+        manual: list[str] = []
+        candidates = []  # (proof, rewrite, test relpath, test text)
+        description = None
 
         def read(rel: str) -> str | None:
             path = package / rel
             return path.read_text(encoding="utf-8") if path.is_file() else None
 
-        try:
-            planned = rewrite_adapter(read, rewrite)
-        except InputError as exc:
-            return FixReport(**head, status="not-fixed", audit=audited, manual=(f"cache: {exc}", *manual),
-                             why=str(exc))
-        rel, text = cache_test(description, name=name, lookup=" / ".join(rewrite.lookup), key=planned.key,
-                               where=f"cache_dit/{planned.relpath}:{planned.line}", finding=finding,
-                               threshold=cache_proof.THRESHOLD, slack=cache_proof.CACHED_SLACK,
-                               floor=cache_proof.CACHED_FLOOR)
-        text = formatted(text, yapf_style(package), rel)
-        test = work / "test" / Path(rel).name
-        test.parent.mkdir()
-        test.write_text(text, encoding="utf-8")
-        progress(f"running the regression test against {package} as it is (it must fail)")
-        before = run_test(test, package, "before")
-        scratch = work / "after" / package.name
-        shutil.copytree(package, scratch, ignore=shutil.ignore_patterns("__pycache__"))
-        applied = apply_checkout(scratch, [], [], rewrites=[rewrite])
-        progress("running it against a copy with the fix written in (it must pass)")
-        after = run_test(test, scratch, "after")
-        runs = (before, after)
-        rewritten = tuple(applied["rewritten"])
-        if before.status != "fail" or after.status != "pass":
-            why = ("the regression test passes on the checkout as it is: it does not show the defect"
-                   if before.status == "pass" else "the regression test fails with the fix written in")
-            return FixReport(**head, status="not-fixed", audit=audited, rewritten=rewritten, runs=runs,
-                             manual=tuple(manual), diff=applied["diff"], why=why + ": the checkout is left as it was")
+        installed = model_class_names()
+
+        def unproved_others(key: str, folder: str, registry: str) -> str | None:
+            files = sorted(str(f.relative_to(package).as_posix()) for f in (package / folder).glob("*.py"))
+            others = also_answers(key, row.transformer_class, installed, registered_keys(read, files, registry))
+            return None if not others else (
+                f"cache-dit's registration '{key}' also answers {', '.join(others)} (installed diffusers); the fix is "
+                f"proved on {row.transformer_class} alone, so it is not written over it in place")
+
+        for p in findings:
+            try:
+                if p.name == "cache":
+                    rewrite, why = _rewrite_for(plan)
+                    if rewrite is None:
+                        manual.append(f"cache: {why}")
+                        continue
+                    planned = rewrite_adapter(read, rewrite)
+                    wider = unproved_others(planned.key, ADAPTERS, REGISTRY)
+                    if wider:
+                        manual.append(f"cache: {wider}")
+                        continue
+                    what = ", ".join(f"{a}: {pat}" for a, pat in zip(rewrite.blocks, rewrite.patterns))
+                elif p.name == "tp" and isinstance(p.cache_dit_registers, str):
+                    text, symbol = _our_planner(base, "tp")
+                    if text is None:
+                        manual.append("tp: our integration writes no TP planner for it")
+                        continue
+                    key = p.cache_dit_registers.split(" -> ")[0]
+                    wider = unproved_others(key, PLANNERS, PLANNER_REGISTRIES["tp"])
+                    if wider:
+                        manual.append(f"tp: {wider}")
+                        continue
+                    rewrite = PlannerRewrite("tp", key, text, symbol)
+                    planned = None
+                    what = f"the planner {symbol}"
+                else:
+                    manual.append(f"{p.name}: a fix for a {p.name} finding is not written in place yet (generate "
+                                  "--replace-builtin gives ours as a plugin)")
+                    continue
+            except InputError as exc:
+                manual.append(f"{p.name}: {exc}")
+                continue
+            if description is None:
+                progress("describing the audit's fixture for the regression tests")
+                description = describe_fixture(base / "out" / "verify_fixture.py")
+            finding = _finding_text(p, what)
+            if p.name == "cache":
+                rel, text = cache_test(description, name=name, lookup=lookup, key=planned.key,
+                                       where=f"cache_dit/{planned.relpath}:{planned.line}", finding=finding,
+                                       threshold=cache_proof.THRESHOLD, slack=cache_proof.CACHED_SLACK,
+                                       floor=cache_proof.CACHED_FLOOR)
+            else:
+                rel, text = tp_test(description, name=name, lookup=lookup, key=rewrite.key,
+                                    where=p.cache_dit_registers.split(" -> ")[-1], finding=finding)
+            candidates.append((p.name, rewrite, rel, formatted(text, yapf_style(package), rel)))
+        runs: list[TestRun] = []
+        kept = []
+        for proof, rewrite, rel, text in candidates:
+            test = work / "tests" / proof / Path(rel).name
+            test.parent.mkdir(parents=True)
+            test.write_text(text, encoding="utf-8")
+            progress(f"{proof}: running the regression test against {package} as it is (it must fail)")
+            before = run_test(test, package, "before", proof)
+            scratch = work / "after" / proof / package.name
+            shutil.copytree(package, scratch, ignore=shutil.ignore_patterns("__pycache__"))
+            apply_checkout(scratch, [], [], rewrites=[rewrite])
+            progress(f"{proof}: running it against a copy with the fix written in (it must pass)")
+            after = run_test(test, scratch, "after", proof)
+            runs += [before, after]
+            if before.status == "fail" and after.status == "pass":
+                kept.append((proof, rewrite, rel, text))
+            else:
+                manual.append(f"{proof}: " + ("its regression test passes on the checkout as it is: it does not show "
+                                              "the defect" if before.status == "pass" else
+                                              "its regression test fails with our fix written in")
+                              + ": not written")
+        if not kept:
+            return FixReport(**head, status="not-fixed", audit=audited, runs=tuple(runs), manual=tuple(manual),
+                             why="no fix both failed its regression test before and passed it after: the checkout is "
+                                 "left as it was")
+        # everything is rendered before anything is written: a failure leaves the checkout and --out as they were
+        planned = apply_checkout(package, [], [], rewrites=[k[1] for k in kept], dry_run=True)
+        report = FixReport(**head, status="fixed" if not manual else "partly-fixed", audit=audited,
+                           rewritten=tuple(planned["rewritten"]), tests=tuple(k[2] for k in kept), runs=tuple(runs),
+                           changed=tuple(planned["changed"]), diff=planned["diff"], manual=tuple(manual))
+        files = {k[2]: k[3] for k in kept} | {"PR.md": fix_markdown(to_json(report)), "fix.diff": planned["diff"]}
         progress(f"writing the fix into {package}")
-        result = apply_checkout(package, [], [], rewrites=[rewrite])
-        report = FixReport(**head, status="fixed", audit=audited, rewritten=rewritten, test=rel, runs=runs,
-                           changed=tuple(result["changed"]), diff=result["diff"], manual=tuple(manual))
-        pr = fix_markdown(to_json(report), text_of_test=text)
-        written = write_tree(out, {rel: text, "PR.md": pr, "fix.diff": result["diff"]})
+        result = apply_checkout(package, [], [], rewrites=[k[1] for k in kept])
+        if result["diff"] != planned["diff"]:  # the checkout changed under us between the two
+            raise InputError(f"{package} changed while the fix was being written: run again")
+        written = write_tree(out, files)
         return FixReport(**{**{k: getattr(report, k) for k in report.__dataclass_fields__}, "files": tuple(written)})

@@ -176,6 +176,7 @@ FIX_SCHEMA_VERSION = "1.0"
 class TestRun:
     """The regression test run against one cache-dit tree."""
 
+    proof: str  # the finding's proof: "cache" | "tp"
     tree: str  # "before": the checkout as it was; "after": a copy with the fix written in
     status: str  # "pass" | "fail"
     tail: str = ""  # the end of pytest's output
@@ -189,12 +190,14 @@ class FixReport:
     schema_version: str
     tool_version: str
     transformer_class: str
-    status: str  # "fixed" (test fails before, passes after, written) | "not-fixed" | "nothing-to-fix"
+    # "fixed": every finding's regression test fails before and passes after, all written; "partly-fixed": some were
+    # (written), the rest are under `manual`; "not-fixed": none (nothing written); "nothing-to-fix"
+    status: str
     audit: AuditRow
     package: str  # the checkout's cache_dit directory
     rewritten: tuple[dict, ...] = ()  # {"file", "function", "key", "line", "changed"} per built-in rewritten
-    test: str | Omit = OMIT  # the regression test, in cache-dit's tests/ layout, under --out
-    runs: tuple[TestRun, ...] = ()  # before and after
+    tests: tuple[str, ...] = ()  # the regression tests written, in cache-dit's tests/ layout, under --out
+    runs: tuple[TestRun, ...] = ()  # each finding's test, before and after
     files: tuple[str, ...] = ()  # written under --out
     changed: tuple[str, ...] = ()  # files of the checkout written (relative to its cache_dit directory)
     diff: str = ""

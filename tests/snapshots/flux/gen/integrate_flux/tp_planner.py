@@ -252,4 +252,6 @@ def _distribute_norm(block, path: str, tp_mesh) -> None:
     if "RMS" not in type(norm).__name__:
         raise NotImplementedError(f"`{path}` ({type(norm).__name__}) normalises over all heads: only an RMS norm "
                                   "is distributed by this planner; keep its projection whole instead")
+    # the same distributed norm in a plugin and in a checkout: the one the CPU proof ran (cache-dit's Wan
+    # DistributedRMSNorm asserts an accelerator, so a checkout using it would ship code no CPU proof ran)
     setattr(owner, name, _DistributedRMSNorm(norm, tp_mesh))
