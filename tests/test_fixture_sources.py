@@ -471,3 +471,15 @@ def test_inputs_documented_over_the_latents_grid_axes_are_shaped_by_them(tmp_pat
     frames = int(latent.split("_randn('hidden_states', ")[1].split(",")[2])
     assert f'"timestep": torch.full((1, 1, {frames},), 0.5 - 0.002 * step)' in text
     assert f'"frame_valid_mask": torch.ones(1, 1, {frames}, 1, 1)' in text
+
+
+def test_a_latent_too_small_to_split_over_the_cp_ranks_is_captured_again_larger(tmp_path):
+    """LTXPipeline's VAE compresses 32 pixels into a token, more than the 8 the capture assumes: at 32x32 its latent
+    is one token, which no 2-process CP proof can split. The capture calls it again at twice the size, says so, and
+    the fixture carries at least 2 tokens per rank."""
+    model = make_model_dir(tmp_path / "m", "LTXPipeline", "LTXVideoTransformer3DModel")
+    plan_dir, out = _generated(model, tmp_path)
+    rc, r = _verify(plan_dir, out, "--fixture-only")
+    fx = r["fixture"]
+    assert rc == 0 and fx["source"] == "pipeline" and fx["image_tokens"] >= 4, fx
+    assert any("gave a latent of 1 token(s)" in n and "twice the size" in n for n in fx["notes"]), fx["notes"]

@@ -28,6 +28,7 @@ PROMPT = "a small test prompt"  # what a stand-in text encoder encodes, where th
 _TEXT_INPUT = ("encoder_hidden", "text", "prompt", "context", "caption", "cap_")  # a transformer's text input
 _GRID = 4  # latent tokens per side after patching
 _MAX_GRID = 32  # the largest tried when a pipeline refuses the small sizes (its own minimum)
+MIN_TOKENS = 4  # latent tokens a captured call must carry: 2 per rank of a 2-process CP proof
 # The schedule is long and only its first calls are recorded: neighbouring steps then differ as they do in a
 # real run, little, which is what a cache's residual threshold is made for.
 CAPTURE_SCHEDULE = 500
@@ -446,6 +447,21 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
 
     handle = model.register_forward_pre_hook(hook, with_kwargs=True)
     grid, on_cpu = _GRID, False
+
+    def too_small(size: dict) -> bool:
+        """A latent too small to split over the ranks of a CP proof (each needs 2 tokens of its own): the calls are
+        dropped and the size doubled (the pipeline's VAE compresses more than assumed: LTX-Video, 32 pixels a
+        token). False when it is large enough, its size is not read, or no larger size is tried."""
+        nonlocal grid
+        tokens = image_tokens(calls[0], tiny_config) if calls else None
+        if tokens is None or tokens >= MIN_TOKENS or grid >= _MAX_GRID:
+            return False
+        notes.append(f"{pipe_cls.__name__} at {size['width']}x{size['height']} gave a latent of {tokens} token(s), "
+                     f"fewer than {MIN_TOKENS} (2 per rank of a 2-process CP proof): called at twice the size")
+        calls.clear()
+        grid *= 2
+        return True
+
     try:
         while True:
             size = _size(pipe, tiny_config, grid)
@@ -454,11 +470,12 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
             try:
                 with torch.no_grad():
                     pipe(**sized)
-                break
             except _Enough:
-                break
+                pass
             except Exception as exc:  # noqa: BLE001 - the pipeline's own code on a tiny model
-                if calls:
+                if calls:  # it failed after calling the transformer (decoding the latent): the calls stand
+                    if too_small(size):
+                        continue
                     break
                 if "meta" in _line(exc) and not on_cpu:
                     # the pipeline runs a component (the VAE, encoding an input image) before the transformer:
@@ -495,6 +512,9 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
                 raise NotCaptured(f"{pipe_cls.__name__}(...) failed before calling the transformer: "
                                   f"{type(exc).__name__}: {_line(exc)}{_where(exc)}",
                                   sized=not _out_of_memory(exc)) from None
+            if too_small(size):
+                continue
+            break
     finally:
         handle.remove()
     _required(pipe_cls.__name__, params, {**call, **size}, size, notes)  # what was made up, said once
