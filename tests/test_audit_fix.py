@@ -13,7 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import cache_dit
+import importlib.util
+
 import libcst as cst
 import pytest
 
@@ -21,7 +22,7 @@ from conftest import run_cli
 from integrate.errors import InputError
 from integrate.templates.builtin import AdapterRewrite, rewrite_adapter
 
-INSTALLED = Path(cache_dit.__file__).parent
+INSTALLED = Path(importlib.util.find_spec("cache_dit").origin).parent  # found, not imported (see conftest)
 
 
 def _read(package: Path):
