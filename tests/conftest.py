@@ -15,6 +15,32 @@ os.environ.setdefault("CACHE_DIT_FLUX_ENABLE_DUMMY_BLOCKS", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "motif-video"
+# Each pipeline stage installs as a subpackage of `integrate` from its own top-level folder (pyproject's
+# package-dir): an environment installed from another checkout would import some stages from there.
+STAGES = ("integrate", "integrate.gate", "integrate.analyzers", "integrate.decisions", "integrate.templates",
+          "integrate.verify")
+
+
+def stages_outside(root: Path) -> list[str]:
+    """"stage -> folder" for every stage of integrate imported from outside `root` (found, parents imported)."""
+    import importlib.util
+
+    out = []
+    for name in STAGES:
+        spec = importlib.util.find_spec(name)
+        where = Path(next(iter(spec.submodule_search_locations or [spec.origin or ""]))).resolve() if spec else None
+        if where is None or not where.is_relative_to(root.resolve()):
+            out.append(f"{name} -> {where}")
+    return out
+
+
+def pytest_configure(config):
+    """The session stops at start where a stage would be imported from another checkout than this one: its tests
+    would pass while never running this tree's code (install this checkout: `pip install -e .` in it)."""
+    outside = stages_outside(ROOT)
+    if outside:
+        raise pytest.UsageError(f"integrate is not installed from this checkout ({ROOT}): {'; '.join(outside)}. "
+                                "Run `pip install -e .` here, in an environment of its own")
 
 
 def make_model_dir(base: Path, pipeline: str, transformer: str, library: str = "diffusers") -> Path:

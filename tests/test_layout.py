@@ -100,3 +100,33 @@ def test_nothing_outside_a_module_imports_its_private_names(path):
                 f"{path.relative_to(ROOT)} imports the private name {name} from {target}"
         assert not any(part.startswith("_") and not part.startswith("__") for part in target.split(".")), \
             f"{path.relative_to(ROOT)} imports the private module {target}"
+
+
+def test_every_stage_is_imported_from_this_checkout_and_the_guard_says_so_otherwise(tmp_path):
+    """The session guard (conftest's pytest_configure): every stage resolves inside this checkout; measured against
+    another folder, every stage is named with where it comes from."""
+    from conftest import ROOT, STAGES, stages_outside
+
+    assert stages_outside(ROOT) == []
+    outside = stages_outside(tmp_path)
+    assert [x.split(" -> ")[0] for x in outside] == list(STAGES)
+    assert all(str(ROOT.resolve()) in x for x in outside)
+
+
+def test_a_session_from_another_checkout_stops_at_start(tmp_path):
+    """A second checkout run with this environment (installed from this one): its session must not start."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    other = tmp_path / "other"
+    (other / "tests").mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "conftest.py", other / "tests" / "conftest.py")
+    (other / "tests" / "test_x.py").write_text("def test_x():\n    assert True\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           str(other / "tests")], cwd=other, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 4, proc.stdout[-1000:] + proc.stderr[-1000:]  # pytest's usage error
+    assert "is not installed from this checkout" in proc.stdout + proc.stderr
+    assert "1 passed" not in proc.stdout
