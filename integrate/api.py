@@ -268,7 +268,7 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
     from integrate.decisions.approval import require_approved
     from integrate.files import write_tree
     from integrate.render.markdown import pr_markdown
-    from integrate.templates import MANUAL_MODULE, build, checkout_layout, checkout_test, is_stub
+    from integrate.templates import MANUAL_MODULE, checkout_layout, checkout_test, is_stub
     from integrate.templates.checkout import apply_checkout, formatted, yapf_style
     from integrate.templates.records import GenerateReport, PluginInfo
 
@@ -290,16 +290,10 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
 
     ident(name)  # it names the plugin package and its modules
     progress("re-reading the model sources the plan was made from")
-    from integrate.resolve import Workspace
-
-    # every source the plan cites is read from the bytes the reviewer approved, or refused
-    analysis, ws = analysis_for_plan(plan_rec, Workspace(expect=approval_rec.sources))
-    src = ws.load(Path(plan_rec.model.transformer_file))
-    cls = src.classes[plan_rec.model.transformer_class]
     if mode == "plugin":
         import_name = f"integrate_{name}"
-        gen = build(plan_rec, approval_rec, analysis, ws, src, cls, f"{import_name}.patch_functor", import_name,
-                    replace_builtin)
+        gen, _ = built(plan_rec, approval_rec, f"{import_name}.patch_functor", import_name,
+                       replace_builtin=replace_builtin)
         files = {f"{import_name}/{p.module}.py": p.text for p in gen.pieces} | gen.extra
         notes = list(gen.notes)
         for p in gen.pieces:  # a hand-written part the user has filled in is theirs: never written over
@@ -312,8 +306,7 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
         return GenerateReport("plugin", plugin=PluginInfo(import_name, str(out.resolve()),
                                                           f"PYTHONPATH={shlex.quote(str(out.resolve()))} python -P -m {import_name} {name}"),
                               files=tuple(written), registered=gen.registered, notes=tuple(notes), manual=gen.manual)
-    gen = build(plan_rec, approval_rec, analysis, ws, src, cls, f"cache_dit.caching.patch_functors.functor_{name}",
-                "cache_dit.generate", checkout=True)
+    gen, analysis = built(plan_rec, approval_rec, checkout=True)
     proofs = _proofs_for_pr(verify_report, plan_rec) if verify_report is not None else None
     artifacts, registrations = checkout_layout(gen, plan_rec)
     result = apply_checkout(cache_dit_src, artifacts, registrations, dry_run=dry_run)
@@ -332,6 +325,20 @@ def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", c
         notes.append("PR.md, the cache-dit test and test_matrix.sh are written with --out DIR")
     return GenerateReport("checkout", checkout=result, files=tuple(written), registered=gen.registered,
                           notes=tuple(notes), manual=gen.manual)
+
+
+def built(plan_rec, approval_rec, functor_module: str | None = None, import_name: str = "cache_dit.generate", *,
+          replace_builtin: bool = False, checkout: bool = False):
+    """(the generated pieces, the analysis) of an approved plan, every source it cites read from the bytes the
+    reviewer approved (or refused). A checkout's PatchFunctor goes under cache_dit.caching.patch_functors."""
+    from integrate.resolve import Workspace
+    from integrate.templates import build
+
+    analysis, ws = analysis_for_plan(plan_rec, Workspace(expect=approval_rec.sources))
+    src = ws.load(Path(plan_rec.model.transformer_file))
+    functor_module = functor_module or f"cache_dit.caching.patch_functors.functor_{plan_rec.model.example_name}"
+    return build(plan_rec, approval_rec, analysis, ws, src, src.classes[plan_rec.model.transformer_class],
+                 functor_module, import_name, replace_builtin, checkout=checkout), analysis
 
 
 def _proofs_for_pr(path: Path, plan) -> dict:

@@ -56,16 +56,22 @@ def _code(node: cst.CSTNode) -> str:
     return "".join(cst.Module([]).code_for_node(node).split())
 
 
-def _registered_key(func: cst.FunctionDef) -> str | None:
-    for dec in func.decorators:
+def _registered_as(node: cst.FunctionDef | cst.ClassDef, registry: str = REGISTRY) -> str | None:
+    """The name a function or class is registered under by a `@<registry>.register("name")` decorator."""
+    for dec in node.decorators:
         call = dec.decorator
         if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "register" \
-                and cst.helpers.get_full_name_for_node(call.func.value) == REGISTRY and call.args \
+                and cst.helpers.get_full_name_for_node(call.func.value) == registry and call.args \
                 and not call.args[0].keyword and isinstance(call.args[0].value, cst.SimpleString):
             value = call.args[0].value.evaluated_value
             if isinstance(value, str):
                 return value
     return None
+
+
+def package_files(package, folder: str) -> list[str]:
+    """The modules of `folder` in the cache_dit package directory `package`, relative to it (posix), sorted."""
+    return sorted(str(f.relative_to(package).as_posix()) for f in (package / folder).glob("*.py"))
 
 
 def _modules(init: str) -> list[str]:
@@ -96,7 +102,7 @@ def _answering(read: Callable[[str], str | None], lookup: tuple[str, ...]) -> tu
             continue
         parsed[rel] = cst.parse_module(text)
         registered += [(key, rel) for s in parsed[rel].body if isinstance(s, cst.FunctionDef)
-                       and (key := _registered_key(s)) is not None]
+                       and (key := _registered_as(s)) is not None]
     answers = {next(((k, r) for k, r in registered if name.startswith(k)), None) for name in lookup}
     if None in answers:
         raise InputError(f"no built-in adapter of the checkout answers {' / '.join(lookup)}: nothing to write over "
@@ -186,7 +192,7 @@ def rewrite_adapter(read: Callable[[str], str | None], rewrite: AdapterRewrite) 
     if len(rewrite.blocks) != len(rewrite.patterns) or not rewrite.blocks:
         raise InputError("the fix names no cached block list (or a list without its ForwardPattern)")
     rel, key, module = _answering(read, rewrite.lookup)
-    func = next(s for s in module.body if isinstance(s, cst.FunctionDef) and _registered_key(s) == key)
+    func = next(s for s in module.body if isinstance(s, cst.FunctionDef) and _registered_as(s) == key)
     call = _returned_call(func)
     if call is None:
         raise InputError(f"{rel}: {func.name.value}() (registered as '{key}') does not end in `return "
@@ -236,16 +242,6 @@ class PlannerRewrite:
     key: str  # the name the built-in class is registered under (cache-dit answered the lookup with it)
     text: str  # our planner module's text
     symbol: str  # our class in it
-
-
-def _registered_class_key(node: cst.ClassDef, registry: str) -> str | None:
-    for dec in node.decorators:
-        call = dec.decorator
-        if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "register" \
-                and cst.helpers.get_full_name_for_node(call.func.value) == registry and call.args \
-                and isinstance(call.args[0].value, cst.SimpleString):
-            return call.args[0].value.evaluated_value
-    return None
 
 
 def _bound(stmt: cst.CSTNode) -> set[str]:
@@ -320,7 +316,7 @@ def rewrite_planner(read: Callable[[str], str | None], files: list[str], rewrite
             continue
         module = cst.parse_module(text)
         found += [(rel, module, s) for s in module.body
-                  if isinstance(s, cst.ClassDef) and _registered_class_key(s, registry) == rewrite.key]
+                  if isinstance(s, cst.ClassDef) and _registered_as(s, registry) == rewrite.key]
     if len(found) != 1:
         raise InputError(f"the checkout has {len(found)} classes registered with {registry} as '{rewrite.key}': "
                          "the fix needs exactly one to write over; resolve by hand")
@@ -392,15 +388,8 @@ def registered_keys(read: Callable[[str], str | None], files: list[str], registr
         text = read(rel)
         if text is None or registry not in text:
             continue
-        for stmt in cst.parse_module(text).body:
-            if isinstance(stmt, cst.ClassDef):
-                key = _registered_class_key(stmt, registry)
-            elif isinstance(stmt, cst.FunctionDef) and registry == REGISTRY:
-                key = _registered_key(stmt)
-            else:
-                key = None
-            if key is not None:
-                keys.add(key)
+        keys |= {key for stmt in cst.parse_module(text).body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))
+                 and (key := _registered_as(stmt, registry)) is not None}
     return keys
 
 

@@ -45,6 +45,11 @@ def _expr(name: str, d: dict) -> str:
     return f"_randn({escape.py(name)}{', ' if dims else ''}{dims}{step}).to(torch.{dtype})"
 
 
+def _inputs(description: dict) -> list[tuple[str, escape.Code]]:
+    """(name, expression of `step`) for each described input, as `_inputs(step)` in the test returns them."""
+    return [(n, escape.Code(_expr(n, d))) for n, d in description["inputs"].items()]
+
+
 def cache_test(description: dict, *, name: str, lookup: str, key: str, where: str, finding: str, threshold: float,
                slack: float, floor: float) -> tuple[str, str]:
     """(path in cache-dit's repository, text) of the regression test for a cache finding."""
@@ -52,7 +57,7 @@ def cache_test(description: dict, *, name: str, lookup: str, key: str, where: st
 
     escape.ident(name)
     path = f"tests/api/test_{name}_cache_regression.py"
-    inputs = [(n, escape.Code(_expr(n, d))) for n, d in description["inputs"].items()]
+    inputs = _inputs(description)
     how = (f"cache-dit's adapter registered as '{key}' ({where}) is looked up for {description['cls']}; caching is "
            f"enabled with a permissive threshold after one warm-up step, and the model runs {int(description['steps'])} "
            "steps: the run must not fail, some step must be cached, the warm-up step must equal the plain model's, "
@@ -73,7 +78,7 @@ def tp_test(description: dict, *, name: str, lookup: str, key: str, where: str, 
 
     escape.ident(name)
     path = f"tests/parallelism/test_{name}_tp_regression.py"
-    inputs = [(n, escape.Code(_expr(n, d))) for n, d in description["inputs"].items()]
+    inputs = _inputs(description)
     how = (f"cache-dit's tensor-parallel planner registered as '{key}' ({where}) is looked up for "
            f"{description['cls']} and applied over 2 gloo processes (the test runs itself as each rank); each "
            "rank's output must match the 1-process run, and some parameter must be sharded (local shape smaller "

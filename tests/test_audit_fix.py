@@ -175,10 +175,9 @@ def test_a_registration_that_answers_other_installed_models_is_not_written_over(
     (no longer name is registered for it): a planner proved on AnyFlowTransformer3DModel alone would change FAR
     unproved. 'SkyReelsV2' answers no other installed model."""
     from integrate.survey import model_class_names
-    from integrate.templates.builtin import PLANNER_REGISTRIES, PLANNERS, also_answers, registered_keys
+    from integrate.templates.builtin import PLANNER_REGISTRIES, PLANNERS, also_answers, package_files, registered_keys
 
-    files = sorted(str(f.relative_to(INSTALLED).as_posix()) for f in (INSTALLED / PLANNERS).glob("*.py"))
-    keys = registered_keys(_read(INSTALLED), files, PLANNER_REGISTRIES["tp"])
+    keys = registered_keys(_read(INSTALLED), package_files(INSTALLED, PLANNERS), PLANNER_REGISTRIES["tp"])
     models = model_class_names()
     assert also_answers("AnyFlow", "AnyFlowTransformer3DModel", models, keys) == ["AnyFlowFARTransformer3DModel"]
     assert also_answers("SkyReelsV2", "SkyReelsV2Transformer3DModel", models, keys) == []

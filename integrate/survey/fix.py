@@ -100,15 +100,8 @@ def _finding_text(p, what: str) -> str:
 def _our_planner(base: Path, kind: str):
     """(text, class) of our planner of `kind` as a checkout module (decorated, registered natively)."""
     from integrate.decisions.approval import require_approved
-    from integrate.resolve import Workspace
-    from integrate.templates import build
 
-    plan, approval = require_approved(base / "plan")
-    analysis, ws = api.analysis_for_plan(plan, Workspace(expect=approval.sources))
-    src = ws.load(Path(plan.model.transformer_file))
-    gen = build(plan, approval, analysis, ws, src, src.classes[plan.model.transformer_class],
-                f"cache_dit.caching.patch_functors.functor_{plan.model.example_name}", "cache_dit.generate", True,
-                checkout=True)
+    gen, _ = api.built(*require_approved(base / "plan"), replace_builtin=True, checkout=True)
     piece = next((p for p in gen.pieces if p.role == f"{kind}_planner"), None)
     return (piece.text, piece.symbol) if piece is not None else (None, None)
 
@@ -119,7 +112,8 @@ def run_fix(only: tuple[str, ...], src: Path, out: Path, proofs: tuple[str, ...]
     from integrate.files import write_tree
     from integrate.render.markdown import fix_markdown
     from integrate.templates.builtin import (ADAPTERS, PLANNER_REGISTRIES, PLANNERS, REGISTRY, PlannerRewrite,
-                                             also_answers, registered_keys, rewrite_adapter)
+                                             also_answers, package_files, registered_keys,
+                                             rewrite_adapter)
     from integrate.templates.checkout import apply_checkout, find_package, formatted, yapf_style
     from integrate.templates.regression import cache_test, tp_test
     from integrate.verify.proofs import cache as cache_proof
@@ -164,8 +158,8 @@ def run_fix(only: tuple[str, ...], src: Path, out: Path, proofs: tuple[str, ...]
         installed = model_class_names()
 
         def unproved_others(key: str, folder: str, registry: str) -> str | None:
-            files = sorted(str(f.relative_to(package).as_posix()) for f in (package / folder).glob("*.py"))
-            others = also_answers(key, row.transformer_class, installed, registered_keys(read, files, registry))
+            keys = registered_keys(read, package_files(package, folder), registry)
+            others = also_answers(key, row.transformer_class, installed, keys)
             return None if not others else (
                 f"cache-dit's registration '{key}' also answers {', '.join(others)} (installed diffusers); the fix is "
                 f"proved on {row.transformer_class} alone, so it is not written over it in place")
