@@ -376,15 +376,17 @@ def verify(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] | None = 
                     variants=variants, skip=skip, fail_fast=fail_fast).run()
 
 
-def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = ("cache", "cp", "tp"),
+def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] | None = None,
            max_candidates: int = 8, max_seconds: float = 300.0, fixture_from: Path | None = None,
            trust_code: bool = False, progress: Progress = _quiet):
     """After a failed verify: the plan's alternatives tried one at a time on the failing proof; the smallest
     revision that passes is proposed beside the plan, never approved (a `RepairReport`). `fixture_from`: the
-    model test verify took the fixture from."""
+    model test verify took the fixture from. `proofs`: default, every proof repair can act on."""
     from integrate.repair import repair as run_repair
+    from integrate.verify.proofs import REPAIRABLE
 
-    return run_repair(plan_dir, generated, proofs=proofs, max_candidates=max_candidates, max_seconds=max_seconds,
+    return run_repair(plan_dir, generated, proofs=proofs or REPAIRABLE, max_candidates=max_candidates,
+                      max_seconds=max_seconds,
                       fixture_from=fixture_from, trust_code=trust_code, progress=progress)
 
 

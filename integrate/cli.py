@@ -247,10 +247,11 @@ def metrics(baseline: Path, candidate: Path, side: Path | None, min_psnr: float 
     return 1 if failed or scores.garbled else 0
 
 
-def _proof_choices() -> list[str]:
-    from integrate.verify.proofs import CHOICES
+def _proof_choices(which: str = "CHOICES") -> list[str]:
+    """`--proof` choices from the proof registry: `CHOICES` (verify), `REPAIRABLE` (repair), `AUDITED` (audit)."""
+    from integrate.verify import proofs
 
-    return list(CHOICES)
+    return list(getattr(proofs, which))
 
 
 @main.command()
@@ -297,8 +298,8 @@ def verify(plan_dir: Path, generated: Path, proofs: tuple[str, ...], fixture_fro
 @click.argument("plan_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--generated", "generated", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="The folder `integrate generate --out` wrote (whose verify failed).")
-@click.option("--proof", "proofs", multiple=True, type=click.Choice(["cache", "cp", "tp"]),
-              help="Only these proofs (default: cache, cp and tp). Repeatable.")
+@click.option("--proof", "proofs", multiple=True, type=click.Choice(_proof_choices("REPAIRABLE")),
+              help=f"Only these proofs (default: {', '.join(_proof_choices('REPAIRABLE'))}). Repeatable.")
 @click.option("--max-candidates", type=click.IntRange(min=1), default=8, show_default=True,
               help="At most this many alternatives tried (each one proof run).")
 @click.option("--max-seconds", type=click.FloatRange(min=1), default=300, show_default=True,
@@ -312,7 +313,7 @@ def repair(plan_dir: Path, generated: Path, proofs: tuple[str, ...], max_candida
            fixture_from: Path | None, trust_code: bool, as_json: bool) -> int:
     """After a failed verify: try the plan's alternatives on the failing proof, one at a time, and propose the
     smallest revision that passes (never approved: take it with `integrate revise`)."""
-    report = api.repair(plan_dir, generated, proofs=proofs or ("cache", "cp", "tp"), max_candidates=max_candidates,
+    report = api.repair(plan_dir, generated, proofs=proofs or None, max_candidates=max_candidates,
                         max_seconds=max_seconds, fixture_from=fixture_from, trust_code=trust_code,
                         progress=_progress)
     data = {"schema_version": report.schema_version, "repair": to_json(report)}

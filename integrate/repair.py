@@ -46,11 +46,10 @@ from integrate.decisions.approval import load_plan
 from integrate.decisions.records import Alternative
 from integrate.errors import InputError
 from integrate.records import OMIT, Omit, to_json
+from integrate.verify.proofs import BY_NAME, REPAIRABLE
 
 REPAIR_SCHEMA_VERSION = "1.2"
-REPAIRABLE = ("cache", "cp", "tp")
 TRIAL_REVIEWER = "integrate repair (automatic: a trial of a candidate revision, not a human review)"
-_KIND = {"cache": ("ForwardPattern", "CFG"), "cp": ("CP",), "tp": ("TP",)}
 
 
 @dataclass(frozen=True)
@@ -109,9 +108,9 @@ def _matches(touch: str, module: str | None) -> bool:
 def candidates(pool: list[Alternative], proof: str, module: str | None, first: Sequence[int] = ()) -> list[int]:
     """Indices into `pool` for a failing `proof`: those at `first` (read from the run; those that bear on `module`
     before the others), then those that bear on `module`, then the rest of the proof's kind."""
-    kind = [i for i, a in enumerate(pool) if a.decision.startswith(_KIND[proof]) and i not in first]
+    kind = [i for i, a in enumerate(pool) if a.decision.startswith(BY_NAME[proof].REPAIRS) and i not in first]
     near = [i for i in kind if any(_matches(t, module) for t in pool[i].touches)]
-    read = [i for i in first if pool[i].decision.startswith(_KIND[proof])]
+    read = [i for i in first if pool[i].decision.startswith(BY_NAME[proof].REPAIRS)]
     bearing = [i for i in read if any(_matches(t, module) for t in pool[i].touches)]
     return bearing + [i for i in read if i not in bearing] + near + [i for i in kind if i not in near]
 

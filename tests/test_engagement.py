@@ -97,8 +97,8 @@ def test_a_cp_planner_that_cuts_inside_its_own_forward_is_engaged_by_the_shapes_
     """cache-dit's Krea2 planner registers no hook: it replaces the transformer's forward and cuts the sequence
     there. With no split hook, modules whose inputs on the rank are shaped otherwise than in the 1-process run are
     the evidence; where every module saw the 1-process shapes, the pass is vacuous."""
-    from integrate.verify.proofs.locate import Baseline
-    from integrate.verify.proofs.parallel import engagement
+    from integrate.verify.locate import Baseline
+    from integrate.verify.paired import engagement
 
     base = Baseline({"input_shapes": {"blocks.0": {"hidden_states": [1, 64, 32]}}}, {}, None)
     variant = {"name": "ulysses2", "ulysses": 2}

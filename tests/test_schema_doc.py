@@ -11,15 +11,16 @@ from dataclasses import fields
 
 import pytest
 from conftest import ROOT
-
 from integrate.analyzers.records import ANALYSIS_SCHEMA_VERSION, Analysis
 from integrate.decisions.records import PLAN_SCHEMA_VERSION, Approval, ApprovalStatus, Plan, Revision
 from integrate.gate.records import GATE_SCHEMA_VERSION, GateReport
+from integrate.templates.records import GENERATE_SCHEMA_VERSION, GenerateReport
+from integrate.verify.records import GPU_SCHEMA_VERSION, VERIFY_SCHEMA_VERSION, GpuReport, MetricsReport
+from integrate.verify.report import VerifyReport
+
 from integrate.records import json_name, record_types
 from integrate.repair import REPAIR_SCHEMA_VERSION, RepairReport
 from integrate.survey.records import AUDIT_SCHEMA_VERSION, SURVEY_SCHEMA_VERSION, AuditReport, SurveyReport
-from integrate.templates.records import GENERATE_SCHEMA_VERSION, GenerateReport
-from integrate.verify.records import GPU_SCHEMA_VERSION, VERIFY_SCHEMA_VERSION, GpuReport, MetricsReport, VerifyReport
 
 DOC = (ROOT / "docs" / "schema.md").read_text()
 OUTPUTS = [  # (section heading starts with, root record, version it documents)

@@ -331,7 +331,7 @@ def test_an_uneven_gather_gloo_refuses_is_skipped_as_this_machines_limit_not_pas
     """cache-dit's ulysses_anything gathers shards of different lengths with all_gather, which gloo refuses
     ("ProcessGroupGloo::allgather: invalid tensor size") and NCCL takes: on this machine that variant is
     skipped with the reason (a GPU run proves it), never an error charged to the planner, never a pass."""
-    from integrate.verify.proofs.parallel import judge
+    from integrate.verify.paired import judge
 
     error = {"stage": "run the model", "module": "proj_out", "at": "distributed_c10d.py:1", "type": "RuntimeError",
              "message": "ProcessGroupGloo::allgather: invalid tensor size at index 1 (expected (1, 12, 8), got "

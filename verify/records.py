@@ -304,28 +304,6 @@ class PluginRef:
     import_name: str
 
 
-@dataclass(frozen=True)
-class VerifyReport:
-    schema: str
-    schema_version: str
-    model: VerifyModel
-    plugin: PluginRef
-    fixture: FixtureReport
-    state_dict: StateDictProof
-    cache: CacheProof
-    cp: ParallelProof
-    tp: ParallelProof
-    full_size: FullSizeProof
-    seconds: float = 0.0
-
-    @property
-    def failed(self) -> bool:
-        """A proof that ran failed, erred, proved nothing (vacuous), or waits on a stub (`integrate verify` exits 1)."""
-        return self.fixture.status in ("needs-edit", "error") or any(
-            getattr(self, name).status in ("fail", "error", "needs-code", "vacuous")
-            for name in ("state_dict", "cache", "cp", "tp", "full_size"))
-
-
 # -- the GPU matrix -------------------------------------------------------------------------------------
 
 

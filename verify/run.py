@@ -20,23 +20,19 @@ from integrate.errors import InputError
 from integrate.resolve import Workspace
 from integrate.workers import installed, worker_env
 
-from . import fixture, processes
+from . import fixture, paired, processes
 from . import proofs as registry
+from .locate import Baseline
 from .proofs import cache as cache_proof
-from .proofs import full_size
-from .proofs import parallel
-from .proofs.locate import Baseline
 from .records import (
     NOT_REQUESTED,
     VERIFY_SCHEMA,
     VERIFY_SCHEMA_VERSION,
-    CacheProof,
     FixtureReport,
     PluginRef,
-    StateDictProof,
     VerifyModel,
-    VerifyReport,
 )
+from .report import VerifyReport
 
 
 class Verifier:
@@ -54,7 +50,7 @@ class Verifier:
         self.plan_dir, self.generated = plan_dir, generated
         self.proofs = () if fixture_only else tuple(proofs or registry.CHOICES)
         # proofs that run the model follow: their fork server starts with the fixture, which is forked from it too
-        self._proofs_follow = bool(set(self.proofs) - {full_size.NAME})
+        self._proofs_follow = bool(set(self.proofs) - set(_names("meta")))
         self.progress = progress or (lambda message: None)
         self.plan, approval = require_approved(plan_dir)
         m = self.plan.model
@@ -111,23 +107,25 @@ class Verifier:
         tails = processes.wait(procs)
         return [processes.load_rank(out, r) for r in range(2)], tails
 
+    def _singles(self) -> list:
+        """The requested proofs that run in one process of their own beside the baseline."""
+        return [p for p in registry.ALL if p.KIND == "single" and p.NAME in self.proofs]
+
     def _reads_kept_baseline(self) -> bool:
-        """A baseline kept by an earlier verify of this fixture serves (the cache proof runs its own beside one)."""
-        return (self.baseline is not None and (self.baseline / "rank0.json").is_file()
-                and cache_proof.NAME not in self.proofs)
+        """A baseline kept by an earlier verify of this fixture serves (a single proof runs its own beside one)."""
+        return self.baseline is not None and (self.baseline / "rank0.json").is_file() and not self._singles()
 
     def _first_runs(self, work: Path):
-        """The baseline, and the cache proof's process beside it. A baseline kept from an earlier verify of the
-        same fixture (`self.baseline`) is read back instead of run; one run here is kept there."""
+        """The baseline, and each single proof's process beside it (their stderr tails follow the baseline's). A
+        baseline kept from an earlier verify of the same fixture (`self.baseline`) is read back instead of run; one
+        run here is kept there."""
         if self._reads_kept_baseline():
-            self._cache_dir = work / "cache"
             rep, arrays = processes.load_rank(self.baseline, 0)
             return rep, arrays, [""]
         procs = [self._single("baseline", work / "baseline", plugin=False)]
-        if cache_proof.NAME in self.proofs and self.stub is None:
-            procs.append(self._single("cache", work / "cache", plugin=True))
+        if self.stub is None:
+            procs += [self._single(p.NAME, work / p.NAME, plugin=True) for p in self._singles()]
         tails = processes.wait(procs, grace=processes.PROCESS_TIMEOUT)
-        self._cache_dir = work / "cache"
         base_rep, base = processes.load_rank(work / "baseline", 0)
         if self.baseline is not None and base_rep is not None:
             shutil.copytree(work / "baseline", self.baseline, dirs_exist_ok=True)
@@ -160,16 +158,14 @@ class Verifier:
         head = dict(schema=VERIFY_SCHEMA, schema_version=VERIFY_SCHEMA_VERSION,
                     model=VerifyModel(self.plan.model.transformer_class, self.plan.model.pipeline_class),
                     plugin=PluginRef(str(self.generated.resolve()), self.import_name))
-        sizing = self._start_full_size()  # runs beside the fixture's derivation: it needs no fixture
+        sizing = self._start_meta()  # runs beside the fixture's derivation: it needs no fixture
         fx = self.fixture.ensure()
-        results: dict = {}
-        if sizing is not None:
-            results[full_size.NAME] = self._full_size(sizing)
+        results: dict = {proof.NAME: self._judge_meta(proof, proc) for proof, proc in sizing}
         if fx.status in ("error", "needs-edit"):
             why = f"no usable fixture: edit {fx.path}"
             return self._report(head, fx, started, error=why, results=results)
-        if not (set(self.proofs) - {full_size.NAME}):
-            # --fixture-only (or the full-size proof alone): a derived fixture has run the plain model once; an
+        if not (set(self.proofs) - set(_names("meta"))):
+            # --fixture-only (or meta-device proofs alone): a derived fixture has run the plain model once; an
             # edited one runs here
             if fx.status == "edited":
                 fx = self.fixture.check_edited()
@@ -178,8 +174,8 @@ class Verifier:
             work = Path(tmp)
             self.progress("baseline: the plain model's run, kept from an earlier verify of this fixture"
                           if self._reads_kept_baseline() else
-                          "baseline: the plain model, one process" + (" | cache: the adapter, one process"
-                                                                       if cache_proof.NAME in self.proofs else ""))
+                          "baseline: the plain model, one process" + "".join(
+                              f" | {p.NAME}: the adapter, one process" for p in self._singles()))
             base_rep, base, tails = self._first_runs(work)
             if base_rep is None or "error" in base_rep["variants"]["baseline"]:
                 why = (base_rep["variants"]["baseline"]["error"] if base_rep else {"message": tails[0]})
@@ -187,13 +183,13 @@ class Verifier:
                                     f"{why.get('message')} (module {why.get('module')}); fix {fx.path}",
                                     results=results)
             baseline = Baseline(base_rep["variants"]["baseline"], base, self.fixture.streams())
-            if cache_proof.NAME in self.proofs and self.stub is not None:
-                # the state-dict check runs in the cache proof's process, which would stop at the stub
-                results["state_dict"], results["cache"] = (StateDictProof("needs-code", why=self.stub),
-                                                           CacheProof("needs-code", why=self.stub))
-            elif cache_proof.NAME in self.proofs:
-                rep, arrays = processes.load_rank(self._cache_dir, 0)
-                results["state_dict"], results["cache"] = cache_proof.judge(baseline, rep, arrays, tails[1])
+            for i, proof in enumerate(self._singles(), 1):
+                if self.stub is not None:  # its process (and the proofs judged from it) would stop at the stub
+                    results.update({p.NAME: p.RECORD("needs-code", why=self.stub) for p in registry.ALL
+                                    if p is proof or getattr(p, "FROM", None) == proof.NAME})
+                    continue
+                rep, arrays = processes.load_rank(work / proof.NAME, 0)
+                results.update(proof.judge(baseline, rep, arrays, tails[i]))
             # CP and TP run in separate process pairs: enabling one can patch classes the other then trips on
             for proof in registry.PAIRED:
                 if proof.NAME not in self.proofs:
@@ -216,7 +212,7 @@ class Verifier:
                     if not batch:
                         continue
                     got = self._pair_runs(batch, work / proof.NAME / f"batch{len(ran)}")
-                    again = parallel.uneven_retries(batch, got)
+                    again = paired.uneven_retries(batch, got)
                     if again:  # an odd sequence on this fixture: cache-dit's uneven split is the way to run it
                         self.progress(f"{proof.NAME}: the fixture's sequence does not divide by 2: again with "
                                       "ulysses_anything")
@@ -224,32 +220,37 @@ class Verifier:
                         batch = batch + again
                     runs.update(got)
                     ran += batch
-                    judged = parallel.judge(baseline, ran, runs) if self.fail_fast else None
+                    judged = paired.judge(baseline, ran, runs) if self.fail_fast else None
                     if judged is not None and judged.status in ("fail", "error"):
                         break  # the variants after it are not run
-                judged = judged or parallel.judge(baseline, ran, runs)  # (fail-fast judged every variant run)
-                results[proof.NAME] = parallel.with_stub(judged, waiting, self.stub)
+                judged = judged or paired.judge(baseline, ran, runs)  # (fail-fast judged every variant run)
+                results[proof.NAME] = paired.with_stub(judged, waiting, self.stub)
         return self._report(head, fx, started, results=results)
 
-    def _start_full_size(self):
-        if full_size.NAME not in self.proofs:
-            return None
+    def _start_meta(self) -> list:
+        """(proof, process) of each requested meta-device proof, started now: they need no fixture."""
         from integrate.analyzers.structure import load_config
 
-        self.progress("full size: the real config on the meta device")
-        job = {**full_size.job(self.plan), "transformer_module": self.module,
-               "transformer_class": self.plan.model.transformer_class, "search_path": self.search_path,
-               "config": load_config(self.plan.model.config_file)}
-        return processes.spawn(job, self.env, self.search_path, fork=self._proofs_follow)
+        started = []
+        for proof in registry.ALL:
+            if proof.KIND != "meta" or proof.NAME not in self.proofs:
+                continue
+            self.progress(f"{proof.NAME}: {proof.SUMMARY}")
+            job = {**proof.job(self.plan), "transformer_module": self.module,
+                   "transformer_class": self.plan.model.transformer_class, "search_path": self.search_path,
+                   "config": load_config(self.plan.model.config_file)}
+            started.append((proof, processes.spawn(job, self.env, self.search_path, fork=self._proofs_follow)))
+        return started
 
-    def _full_size(self, proc):
+    @staticmethod
+    def _judge_meta(proof, proc):
         import json
 
         proc.wait()
         out, err = processes.read(proc.out_file), processes.read(proc.err_file)
         if proc.returncode != 0 or not out.strip():
-            return full_size.judge(None, (err.strip().splitlines() or ["no output"])[-1])
-        return full_size.judge(json.loads(out), None)
+            return proof.judge(None, (err.strip().splitlines() or ["no output"])[-1])
+        return proof.judge(json.loads(out), None)
 
     def _report(self, head: dict, fx: FixtureReport, started: float, *, results: dict | None = None,
                 error: str | None = None) -> VerifyReport:
@@ -259,6 +260,10 @@ class Verifier:
                 results[proof.NAME] = (proof.RECORD("error", why=error) if error is not None else
                                        proof.RECORD("skipped", why=NOT_REQUESTED))
         return VerifyReport(**head, fixture=fx, **results, seconds=round(time.monotonic() - started, 1))
+
+
+def _names(kind: str) -> tuple[str, ...]:
+    return tuple(p.NAME for p in registry.ALL if p.KIND == kind)
 
 
 def _open_stub(plugin: Path) -> str | None:

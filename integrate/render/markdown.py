@@ -103,8 +103,8 @@ def plan_markdown(plan: dict[str, Any]) -> str:
                                                   cp_code=cp_code(cp.get("plan", {})))
 
 
-def _proof_detail(name: str, proof: dict[str, Any]) -> str:
-    """One line of what a proof measured, from its verify record."""
+def _proof_detail(module, proof: dict[str, Any]) -> str:
+    """One line of what a proof measured, from its verify record (`module`: the proof's, in the registry)."""
     parts = []
     if proof.get("why"):
         parts.append(str(proof["why"]))
@@ -114,12 +114,7 @@ def _proof_detail(name: str, proof: dict[str, Any]) -> str:
             figure = v.get("max_abs")
             parts.append(f"{variant}: {v.get('status')}" + (f" (max abs {figure:.3g})"
                                                              if isinstance(figure, (int, float)) else ""))
-    on = proof.get("caching_on") if isinstance(proof.get("caching_on"), dict) else {}
-    if name == "cache" and on:
-        said = [f"{label} {on[key]:.3g}" if isinstance(on.get(key), float) else f"{label} {on[key]}"
-                for key, label in (("cached_steps", "cached steps"), ("max_rel_l2", "max rel L2"))
-                if on.get(key) is not None]
-        parts += said
+    parts += module.details(proof)
     divergence = proof.get("first_divergence")
     if isinstance(divergence, dict) and divergence.get("module"):
         parts.append(f"first divergence: {divergence['module']}")
@@ -128,9 +123,11 @@ def _proof_detail(name: str, proof: dict[str, Any]) -> str:
 
 def proof_rows(report: dict[str, Any]) -> dict[str, Any]:
     """What PR.md shows of a `verify --json` report."""
+    from integrate.verify.proofs import ALL
+
     fixture = report.get("fixture") if isinstance(report.get("fixture"), dict) else {}
-    rows = [{"name": name, "status": report[name].get("status"), "detail": _proof_detail(name, report[name])}
-            for name in ("state_dict", "cache", "cp", "tp", "full_size") if isinstance(report.get(name), dict)]
+    rows = [{"name": p.NAME, "status": report[p.NAME].get("status"), "detail": _proof_detail(p, report[p.NAME])}
+            for p in ALL if isinstance(report.get(p.NAME), dict)]
     source = f"fixture {fixture.get('status') or 'unknown'}" + (
         f", inputs from {fixture['source']}" if fixture.get("source") else "")
     return {"rows": rows, "seconds": report.get("seconds"), "fixture_source": source}

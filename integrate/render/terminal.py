@@ -176,7 +176,7 @@ def metrics(scores: dict) -> str:
 
 
 def verify(report: dict) -> str:
-    from integrate.verify.proofs import REPORTED
+    from integrate.verify.proofs import ALL
     from integrate.verify.records import NOT_REQUESTED
 
     fx = report["fixture"]
@@ -185,13 +185,13 @@ def verify(report: dict) -> str:
     lines += [f"  cannot derive {e}" for e in fx.get("errors", [])]
     lines += [f"  tried {t}" for t in fx.get("tried", [])]
     lines += [f"  note: {n}" for n in fx.get("notes", [])]
-    ran = [name for name in REPORTED if not (report[name]["status"] == "skipped"
-                                             and report[name].get("why") == NOT_REQUESTED)]
+    ran = [proof for proof in ALL if not (report[proof.NAME]["status"] == "skipped"
+                                          and report[proof.NAME].get("why") == NOT_REQUESTED)]
     if not ran:
         lines.append("no proof was run (none was asked for)")
-    for name in ran:
-        r = report[name]
-        head = f"{name}: {r['status'].upper()}"
+    for proof in ran:
+        r = report[proof.NAME]
+        head = f"{proof.NAME}: {r['status'].upper()}"
         if r.get("why"):
             head += f" - {r['why']}"
         lines.append(head)
@@ -199,18 +199,7 @@ def verify(report: dict) -> str:
             fig = f" max-abs {vr['max_abs']:.3g}, cosine {vr['cosine']:.6f}" if "max_abs" in vr else ""
             lines.append(f"  {vname}: {vr['status']}{fig}" + (f" - {vr['why']}" if vr.get("why") else ""))
             lines += [f"    {line}" for line in _engaged(vr.get("engaged") or {})]
-        for x in r.get("lists", []):
-            lines.append(f"  list {x['attr']}: {x['blocks']} blocks (cache-dit defaults Fn {x['fn_compute_blocks']}, "
-                         f"Bn {x['bn_compute_blocks']}): {'ok' if x['ok'] else 'too short'}")
-        for h in r.get("heads", []):
-            no = [k for k, ok in h["divides"].items() if not ok]
-            lines.append(f"  {h['block_list']}[0].{h['module']}.{h['attr']} = {h['value']}: "
-                         + (f"does not divide for {', '.join(no)}" if no else "divides for TP and Ulysses 2, 4, 8"))
-        if name == "cache" and "caching_on" in r:
-            on = r["caching_on"]
-            lines.append(f"  caching off: {'bit-identical' if r['caching_off']['bitwise'] else 'differs'}; caching on: "
-                         f"steps {on['cached_steps']} cached, max relative drift {on.get('max_rel_l2')}")
-            lines += [f"  list {p['list']} {p['pattern']}: {p['status']} ({p['why']})" for p in r.get("patterns", [])]
+        lines += proof.lines(r)  # what only this proof records
         first = r.get("first_divergence")
         if first:
             where = first.get("module") or "unknown module"
@@ -304,10 +293,11 @@ def survey(data: dict) -> str:
     lines.append(f"* {data['cache_dit']['label']}")
     for s in data["skipped"]:
         lines.append(f"skipped {s['file']}: {s['why']}")
-    lines += [f"verify {r['transformer_class']}: " + ", ".join(
-        f"{k} {v}" for k, v in r["verify"].items() if k in ("status", "fixture", "state_dict", "cache", "cp", "tp",
-                                                            "why"))
-        for r in data["rows"] if "verify" in r]
+    from integrate.verify.proofs import REPORTED
+
+    shown = ("status", "fixture", *REPORTED, "why")
+    lines += [f"verify {r['transformer_class']}: " + ", ".join(f"{k} {v}" for k, v in r["verify"].items() if k in shown)
+              for r in data["rows"] if "verify" in r]
     return "\n".join(lines)
 
 

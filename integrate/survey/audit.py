@@ -29,11 +29,12 @@ from pathlib import Path
 from integrate import __version__, api, cache
 from integrate.errors import InputError
 from integrate.records import OMIT, from_json, to_json
+from integrate.verify.proofs import AUDITED, BY_NAME
 
 from .records import AUDIT_SCHEMA, AUDIT_SCHEMA_VERSION, PROOF_LABELS, AuditProof, AuditReport, AuditRow, SurveyRow
 
 REVIEWER = "integrate audit (automatic: a scratch plan to compare with cache-dit's own, not a human review)"
-DEFAULT_PROOFS = ("cache", "cp", "tp")
+DEFAULT_PROOFS = AUDITED  # every proof that runs the model through an integration
 
 
 def _model_dir(base: Path, row: SurveyRow, diffusers_version: str | None) -> Path:
@@ -119,7 +120,6 @@ def audit_row(row: SurveyRow, diffusers_version: str | None, work: Path, proofs:
 
 
 BAD = ("fail", "error", "vacuous")  # a proof that proved nothing (`vacuous`: nothing sharded or split) failed
-_KIND = {"cp": "context-parallel", "tp": "tensor-parallel"}
 
 
 def proof_label(fixture: str, theirs: str, ours: str, lacks: str | None) -> tuple[str, str | None]:
@@ -155,26 +155,26 @@ def registration(name: str, proof, classes: frozenset[str] = frozenset()) -> tup
     classes of the installed diffusers."""
     from integrate.analyzers.support import planner_accepts
 
-    if name not in _KIND or proof.variants is OMIT:
+    if BY_NAME[name].KIND != "paired" or proof.variants is OMIT:
         return OMIT, None
     lookups = [x for v in proof.variants.values() if v.engaged is not OMIT and v.engaged.planners is not OMIT
                for x in v.engaged.planners if x.kind == name]
     if not lookups:
         return OMIT, None
-    first = lookups[0]
+    first, title = lookups[0], BY_NAME[name].TITLE
     if not first.found:
-        return None, f"cache-dit registers no {_KIND[name]} planner for {first.asked} ({first.why})"
+        return None, f"cache-dit registers no {title} planner for {first.asked} ({first.why})"
     file = first.file if first.file is not OMIT else ""
     at = f"{Path(file).name}:{first.line}" if file and first.line is not OMIT else "?"
     where = f"{first.key} -> {at}"
     accepts = planner_accepts(Path(file), first.planner.rpartition(".")[2]) if file and first.planner else None
     if accepts and first.asked not in accepts[0]:
-        return where, (f"cache-dit hands out its {_KIND[name]} planner {first.planner.rpartition('.')[2]} for the "
+        return where, (f"cache-dit hands out its {title} planner {first.planner.rpartition('.')[2]} for the "
                        f"name prefix '{first.key}', but it is written for {', '.join(accepts[0])} (it asserts so at "
                        f"{Path(file).name}:{accepts[1]})")
     owner = prefix_owner(first.key, first.asked, classes) if isinstance(first.key, str) else None
     if owner is not None:
-        return where, (f"cache-dit hands out its {_KIND[name]} planner {first.planner.rpartition('.')[2]} for the "
+        return where, (f"cache-dit hands out its {title} planner {first.planner.rpartition('.')[2]} for the "
                        f"name prefix '{first.key}', which is {owner}'s: it registers none for {first.asked} itself")
     return where, None
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 
 from integrate.analyzers.records import SupportNote
 from integrate.records import OMIT, Confidence, Omit
+from integrate.verify.proofs import REPORTED
 
 SURVEY_SCHEMA = "integrate.survey"
 SURVEY_SCHEMA_VERSION = "1.3"
@@ -42,19 +43,17 @@ class RowTp:
     confidence: Confidence
 
 
-@dataclass(frozen=True)
-class RowVerify:
-    status: str  # "pass" | "fail" | "error" | "skipped"
-    why: str | Omit = OMIT
-    state_dict: str | Omit = OMIT
-    cache: str | Omit = OMIT
-    cp: str | Omit = OMIT
-    tp: str | Omit = OMIT
-    full_size: str | Omit = OMIT
-    fixture: str | Omit = OMIT
-    fixture_source: str | Omit = OMIT  # where the fixture's inputs came from (verify's fixture.source)
-    first_divergence: dict[str, str | None] | Omit = OMIT  # proof -> module
-    seconds: float | Omit = OMIT
+# A row's verify summary: its status and why, each proof's status (one key per proof in the verify registry, in
+# its order), then the fixture, where its inputs came from, each failed proof's first divergent module, the time.
+RowVerify = make_dataclass("RowVerify", [
+    ("status", str),  # "pass" | "fail" | "error" | "skipped"
+    ("why", str | Omit, field(default=OMIT)),
+    *((name, str | Omit, field(default=OMIT)) for name in REPORTED),
+    ("fixture", str | Omit, field(default=OMIT)),
+    ("fixture_source", str | Omit, field(default=OMIT)),  # where the fixture's inputs came from (fixture.source)
+    ("first_divergence", dict[str, str | None] | Omit, field(default=OMIT)),  # proof -> module
+    ("seconds", float | Omit, field(default=OMIT)),
+], frozen=True, namespace={"__module__": __name__})
 
 
 @dataclass(frozen=True)

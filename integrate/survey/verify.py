@@ -18,6 +18,7 @@ from pathlib import Path
 from integrate import api
 from integrate.errors import InputError
 from integrate.records import OMIT
+from integrate.verify.proofs import REPORTED
 
 from .records import RowVerify, SurveyReport, SurveyRow
 
@@ -29,8 +30,6 @@ def verify_row(row: SurveyRow, diffusers_version: str | None, work: Path, *, fix
     """The verify summary for one survey row: each proof's status, or why the row was not verified.
     `separate_cfg`: a row no pipeline uses is planned transformer-only (`--no-pipeline`) with this CFG style
     declared; None skips such rows (the survey cannot know it)."""
-    from integrate.verify.proofs import REPORTED
-
     pipe = row.analysed_pipeline
     if row.status != "ok":
         return RowVerify("skipped", why="the row's analysis failed")

@@ -16,24 +16,34 @@ from . import state_dict
 if TYPE_CHECKING:
     import numpy as np
 
-    from .locate import Baseline
+    from ..locate import Baseline
 
 # numpy (compare, locate) is imported when a proof is judged: the CLI reads this registry at start-up
 
 NAME = "cache"
+ORDER = 20
+KIND = "single"
 RECORD = CacheProof  # the record in the report
 REQUESTABLE = True
+REPAIRS = ("ForwardPattern", "CFG")  # the plan decisions a repair may try another answer for
+TITLE = "cache"
 SUMMARY = "block contracts observed, caching off bit-identical, caching on really caching"
 THRESHOLD = 0.8  # permissive: tiny random models change a lot between steps
 CACHED_SLACK, CACHED_FLOOR = 3.0, 0.02  # a cached step may be off by a few times the step's own move
 STEPS = 4
 
 
-def judge(base: Baseline, rep: dict | None, arrays: dict, tail: str | None) -> tuple[StateDictProof, CacheProof]:
+def judge(base: Baseline, rep: dict | None, arrays: dict, tail: str | None) -> dict:
+    """{proof: record} of this process: the cache proof's, and the state-dict proof's judged from it."""
+    sd, cache = _judged(base, rep, arrays, tail)
+    return {state_dict.NAME: sd, NAME: cache}
+
+
+def _judged(base: Baseline, rep: dict | None, arrays: dict, tail: str | None) -> tuple[StateDictProof, CacheProof]:
     import numpy as np
 
     from .. import compare
-    from .locate import compared, worker_error
+    from ..locate import compared, worker_error
 
     if rep is None:
         err = worker_error({"stage": "start", "module": None, "type": "NoReport", "message": tail or ""})
@@ -137,3 +147,21 @@ def pattern_check(p: dict) -> PatternCheck:
             return check("fail", f"{p['pattern']} says output {i} is `{name}` {want}, the block returned "
                                  f"{seen_out[i]} (`{other}`)")
     return check("pass", "outputs come back in the declared order (shapes differ)")
+
+
+def lines(record: dict) -> list[str]:
+    """The terminal's lines on caching off and on, and each list's observed contract."""
+    if "caching_on" not in record:
+        return []
+    on = record["caching_on"]
+    out = [f"  caching off: {'bit-identical' if record['caching_off']['bitwise'] else 'differs'}; caching on: "
+           f"steps {on['cached_steps']} cached, max relative drift {on.get('max_rel_l2')}"]
+    return out + [f"  list {p['list']} {p['pattern']}: {p['status']} ({p['why']})" for p in record.get("patterns", [])]
+
+
+def details(record: dict) -> list[str]:
+    """PR.md's figures of caching on: steps cached, the largest relative drift."""
+    on = record.get("caching_on") if isinstance(record.get("caching_on"), dict) else {}
+    return [f"{label} {on[key]:.3g}" if isinstance(on.get(key), float) else f"{label} {on[key]}"
+            for key, label in (("cached_steps", "cached steps"), ("max_rel_l2", "max rel L2"))
+            if on.get(key) is not None]

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..planned import not_written
 from ..records import ParallelProof
-from .parallel import not_written
 
 if TYPE_CHECKING:
     from integrate.decisions.records import Plan
 
 NAME = "cp"
+ORDER = 30
+KIND = "paired"
 RECORD = ParallelProof  # the record in the report
 REQUESTABLE = True
+REPAIRS = ("CP",)  # the plan decisions a repair may try another answer for
+TITLE = "context-parallel"
 SUMMARY = "Ulysses (and ring) over 2 gloo processes against the 1-process run"
 
 
@@ -41,3 +45,11 @@ def variants(plan: Plan) -> list[dict]:
 
 def progress(variants: list[dict]) -> str:
     return "cp: Ulysses over 2 gloo processes" + (", then ring" if any("ring" in v for v in variants) else "")
+
+
+def lines(record: dict) -> list[str]:
+    return []  # its variants and what each engaged are shown as every paired proof's
+
+
+def details(record: dict) -> list[str]:
+    return []

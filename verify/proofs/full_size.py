@@ -22,8 +22,12 @@ if TYPE_CHECKING:
     from integrate.decisions.records import Plan
 
 NAME = "full_size"
+ORDER = 50
+KIND = "meta"
 RECORD = FullSizeProof
 REQUESTABLE = True
+REPAIRS = ()
+TITLE = "full-size"
 SUMMARY = "the real config on the meta device: cached list lengths vs cache-dit's defaults, head divisibility"
 SIZES = (2, 4, 8)
 
@@ -72,3 +76,18 @@ def judge(result: dict | None, error: str | None) -> FullSizeProof:
         return FullSizeProof("fail", why="; ".join(problems), lists=tuple(lists), heads=tuple(heads),
                              not_checked=not_checked)
     return FullSizeProof("pass", lists=tuple(lists), heads=tuple(heads), not_checked=not_checked)
+
+
+def lines(record: dict) -> list[str]:
+    """The terminal's lines on each cached list's length and each head count's divisibility."""
+    out = [f"  list {x['attr']}: {x['blocks']} blocks (cache-dit defaults Fn {x['fn_compute_blocks']}, "
+           f"Bn {x['bn_compute_blocks']}): {'ok' if x['ok'] else 'too short'}" for x in record.get("lists", [])]
+    for h in record.get("heads", []):
+        no = [k for k, ok in h["divides"].items() if not ok]
+        out.append(f"  {h['block_list']}[0].{h['module']}.{h['attr']} = {h['value']}: "
+                   + (f"does not divide for {', '.join(no)}" if no else "divides for TP and Ulysses 2, 4, 8"))
+    return out
+
+
+def details(record: dict) -> list[str]:
+    return []

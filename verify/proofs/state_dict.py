@@ -6,9 +6,22 @@ from __future__ import annotations
 from ..records import StateDictProof
 
 NAME = "state_dict"
+ORDER = 10
+KIND = "derived"
+FROM = "cache"  # judged from the cache proof's process
 RECORD = StateDictProof  # the record in the report
 REQUESTABLE = False  # runs with the cache proof
+REPAIRS = ()
+TITLE = "state-dict"
 SUMMARY = "the plugin's import and the PatchFunctor keep every parameter"
+
+
+def lines(record: dict) -> list[str]:
+    return []
+
+
+def details(record: dict) -> list[str]:
+    return []
 
 
 def judge(base: dict, variant: dict) -> StateDictProof:

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..planned import not_written
 from ..records import ParallelProof
-from .parallel import not_written
 
 if TYPE_CHECKING:
     from integrate.decisions.records import Plan
 
 NAME = "tp"
+ORDER = 40
+KIND = "paired"
 RECORD = ParallelProof  # the record in the report
 REQUESTABLE = True
+REPAIRS = ("TP",)  # the plan decisions a repair may try another answer for
+TITLE = "tensor-parallel"
 SUMMARY = "TP over 2 gloo processes against the 1-process run"
 
 
@@ -30,3 +34,11 @@ def variants(plan: Plan) -> list[dict]:
 
 def progress(variants: list[dict]) -> str:
     return "tp: 2 gloo processes, device mesh on cpu"
+
+
+def lines(record: dict) -> list[str]:
+    return []  # its variants and what each engaged are shown as every paired proof's
+
+
+def details(record: dict) -> list[str]:
+    return []

@@ -11,22 +11,12 @@ import dataclasses
 
 from integrate.records import OMIT, Omit, from_json
 
-from .. import compare
-from ..records import (CpEngagement, Divergence, Engaged, InputShape, OutputShape, ParallelProof, Variant,
-                       WorkerError)
+from . import compare
 from .locate import Baseline, worker_error
-
+from .records import CpEngagement, Divergence, Engaged, InputShape, OutputShape, ParallelProof, Variant, WorkerError
 
 UNEVEN = "must be divisible by mesh size"  # cache-dit's (and diffusers') even-split assertion
 SHORT = "Cannot shard tensor of size"  # cache-dit's uneven split, on an axis shorter than the ranks
-
-
-def not_written(kind: str, blocked) -> str | None:
-    """Why the plan writes no `kind` (CP / TP) planner, from its first `blocked_by` line (None: none)."""
-    if not blocked:
-        return None
-    e = blocked[0]
-    return f"the plan writes no {kind} planner: {e.why} ({e.file.rsplit('/', 1)[-1]}:{e.line})"
 
 
 def _errors(reps: list) -> list[WorkerError]:

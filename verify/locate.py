@@ -8,9 +8,9 @@ import numpy as np
 
 from integrate.records import OMIT
 
-from .. import compare
-from ..processes import activations
-from ..records import Compared, Divergence, LayerRow, WorkerError
+from . import compare
+from .processes import activations
+from .records import Compared, Divergence, LayerRow, WorkerError
 
 
 @dataclass
