@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import fields
 
 from click.testing import CliRunner
+from integrate.verify import proofs
+from integrate.verify.records import FixtureReport, PluginRef, VerifyModel
+from integrate.verify.report import VerifyReport
 
 from integrate.cli import main
 from integrate.records import to_json
 from integrate.render import markdown, terminal
 from integrate.survey.records import RowVerify
-from integrate.verify import proofs
-from integrate.verify.records import FixtureReport, PluginRef, VerifyModel
-from integrate.verify.report import VerifyReport
 
 
 def _report(status: str = "error") -> VerifyReport:

@@ -15,8 +15,8 @@ from integrate.analyzers.records import ANALYSIS_SCHEMA_VERSION, Analysis
 from integrate.decisions.records import PLAN_SCHEMA_VERSION, Approval, ApprovalStatus, Plan, Revision
 from integrate.gate.records import GATE_SCHEMA_VERSION, GateReport
 from integrate.templates.records import GENERATE_SCHEMA_VERSION, GenerateReport
-from integrate.verify.records import GPU_SCHEMA_VERSION, VERIFY_SCHEMA_VERSION, GpuReport, MetricsReport
 from integrate.verify.proofs import BY_NAME
+from integrate.verify.records import GPU_SCHEMA_VERSION, VERIFY_SCHEMA_VERSION, GpuReport, MetricsReport
 from integrate.verify.report import VerifyReport
 
 from integrate.records import json_name, record_types
