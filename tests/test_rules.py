@@ -1,12 +1,12 @@
-"""Every example of every registered rule, as a test (the harness is `integrate.analyzers.rules.check_example`).
+"""Every example of every registered rule, as a test (the harness is `integrate.analyzers.examples.check_example`).
 
 INVALID examples must fire (a finding the rule is sure of, whose message holds the example's `expect`),
 VALID examples must stay silent, UNKNOWN examples must say "cannot tell" rather than guess.
 """
 
 import pytest
-
-from integrate.analyzers.rules import RULES, check_example
+from integrate.analyzers.examples import check_example
+from integrate.analyzers.rules import RULES
 
 CASES = [(rule, kind, i, ex) for rule in RULES for kind in ("VALID", "INVALID", "UNKNOWN")
          for i, ex in enumerate(getattr(rule, kind))]

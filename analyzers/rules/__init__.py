@@ -9,8 +9,9 @@ Fixit rules read libcst metadata providers.
 
 Every rule carries `VALID` examples (sources it must stay silent on), `INVALID` examples (sources it must
 fire on) and, where the honest answer can be "cannot tell", `UNKNOWN` examples (it must report a finding
-of confidence "unknown"). `check_example` runs one of them through the same analysis a model gets;
-tests/test_rules.py turns every example of every registered rule into a test.
+of confidence "unknown"). The harness that runs one of them through the same analysis a model gets is
+`integrate.analyzers.examples.check_example` (outside this package: it runs the analysis, which runs the
+rules); tests/test_rules.py turns every example of every registered rule into a test.
 
 Adding a detector is adding one file to this folder: the package imports every module in it.
 """
@@ -19,15 +20,11 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import tempfile
-import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import ClassVar, Literal
-
-import libcst as cst
 
 from integrate.records import Evidence
 from integrate.resolve import Workspace
@@ -127,51 +124,6 @@ def run(scope: Scope, ctx) -> list[Finding]:
     return [f for rule in rules(scope) for f in rule.check(ctx)]
 
 
-# -- the harness: one example through the same analysis a model gets -------------------------------
-
-
-def check_example(rule: type[Rule], example: Example) -> list[Finding]:
-    """The findings `rule` reports on `example` (written to a scratch module and analysed statically). A
-    block-list rule's example must hold a chain of blocks (ValueError otherwise: the example is broken)."""
-    from ..analysis import analyze_transformer
-    from ..cfg import analyze_pipeline
-
-    with tempfile.TemporaryDirectory(prefix="integrate-rule-") as tmp:
-        path = Path(tmp) / "example.py"
-        path.write_text(textwrap.dedent(example.code).lstrip())
-        ws = Workspace()
-        src = ws.load(path)
-        if rule.scope == "pipeline":
-            name = example.cls or next((n for n, c in src.classes.items() if _defines(c, "__call__")), None)
-            entry = "__call__" if name is not None else next(iter(src.functions))
-            facts = analyze_pipeline(ws, src, name, entry)
-            return [f for f in rule().check(PipelineContext(ws, src, entry, facts))]
-        name = example.cls or next(n for n, c in src.classes.items() if "ModuleList" in src.code(c))
-        cls = src.classes[name]
-        if rule.scope == "list":  # every list, chained or not (a list that is no chain reports it as a note)
-            from ..blocks import find_module_lists
-            from ..loops import find_list_uses
-
-            lists = find_module_lists(ws, src, cls)
-            uses = find_list_uses(src, cls, [d.attr for d in lists])
-            from integrate.source import find_method
-
-            from ..forward import signature
-
-            forward = find_method(cls, "forward")
-            optional = frozenset(p.name for p in signature(src, forward) if p.default == "None") if forward else frozenset()
-            return [f for d in lists
-                    for f in rule().check(ListContext(ws, src, d.attr, d, uses[d.attr], optional_inputs=optional))]
-        facts = analyze_transformer(ws, src, cls)
-        if not any(bl.is_blocks for bl in facts.block_lists):  # else a silent rule would prove nothing
-            raise ValueError(f"{rule.code} example: no chain of blocks found in `{name}`")
-        return [f for f in facts.findings if f.rule == rule.code]
-
-
-def _defines(cls: cst.ClassDef, method: str) -> bool:
-    return any(isinstance(s, cst.FunctionDef) and s.name.value == method for s in cls.body.body)
-
-
 def _load_all() -> None:
     for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
         importlib.import_module(f"{__name__}.{info.name}")
@@ -179,4 +131,4 @@ def _load_all() -> None:
 
 _load_all()
 
-__all__ = ["Example", "ListContext", "PipelineContext", "RULES", "Rule", "check_example", "register", "rules", "run"]
+__all__ = ["RULES", "Example", "ListContext", "PipelineContext", "Rule", "register", "rules", "run"]
