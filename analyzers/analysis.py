@@ -244,6 +244,7 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
     pitfall_c = next((f.evidence for f in found if f.rule == PitfallC.code), ())
     notes = list(pv.why) + [f"{m.why} (line {m.line}); not a stream input" for _, m in ctx.mutations
                             if m not in pitfall_c]
+    notes += [f.message for f in found if not f.patch]  # a finding no patch answers is still said
     if len(names) > 1:
         notes.append(f"holds several block classes: {', '.join(names)}")
     evidence += list(summary.evidence)

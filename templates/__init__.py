@@ -7,8 +7,8 @@ plan's JSON form, the same data a reviewer reads in plan.json). `checkout.py` wr
 into a cache-dit source tree with libcst codemods; `forward_patch.py` rewrites a model's forward for
 the PatchFunctor.
 
-Which findings the PatchFunctor answers is decided by rule code (`Finding.rule` against
-`Change.rule`), never by reading their text.
+What the PatchFunctor changes is what the findings' rules ask (each finding carries its rule's fix record,
+analyzers/fixes.py); a finding whose record the rewrite did not apply goes to the hand-written part.
 """
 
 from __future__ import annotations
@@ -48,9 +48,6 @@ _ENV = jinja2.Environment(
 _ENV.filters.update(escape.FILTERS)
 _ENV.filters["basename"] = lambda p: escape.text(Path(str(p)).name)
 
-# Findings a slice split answers for its list: the slice itself, the several walks it becomes, and
-# `len()` / slices of the list outside the loop header.
-_SPLIT_ANSWERS = {("walk-slice", ""), ("walk-several", ""), ("list-use", "len"), ("list-use", "sliced")}
 
 
 def camel(name: str) -> str:
@@ -153,9 +150,10 @@ def _patch_functor(b: _Build) -> None:
     if not b.plan.cache.needs_patch_functor:
         return
     findings = patch_findings(b.analysis.transformer, {cl.attr for cl in b.plan.cache.block_lists})
-    patch = patch_forward(b.ws, b.src, b.cls, b.analysis.transformer.block_lists)
-    handled = _handled(findings, patch)
-    left = [f for f in findings if f not in handled]
+    patch = patch_forward(b.ws, b.src, b.cls, b.analysis.transformer.block_lists,
+                          tuple(dict.fromkeys(f.fix for f in findings if f.fix is not None)))
+    applied = {c.fix for c in patch.changes}
+    left = [f for f in findings if f.fix not in applied]
     b.manual += [f"{f.attr}: {f.message}" for f in left] + list(patch.unhandled)
     if patch.changes:
         b.patch = patch
@@ -220,17 +218,6 @@ def is_stub(text: str) -> bool:
     return any(isinstance(small, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == STUB_MARK
                                                      for t in small.targets)
                for stmt in module.body if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body)
-
-
-def _handled(findings: list[Finding], patch: ForwardPatch) -> list[Finding]:
-    """The findings the forward rewrite answers: slice walks (and what follows from them), pitfalls A, B, C."""
-    fixed = {(c.rule, c.attr) for c in patch.changes}
-    split = {s.attr for s in patch.splits}
-    patched_blocks = {p.attr for p in patch.blocks}
-    return [f for f in findings if (f.attr in split and (f.rule, f.kind) in _SPLIT_ANSWERS)
-            or (f.rule in ("pitfall-a", "pitfall-b") and (f.rule, f.attr) in fixed)
-            or (f.rule == "list-use" and f.kind == "indexed" and ("list-index", f.attr) in fixed)
-            or (f.rule == "pitfall-c" and f.attr in patched_blocks)]
 
 
 def _adapter(b: _Build) -> dict:

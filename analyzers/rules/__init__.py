@@ -18,6 +18,7 @@ Adding a detector is adding one file to this folder: the package imports every m
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from integrate.resolve import Workspace
 from integrate.source import SourceFile
 
 from ..blocks import ListDef
+from ..fixes import Fix, Manual
 from ..loops import ListUse, Loop, classify_body
 from ..patterns import PatternVerdict
 from ..records import ExtraOp, Finding, ForwardSummary, PipelineFacts
@@ -97,6 +99,15 @@ class Rule:
     def check(self, ctx) -> Iterator[Finding]:
         raise NotImplementedError
 
+    def fix(self, ctx, finding: Finding) -> Fix:
+        """What to change for `finding`, as a record of analyzers/fixes.py; a rule with no rewrite says why."""
+        return Manual(f"no rewrite is written for `{self.code}`")
+
+    def report(self, ctx) -> Iterator[Finding]:
+        """The findings of `check`, each carrying the rule's fix."""
+        for found in self.check(ctx):
+            yield dataclasses.replace(found, fix=self.fix(ctx, found))
+
     def finding(self, ctx, message: str, *, patch: bool = True, line: int = 0, kind: str = "",
                 evidence: tuple[Evidence, ...] = (), confidence: str = "high") -> Finding:
         attr = getattr(ctx, "attr", "")
@@ -121,7 +132,7 @@ def rules(scope: Scope) -> list[Rule]:
 
 def run(scope: Scope, ctx) -> list[Finding]:
     """Every finding of the registered rules of `scope`, in their order."""
-    return [f for rule in rules(scope) for f in rule.check(ctx)]
+    return [f for rule in rules(scope) for f in rule.report(ctx)]
 
 
 def _load_all() -> None:

@@ -11,6 +11,7 @@ import libcst as cst
 
 from integrate.source import SourceFile, find_method
 
+from ..fixes import Manual, ReadRecordedBlock, SplitSlices
 from ..loops import optional_guard_at
 from . import Example, Rule, register
 from .skeletons import transformer
@@ -53,6 +54,14 @@ class ListUse(Rule):
                 continue
             yield self.finding(ctx, f"restructure: {what} (line {line}) evaluates differently once the list holds one "
                                     "wrapper", line=line, kind=kind)
+
+    def fix(self, ctx, finding):
+        if finding.kind in ("len", "sliced"):  # answered when the list's slice walks become lists of their own
+            return SplitSlices(ctx.attr)
+        if finding.kind == "indexed":
+            return ReadRecordedBlock(ctx.attr)
+        return Manual("each block's attributes are read where cache-dit's wrapper stands in for the blocks; what "
+                      "the model does with them is its own")
 
 
 def _forward_around(src: SourceFile, line: int) -> cst.FunctionDef | None:

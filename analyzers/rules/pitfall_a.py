@@ -9,6 +9,7 @@ has to be rewritten (streams positionally, in the wrapper's order) in a patched 
 
 from __future__ import annotations
 
+from ..fixes import StreamsPositional
 from . import Example, Rule, register
 
 _MODEL = '''
@@ -72,3 +73,6 @@ class PitfallA(Rule):
             yield self.finding(ctx, "pitfall A: the call site does not reach the block unchanged through cache-dit's "
                                     "wrapper (call it positionally in a patched forward)",
                                line=ctx.src.line(ctx.loop.call))
+
+    def fix(self, ctx, finding):
+        return StreamsPositional(ctx.attr, finding.line)

@@ -9,6 +9,7 @@ and do not fire the rule; they are listed in the call site all the same.
 
 from __future__ import annotations
 
+from ..fixes import LoopBody
 from . import Example, Rule, register
 
 _MODEL = '''
@@ -73,3 +74,9 @@ class PitfallB(Rule):
             kinds = sorted({op.kind for op in active})
             yield self.finding(ctx, f"pitfall B: {len(active)} statement(s) in the loop body besides the block call "
                                     f"({', '.join(kinds)})", line=active[0].line)
+
+    def fix(self, ctx, finding):
+        active = [op for op in ctx.extra_ops if op.active_by_default]
+        return LoopBody(ctx.attr, hoist=tuple(op.line for op in active if op.kind == "hoistable"),
+                        by_index=tuple(op.line for op in active if op.kind == "index_dependent"),
+                        others=tuple(op.line for op in active if op.kind not in ("hoistable", "index_dependent")))

@@ -8,6 +8,7 @@ or a view of one; the rule fires on the streams only (other inputs are noted, no
 
 from __future__ import annotations
 
+from ..fixes import OutOfPlace
 from . import Example, Rule, register
 
 _MODEL = '''
@@ -60,3 +61,6 @@ class PitfallC(Rule):
         if hits:
             yield self.finding(ctx, "pitfall C: the block writes into an input tensor in place", line=hits[0].line,
                                evidence=hits)
+
+    def fix(self, ctx, finding):
+        return OutOfPlace(ctx.attr, tuple(ev.line for ev in finding.evidence))

@@ -10,6 +10,7 @@ tells apart exactly two.
 
 from __future__ import annotations
 
+from ..fixes import Manual
 from . import Example, Rule, register
 
 _PIPELINE = '''
@@ -78,3 +79,8 @@ class SeparateCfg(Rule):
             yield self.finding(ctx, f"CFG style unknown: {why}", patch=False, confidence="unknown")
         elif facts.has_separate_cfg:
             yield self.finding(ctx, f"separate CFG: {why}", patch=False, confidence=facts.confidence)
+
+    def fix(self, ctx, finding):
+        # not the PatchFunctor's (patch=False): the adapter's `has_separate_cfg`, read by the same CFG reader, says it
+        return Manual("nothing in forward changes: the adapter's has_separate_cfg carries it (a reviewer sets it "
+                      "where it is unknown)")

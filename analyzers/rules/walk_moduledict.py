@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..fixes import Manual
 from . import Example, Rule, register
 from .skeletons import transformer
 
@@ -31,3 +32,7 @@ class WalkModuleDict(Rule):
             yield self.finding(ctx, f"restructure: blocks live in a ModuleDict under keys {list(d.keys)}; cache-dit "
                                     "wraps a ModuleList attribute, so expose each list (or merge them) in a "
                                     "PatchFunctor", line=d.line)
+
+    def fix(self, ctx, finding):
+        return Manual("cache-dit wraps a ModuleList attribute: exposing the ModuleDict's lists as attributes of "
+                      "their own changes the model's structure, not its forward")

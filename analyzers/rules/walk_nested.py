@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..fixes import Manual
 from . import Example, Rule, register
 from .skeletons import transformer
 
@@ -24,3 +25,7 @@ class WalkNested(Rule):
         if ctx.definition.container == "ModuleList of ModuleList":
             yield self.finding(ctx, "restructure: a ModuleList of ModuleLists; cache-dit wraps one flat list of blocks",
                                line=ctx.definition.line)
+
+    def fix(self, ctx, finding):
+        return Manual("cache-dit wraps one flat list: flattening a ModuleList of ModuleLists changes the "
+                      "model's structure (and its checkpoint keys), not its forward")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..fixes import SplitSlices
 from ..loops import walks_per_call
 from . import Example, Rule, register
 from .skeletons import transformer
@@ -48,3 +49,6 @@ class WalkSeveral(Rule):
                 lines = ", ".join(str(lp.line) for lp in loops)
                 yield self.finding(ctx, f"restructure: looped over {len(loops)} times (lines {lines}); once wrapped, "
                                         "every loop runs the whole cached chain", line=loops[0].line)
+
+    def fix(self, ctx, finding):
+        return SplitSlices(ctx.attr)

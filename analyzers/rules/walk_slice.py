@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..fixes import SplitSlices
 from . import Example, Rule, register
 from .skeletons import transformer
 
@@ -29,3 +30,6 @@ class WalkSlice(Rule):
                 yield self.finding(ctx, f"restructure: loop over a slice `{lp.iter_code}` (line {lp.line}); the wrapped "
                                         "list has one element, so the slice selects the wrapper or nothing",
                                    line=lp.line)
+
+    def fix(self, ctx, finding):
+        return SplitSlices(ctx.attr)
