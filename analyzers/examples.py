@@ -37,7 +37,7 @@ def check_example(rule: type[Rule], example: Example) -> list[Finding]:
             name = example.cls or next((n for n, c in src.classes.items() if _defines(c, "__call__")), None)
             entry = "__call__" if name is not None else next(iter(src.functions))
             facts = analyze_pipeline(ws, src, name, entry)
-            return list(rule().check(PipelineContext(ws, src, entry, facts)))
+            return list(rule().report(PipelineContext(ws, src, entry, facts)))
         name = example.cls or next(n for n, c in src.classes.items() if "ModuleList" in src.code(c))
         cls = src.classes[name]
         if rule.scope == "list":  # every list, chained or not (a list that is no chain reports it as a note)
@@ -46,7 +46,7 @@ def check_example(rule: type[Rule], example: Example) -> list[Finding]:
             forward = find_method(cls, "forward")
             optional = frozenset(p.name for p in signature(src, forward) if p.default == "None") if forward else frozenset()
             return [f for d in lists
-                    for f in rule().check(ListContext(ws, src, d.attr, d, uses[d.attr], optional_inputs=optional))]
+                    for f in rule().report(ListContext(ws, src, d.attr, d, uses[d.attr], optional_inputs=optional))]
         facts = analyze_transformer(ws, src, cls)
         if not any(bl.is_blocks for bl in facts.block_lists):  # else a silent rule would prove nothing
             raise ValueError(f"{rule.code} example: no chain of blocks found in `{name}`")

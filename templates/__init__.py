@@ -20,6 +20,7 @@ from typing import Any
 
 import jinja2
 import libcst as cst
+from integrate.analyzers.fixes import Manual
 from integrate.analyzers.records import Analysis, Finding
 from integrate.decisions import patch_findings
 from integrate.decisions.cp import TEXT_STREAMS
@@ -159,19 +160,24 @@ def _patch_functor(b: _Build) -> None:
         b.patch = patch
         b.functor = {"cls": f"{b.base}PatchFunctor", "module": b.functor_module,
                      "why": "; ".join(c.text for c in patch.changes)}
-        extra = [("cache_dit.caching.patch_functors.functor_base", "PatchFunctor")]
-        if patch.splits:
-            extra.append(("torch", "nn"))
-        if patch.per_block or patch.after_block:
-            extra.append(("functools", None))
-        if patch.model_defaults:
-            extra.append(("inspect", None))
         b.piece("patch_functor", "patch_functor", b.functor["cls"], "patch_functor.py.j2", patch=patch,
-                functor=b.functor, imports=import_block(list(patch.imports) + extra),
+                functor=b.functor, imports=functor_imports(patch),
                 fwd_line=b.src.line(find_method(b.cls, "forward")),
                 from_diffusers=(b.src.dotted_name or "").split(".")[0] == "diffusers")
     if left and b.stubs:
         _manual_patch(b, left)
+
+
+def functor_imports(patch: ForwardPatch) -> escape.Code:
+    """The import block of the PatchFunctor module: what the patched functions read, and what `_apply` uses."""
+    extra = [("cache_dit.caching.patch_functors.functor_base", "PatchFunctor")]
+    if patch.splits:
+        extra.append(("torch", "nn"))
+    if patch.per_block or patch.after_block:
+        extra.append(("functools", None))
+    if patch.model_defaults:
+        extra.append(("inspect", None))
+    return import_block(list(patch.imports) + extra)
 
 
 def _manual_patch(b: _Build, left: list[Finding]) -> None:
@@ -180,6 +186,7 @@ def _manual_patch(b: _Build, left: list[Finding]) -> None:
     fwd = find_method(b.cls, "forward")
     here = Path(b.m.transformer_file).name
     findings = [{"attr": f.attr, "rule": f.rule, "message": f.message,
+                 "manual": f.fix.why if isinstance(f.fix, Manual) else "",  # the rule's word on why no rewrite
                  "evidence": [{"where": f"{Path(e.file).name}:{e.line}", "why": e.why} for e in f.evidence]
                  or ([{"where": f"{here}:{f.line}", "why": f"`{_statement_at(b.src, fwd, f.line)}`"}] if f.line else [])}
                 for f in left]

@@ -1,12 +1,17 @@
 """The PatchFunctor's patched `forward`, produced from the model's own source by a libcst rewrite.
 
-What cache-dit needs changed in a transformer's forward, and how it is changed here:
+The rules say what to change (their fix records, analyzers/fixes.py); this module only applies them, and
+names in each `Change` the record it applied. What each record becomes:
 
-* a block list walked in slices (`blocks[:n - k]`, then `blocks[-k:]`): each distinct slice becomes
-  a list of its own (the first keeps the original name), and every walk iterates its list whole;
-* pitfall A (the block call does not reach the block unchanged through cache-dit's wrapper): the
-  call passes the streams positionally, in the wrapper's order, and everything else by keyword;
-* pitfall B (statements in the loop body that do not depend on the loop): hoisted above the loop.
+* `SplitSlices` (a list walked in slices, `blocks[:n - k]`, then `blocks[-k:]`): each distinct slice
+  becomes a list of its own (the first keeps the original name), and every walk iterates its list whole;
+* `ReadRecordedBlock`: `self.blocks[k]` reads the block recorded before cache-dit wraps the list;
+* `StreamsPositional` (pitfall A): the call passes the streams positionally, in the wrapper's order, and
+  everything else by keyword; a block whose forward takes them after other parameters gets one that
+  takes them first;
+* `LoopBody` (pitfall B): loop-invariant statements hoisted above the loop, index-dependent ones run for
+  each block in a hook;
+* `OutOfPlace` (pitfall C): `x += y` on a stream of the block's forward becomes `x = x + y`.
 
 Everything else in `forward` is the model's own code, byte for byte.
 """

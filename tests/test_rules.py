@@ -1,12 +1,19 @@
-"""Every example of every registered rule, as a test (the harness is `integrate.analyzers.examples.check_example`).
+"""Every example of every registered rule, as a test (the harness is `integrate.analyzers.examples.check_example`,
+and tests/rule_fixes.py for the fixes).
 
 INVALID examples must fire (a finding the rule is sure of, whose message holds the example's `expect`),
-VALID examples must stay silent, UNKNOWN examples must say "cannot tell" rather than guess.
+VALID examples must stay silent, UNKNOWN examples must say "cannot tell" rather than guess. An INVALID example
+that carries `fixed` must be answered by its rule's fix, applied by the real rewrite: the code comes out as
+`fixed` says, compiles, and the patched model computes what the model does; one that carries `line` instead
+must be found at that line and left to the manual part, with the rule's reason where the rule has no rewrite.
 """
 
 import pytest
+import torch
 from integrate.analyzers.examples import check_example
+from integrate.analyzers.fixes import Manual
 from integrate.analyzers.rules import RULES
+from rule_fixes import apply_fix, normalised
 
 CASES = [(rule, kind, i, ex) for rule in RULES for kind in ("VALID", "INVALID", "UNKNOWN")
          for i, ex in enumerate(getattr(rule, kind))]
@@ -37,3 +44,25 @@ def test_codes_are_unique_and_order_is_stable():
     assert len(codes) == len(set(codes))
     block = [r.code for r in RULES if r.scope == "block_list"]
     assert block[:3] == ["pitfall-a", "pitfall-b", "pitfall-c"]  # the order reasons are reported in
+
+
+FIXES = [(rule, i, ex) for rule in RULES for i, ex in enumerate(rule.INVALID)]
+
+
+@pytest.mark.parametrize("rule,i,example", FIXES, ids=[f"{r.code}-{i}" for r, i, _ in FIXES])
+def test_invalid_example_fix(rule, i, example, tmp_path):
+    if example.fixed is None:
+        assert example.line is not None, f"{rule.code}: an INVALID example carries its fix (`fixed`) or its `line`"
+        found = check_example(rule, example)
+        assert any(f.line == example.line for f in found), [(f.line, f.message) for f in found]
+        manual = [f.fix for f in found if isinstance(f.fix, Manual)]
+        assert all(m.why for m in manual), f"{rule.code}: a rule with no rewrite says why"
+        if len(manual) < len(found):  # a rewrite exists, and declines this example: it stays manual
+            assert not apply_fix(rule, example, tmp_path).applied
+        return
+    fixed = apply_fix(rule, example, tmp_path)
+    assert fixed.applied, [f.fix for f in fixed.findings]
+    assert normalised(fixed.code) == normalised(example.fixed)
+    compile(fixed.code, f"<{rule.code} fixed>", "exec")
+    want, got = fixed.outputs()
+    torch.testing.assert_close(got, want)

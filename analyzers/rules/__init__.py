@@ -3,15 +3,19 @@
 A rule is a small class registered with `@register`: its `code`, the `scope` it runs in ("block_list":
 once per chain of blocks the analysis found; "list": once per list whose block class resolved, chained
 or not; "pipeline": once per denoising entry), an `order` (the position of its findings in the report),
-and `check(ctx)`, which yields `Finding`s. The facts a rule reads come from its context (`ctx.verdict`,
+`check(ctx)`, which yields `Finding`s, and `fix(ctx, finding)`, which says what to change: a frozen record
+of analyzers/fixes.py that the PatchFunctor's rewrite applies, or `Manual(why)` where no rewrite answers it
+(`run` attaches each finding's fix to it). The facts a rule reads come from its context (`ctx.verdict`,
 `ctx.extra_ops`, ...), computed by the readers in `integrate.analyzers` and shared by every rule, the way
 Fixit rules read libcst metadata providers.
 
 Every rule carries `VALID` examples (sources it must stay silent on), `INVALID` examples (sources it must
 fire on) and, where the honest answer can be "cannot tell", `UNKNOWN` examples (it must report a finding
-of confidence "unknown"). The harness that runs one of them through the same analysis a model gets is
-`integrate.analyzers.examples.check_example` (outside this package: it runs the analysis, which runs the
-rules); tests/test_rules.py turns every example of every registered rule into a test.
+of confidence "unknown"). An INVALID example carries `fixed`, the code as the rule's fix writes it, or,
+where no rewrite answers it, the `line` its finding points at. The harness that runs an example through
+the same analysis a model gets is `integrate.analyzers.examples.check_example` (outside this package: it
+runs the analysis, which runs the rules); tests/rule_fixes.py applies a fix through the real rewrite;
+tests/test_rules.py turns every example of every registered rule into a test.
 
 Adding a detector is adding one file to this folder: the package imports every module in it.
 """
@@ -44,11 +48,15 @@ Scope = Literal["list", "block_list", "pipeline"]
 class Example:
     """A small module for a rule to read. `cls` names the class to analyse (the transformer, or the
     pipeline for pipeline rules; default: the first class that builds a ModuleList, or defines `__call__`).
-    `expect`, for an INVALID example, is a phrase the finding's message must contain."""
+    For an INVALID example: `expect` is a phrase the finding's message must contain; `fixed` is what the rule's
+    fix makes of the code (the patched forward, then any patched block forward, as generate writes them); where
+    no rewrite answers the example, `line` is the line of the code the finding must point at."""
 
     code: str
     cls: str | None = None
     expect: str | None = None
+    fixed: str | None = None
+    line: int | None = None
 
 
 @dataclass

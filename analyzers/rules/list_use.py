@@ -38,12 +38,20 @@ class ListUse(Rule):
              Example(transformer(INIT, "if len(self.blocks) > 0:\n    " + LOOP.replace("\n", "\n    "))),
              Example(transformer(INIT, "if not len(self.blocks):\n    return hidden_states\n" + LOOP)))
     INVALID = (
-        Example(transformer(INIT, "temb = temb * len(self.blocks)\n" + LOOP), expect="`len(self.blocks)`"),
+        # answered only where the list's slice walks become lists of their own (this list is walked whole)
+        Example(transformer(INIT, "temb = temb * len(self.blocks)\n" + LOOP), expect="`len(self.blocks)`", line=19),
         Example(transformer(INIT, "first = self.blocks[0]\nhidden_states = first(hidden_states, temb)\n" + LOOP),
-                expect="indexed as `self.blocks[0]`"),
+                expect="indexed as `self.blocks[0]`", fixed='''
+                def patched_forward(self, hidden_states, temb):
+                    first = self._integrate_blocks['blocks'][0]
+                    hidden_states = first(hidden_states, temb)
+                    for block in self.blocks:
+                        hidden_states = block(hidden_states, temb)
+                    return hidden_states
+                '''),
         # QwenImage21 picks its mask by the processors its blocks hold: the wrapper holds no `attn`
         Example(transformer(INIT, "processors = [block.attn.processor for block in self.blocks]\n" + LOOP),
-                expect="reads `block.attn` of each block"),
+                expect="reads `block.attn` of each block", line=19),
     )
 
     def check(self, ctx):

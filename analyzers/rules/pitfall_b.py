@@ -59,13 +59,19 @@ class PitfallB(Rule):
     INVALID = (
         # reads nothing that changes between blocks: hoistable
         Example(_model("scaled = temb * self.scale", "hidden_states = block(hidden_states, scaled)"),
-                expect="hoistable"),
+                expect="hoistable", fixed='''
+                def patched_forward(self, hidden_states, temb, residuals=None):
+                    scaled = temb * self.scale
+                    for i, block in enumerate(self.blocks):
+                        hidden_states = block(hidden_states, scaled)
+                    return hidden_states
+                '''),
         # compounds once per block (it reads what it writes): the wrapper runs it once, and it cannot be hoisted
         Example(_model("temb = temb * self.scale", "hidden_states = block(hidden_states, temb)"),
-                expect="(other)"),
+                expect="(other)", line=21),
         # uses the loop index: the wrapper runs the body once, with index 0
         Example(_model("hidden_states = block(hidden_states, temb)", "hidden_states = hidden_states * (i + 1)"),
-                expect="index_dependent"),
+                expect="index_dependent", line=22),  # the block returns no stream a hook could update
     )
 
     def check(self, ctx):

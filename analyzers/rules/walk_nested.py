@@ -19,7 +19,7 @@ class WalkNested(Rule):
     INVALID = (Example(transformer(
         "self.stages = nn.ModuleList([nn.ModuleList([Block() for _ in range(2)]) for _ in range(layers)])",
         "for stage in self.stages:\n    for block in stage:\n        hidden_states = block(hidden_states, temb)"),
-        expect="ModuleLists"),)
+        expect="ModuleLists", line=16),)
 
     def check(self, ctx):
         if ctx.definition.container == "ModuleList of ModuleList":

@@ -20,7 +20,7 @@ class WalkZip(Rule):
     VALID = (Example(transformer(INIT, "for block in self.blocks:\n    hidden_states = block(hidden_states, temb)")),)
     INVALID = (
         Example(transformer(INIT, "for block, gate in zip(self.blocks, self.gates):\n"
-                                  "    hidden_states = gate(block(hidden_states, temb))"), expect="self.gates"),
+                                  "    hidden_states = gate(block(hidden_states, temb))"), expect="self.gates", line=20),
     )
 
     def check(self, ctx):
