@@ -227,10 +227,11 @@ def is_stub(text: str) -> bool:
                for stmt in module.body if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body)
 
 
-def _adapter(b: _Build) -> dict:
-    cache = b.plan.cache
+def _adapter_blocks(b: _Build) -> list[dict]:
+    """The lists the adapter caches, each with its ForwardPattern (a list the PatchFunctor split off from one
+    follows it); a list with no pattern is left out, and said."""
     blocks = []
-    for bl in cache.block_lists:
+    for bl in b.plan.cache.block_lists:
         blocks.append({"attr": bl.attr, "pattern": bl.forward_pattern, "note": ""})
         for s in b.patch.splits if b.patch is not None else ():
             if s.attr == bl.attr and s.new_attr != bl.attr:
@@ -241,6 +242,12 @@ def _adapter(b: _Build) -> dict:
         blocks = [x for x in blocks if x["pattern"] is not None]
     if not blocks:
         b.manual.append("no block list with a ForwardPattern: no BlockAdapter written")
+    return blocks
+
+
+def _adapter(b: _Build) -> dict:
+    cache = b.plan.cache
+    blocks = _adapter_blocks(b)
     b.manual += [f"a second model in the denoising loop: {e.why} ({Path(e.file).name}:{e.line})"
                  for e in b.analysis.pipeline.other_models]
     separate = cache.has_separate_cfg
@@ -310,29 +317,33 @@ def _adapter(b: _Build) -> dict:
         b.piece("adapter", "adapter", adapter["func"], "adapter.py.j2", adapter=adapter, functor=b.functor,
                 manual_patch=b.manual_patch,
                 imports=import_block(imports, (b.import_name,)))
-        if third_party:
-            b.notes.append(f"{b.m.pipeline_class} is not a diffusers pipeline: the adapter is transformer-only and "
-                           f"registered nowhere; hand it to cache-dit yourself: "
-                           f"`cache_dit.enable_cache({adapter['func']}(model), ...)`")
-        elif b.common["supported"]:
-            b.notes.append(f"cache-dit's own adapter accepts {b.m.transformer_class}: the plugin registers no "
-                           "adapter over it, and its planners only where cache-dit has none")
-        else:
-            names = [n for n in (prefix, also) if n]
-            taken = {n: b.answered_by("adapter", n) for n in names} if not b.replace_builtin else {}
-            for n, key in taken.items():
-                if key:
-                    b.notes.append(f"cache-dit's adapter registered as {key} answers {n} first, and its public API "
-                                   f"cannot register ours ahead: the plugin leaves {n} unregistered; hand the adapter "
-                                   f"over (`cache_dit.enable_cache({adapter['func']}(pipe), ...)`) or write it into "
-                                   "a checkout (--mode checkout)")
-            kept = [n for n in names if not taken.get(n)]
-            if kept:
-                b.registered["adapter"] = ", ".join(kept)
-            if len(kept) < len(names):
-                b.notes.append("the cache rows of test_matrix.sh run through cache-dit's registry, which answers "
-                               "this pipeline with a built-in adapter, not ours, until it is written into a checkout")
+        _adapter_registered(b, adapter, [n for n in (prefix, also) if n])
     return adapter
+
+
+def _adapter_registered(b: _Build, adapter: dict, names: list[str]) -> None:
+    """Record the names the written adapter is registered under (of `names`), and say where it is not."""
+    if adapter["third_party"]:
+        b.notes.append(f"{b.m.pipeline_class} is not a diffusers pipeline: the adapter is transformer-only and "
+                       f"registered nowhere; hand it to cache-dit yourself: "
+                       f"`cache_dit.enable_cache({adapter['func']}(model), ...)`")
+    elif b.common["supported"]:
+        b.notes.append(f"cache-dit's own adapter accepts {b.m.transformer_class}: the plugin registers no "
+                       "adapter over it, and its planners only where cache-dit has none")
+    else:
+        taken = {n: b.answered_by("adapter", n) for n in names} if not b.replace_builtin else {}
+        for n, key in taken.items():
+            if key:
+                b.notes.append(f"cache-dit's adapter registered as {key} answers {n} first, and its public API "
+                               f"cannot register ours ahead: the plugin leaves {n} unregistered; hand the adapter "
+                               f"over (`cache_dit.enable_cache({adapter['func']}(pipe), ...)`) or write it into "
+                               "a checkout (--mode checkout)")
+        kept = [n for n in names if not taken.get(n)]
+        if kept:
+            b.registered["adapter"] = ", ".join(kept)
+        if len(kept) < len(names):
+            b.notes.append("the cache rows of test_matrix.sh run through cache-dit's registry, which answers "
+                           "this pipeline with a built-in adapter, not ours, until it is written into a checkout")
 
 
 # -- parallelism ------------------------------------------------------------------------------------

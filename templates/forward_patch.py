@@ -53,7 +53,6 @@ class Split:
 class Change:
     """One thing the rewrite changed, and the fix record it answers."""
 
-    rule: str  # "walk-slice", "list-index", "pitfall-a", "pitfall-b", "pitfall-c"
     attr: str  # the block list
     text: str  # for the PatchFunctor's docstring and the report
     fix: Fix  # the record it applied (every finding that asked for it is answered)
@@ -127,6 +126,11 @@ class ForwardPatch:
     model_defaults: tuple[str, ...] = ()  # parameters whose default the patched functions read from the model's own
     wrapped: Code = Code("")  # `patched_forward` as the model decorates forward (`a("x")(patched_forward)`)
 
+    @property
+    def indexed(self) -> list[str]:
+        """The lists whose blocks forward now reads from the ones recorded before cache-dit wraps them."""
+        return [c.attr for c in self.changes if isinstance(c.fix, ReadRecordedBlock)]
+
 
 class _SelfToTransformer(cst.CSTTransformer):
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
@@ -147,8 +151,7 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
     wanted = _Wanted(fixes)
     aliases = _aliases(fwd, {bl.attr for bl in block_lists if bl.is_blocks})
     splits, replace = _splits(src, fwd, aliases, wanted.split & {bl.attr for bl in block_lists if bl.is_blocks})
-    changes = [Change("walk-slice", s.attr, f"`{s.slice_code}` is walked as `{s.new_attr}`", SplitSlices(s.attr))
-               for s in splits]
+    changes = [Change(s.attr, f"`{s.slice_code}` is walked as `{s.new_attr}`", SplitSlices(s.attr)) for s in splits]
     per_block: list[PerBlock] = []
     rewriter = _Rewrite(src, replace, block_lists, aliases, changes, wanted, per_block, fwd)
     rewritten = fwd.visit(rewriter)
@@ -192,9 +195,9 @@ class _Wanted:
 
 
 def _splits(src: SourceFile, fwd: cst.FunctionDef, aliases: dict[str, str],
-            attrs: set[str]) -> tuple[list[Split], dict[str, str]]:
+            attrs: set[str]) -> tuple[list[Split], list[tuple[cst.Subscript, str]]]:
     """Each distinct slice walked of the lists `attrs`, as a list of its own (the first keeps the list's name);
-    and {the slice's code: `self.<its list>`} for the rewrite."""
+    and (the slice's node, the list it becomes) for the rewrite."""
     slices: dict[str, list[cst.Subscript]] = {}
     for loop in find_all(fwd, cst.For):
         sub = loop.iter
@@ -205,11 +208,11 @@ def _splits(src: SourceFile, fwd: cst.FunctionDef, aliases: dict[str, str],
             if attr in attrs and not any(_same(sub, s) for s in slices.get(attr, [])):
                 slices.setdefault(attr, []).append(sub)
     splits: list[Split] = []
-    replace: dict[str, str] = {}
+    replace: list[tuple[cst.Subscript, str]] = []
     for attr, subs in slices.items():
         for i, sub in enumerate(subs):
             new_attr = attr if i == 0 else f"{attr}_{i + 1}"
-            replace[src.code(sub)] = f"self.{new_attr}"
+            replace.append((sub, new_attr))
             guards = tuple(_as_transformer(src, g) for g in _guards(fwd, sub))
             rendered = Code(cst.Module(body=[]).code_for_node(_rebase(sub, aliases, attr).visit(_SelfToTransformer())))
             splits.append(Split(attr, new_attr, rendered, guards, f"part_{len(splits)}"))
@@ -243,7 +246,7 @@ def _block_patches(ws, block_lists, wanted: dict[str, OutOfPlace], changes: list
         blocks.append(BlockPatch(bl.attr, f"patched_{bl.attr}_forward", Code(cst.Module(body=[]).code_for_node(fixed)),
                                  data.wrapped))
         imports += _imports(ws, b_src, _with_decorators(fixed, data.wrapped))
-        changes.append(Change("pitfall-c", bl.attr, f"`{bl.block_class}.forward` adds residuals out of place "
+        changes.append(Change(bl.attr, f"`{bl.block_class}.forward` adds residuals out of place "
                                                     "instead of writing into its inputs (pitfall C)", fix))
     return blocks
 
@@ -253,7 +256,7 @@ def _streams_first(block_lists, changes: list[Change], unhandled: list[str]) -> 
     a forward that does (or, when no call can pass them first by name, the answer is withdrawn from `changes`)."""
     reorders = []
     for bl in block_lists:
-        answer = next((c for c in changes if c.rule == "pitfall-a" and c.attr == bl.attr), None)
+        answer = next((c for c in changes if isinstance(c.fix, StreamsPositional) and c.attr == bl.attr), None)
         if answer is None or bl.forward is None:
             continue
         params = [p for p in bl.forward.params if p.name != "self"]
@@ -262,12 +265,12 @@ def _streams_first(block_lists, changes: list[Change], unhandled: list[str]) -> 
         if tuple(positional[:len(streams)]) == streams:
             continue  # the wrapper's order is the block's own
         if any(p.kind in ("positional_only", "var_positional") for p in params):
-            changes[:] = [c for c in changes if not (c.rule == "pitfall-a" and c.attr == bl.attr)]
+            changes[:] = [c for c in changes if c is not answer]
             unhandled.append(f"{bl.attr}: `{bl.forward.cls}.forward` takes its streams after other parameters and "
                              "has positional-only or *args parameters: no call can pass them first by name")
             continue
         reorders.append(StreamsFirst(bl.attr, streams, tuple(n for n in positional if n not in streams)))
-        changes.append(Change("pitfall-a", bl.attr, f"`{bl.forward.cls}.forward` takes "
+        changes.append(Change(bl.attr, f"`{bl.forward.cls}.forward` takes "
                               f"{', '.join(f'`{s}`' for s in streams)} among its parameters "
                               f"({', '.join(positional)}): each block is given a forward that takes them first, as "
                               "cache-dit's wrapper passes them, and passes every argument on by name", answer.fix))
@@ -350,7 +353,7 @@ class _Rewrite(cst.CSTTransformer):
     from the recorded blocks, the block call's streams positional, the loop body's statements hoisted or moved
     into per-block hooks. Each applied fix is appended to `changes`."""
 
-    def __init__(self, src: SourceFile, replace: dict[str, str], block_lists, aliases, changes: list[Change],
+    def __init__(self, src: SourceFile, replace: list[tuple[cst.Subscript, str]], block_lists, aliases, changes: list[Change],
                  wanted: _Wanted, per_block: list[PerBlock] | None = None, fwd: cst.FunctionDef | None = None):
         self.src, self.replace, self.aliases, self.changes, self.wanted = src, replace, aliases, changes, wanted
         self.per_block = per_block if per_block is not None else []
@@ -370,14 +373,14 @@ class _Rewrite(cst.CSTTransformer):
         self.pitfall_a = {bl.attr: bl for bl in block_lists if bl.is_blocks and bl.attr in wanted.positional}
 
     def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript):
-        code = self.src.code(original)
-        if code in self.replace:
-            return cst.parse_expression(self.replace[code])
+        split = next((new for sub, new in self.replace if original.deep_equals(sub)), None)
+        if split is not None:  # a walk over a slice: it walks the list the slice became
+            return cst.Attribute(cst.Name("self"), cst.Name(split))
         attr = self_member(original.value)
         index = original.slice[0].slice if len(original.slice) == 1 else None
         constant = isinstance(index, cst.Index) and (isinstance(index.value, cst.Integer) or (
             isinstance(index.value, cst.UnaryOperation) and isinstance(index.value.expression, cst.Integer)))
-        if attr in self.wanted.indexed and constant and not any(k.startswith(f"self.{attr}[") for k in self.replace):
+        if attr in self.wanted.indexed and constant and not any(self_member(sub.value) == attr for sub, _ in self.replace):
             # `self.layers[0]` outside the loop: once cache-dit holds the list in one wrapper that is the wrapper;
             # read the block the PatchFunctor recorded before the list was wrapped
             self.indexed.add(attr)
@@ -388,7 +391,7 @@ class _Rewrite(cst.CSTTransformer):
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef):
         for attr in sorted(self.indexed):
-            self.changes.append(Change("list-index", attr, f"`self.{attr}[k]` in forward reads the block recorded "
+            self.changes.append(Change(attr, f"`self.{attr}[k]` in forward reads the block recorded "
                                                            "before cache-dit wraps the list", ReadRecordedBlock(attr)))
         self.indexed = set()
         return updated
@@ -409,7 +412,7 @@ class _Rewrite(cst.CSTTransformer):
             positional = _Positional(self.pitfall_a[attr], target)
             updated = updated.visit(positional)
             if positional.rewritten:  # else the finding stays unanswered: written to the manual part, never claimed
-                self.changes.append(Change("pitfall-a", attr, f"the `{attr}` block call passes its streams "
+                self.changes.append(Change(attr, f"the `{attr}` block call passes its streams "
                                                               "positionally (pitfall A)", self.wanted.positional[attr]))
         fix = self.wanted.body.get(attr)
         if fix is None:
@@ -434,12 +437,12 @@ class _Rewrite(cst.CSTTransformer):
                 body = list(updated.body.body)[:len(updated.body.body) - moved]
                 updated = updated.with_changes(body=updated.body.with_changes(body=body))
                 self.after_block.append(after)
-            self.changes.append(Change("pitfall-b", attr, "; ".join(said) + " (pitfall B)", fix))
+            self.changes.append(Change(attr, "; ".join(said) + " (pitfall B)", fix))
             self.per_block += folds
             record = [_record(f) for f in folds] + ([_record(after)] if after is not None else [])
             return cst.FlattenSentinel([*hoisted, *record, updated])
         if hoisted and not (fix.by_index or fix.others):
-            self.changes.append(Change("pitfall-b", attr, f"{len(hoisted)} loop-invariant statement(s) hoisted "
+            self.changes.append(Change(attr, f"{len(hoisted)} loop-invariant statement(s) hoisted "
                                                           f"out of the `{attr}` loop (pitfall B)", fix))
             return cst.FlattenSentinel([*hoisted, updated])
         return updated
