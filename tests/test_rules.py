@@ -10,10 +10,14 @@ must be found at that line and left to the manual part, with the rule's reason w
 
 import pytest
 import torch
+from integrate.analyzers import rules as package
+from integrate.analyzers.analysis import analyze_transformer
 from integrate.analyzers.examples import check_example
 from integrate.analyzers.fixes import Manual
 from integrate.analyzers.rules import RULES
 from rule_fixes import apply_fix, normalised
+
+from integrate.resolve import Workspace
 
 CASES = [(rule, kind, i, ex) for rule in RULES for kind in ("VALID", "INVALID", "UNKNOWN")
          for i, ex in enumerate(getattr(rule, kind))]
@@ -66,3 +70,25 @@ def test_invalid_example_fix(rule, i, example, tmp_path):
     compile(fixed.code, f"<{rule.code} fixed>", "exec")
     want, got = fixed.outputs()
     torch.testing.assert_close(got, want)
+
+
+def test_a_finding_no_patch_answers_is_said_in_the_list_notes(monkeypatch, tmp_path):
+    """A block-list finding with patch=False is no reason for a PatchFunctor, and does not vanish either: the
+    list's notes say it."""
+    class Remark(package.Rule):
+        code, scope, order, summary = "remark", "block_list", 99, "a remark on every chain"
+
+        def check(self, ctx):
+            yield self.finding(ctx, "remark: a chain of blocks", patch=False)
+
+    monkeypatch.setattr(package, "RULES", [*RULES, Remark])
+    path = tmp_path / "model.py"
+    block_rule = next(r for r in RULES if r.scope == "block_list")
+    path.write_text(block_rule.VALID[0].code.lstrip())
+    ws = Workspace()
+    src = ws.load(path)
+    facts = analyze_transformer(ws, src, src.classes["Model"])
+    chain = next(bl for bl in facts.block_lists if bl.is_blocks)
+    assert "remark: a chain of blocks" in chain.notes
+    assert not any("remark" in r for r in facts.patch_functor_reasons)
+    assert [f.fix for f in facts.findings if f.rule == "remark"] == [Manual("no rewrite is written for `remark`")]
