@@ -50,7 +50,6 @@ _ENV.filters.update(escape.FILTERS)
 _ENV.filters["basename"] = lambda p: escape.text(Path(str(p)).name)
 
 
-
 def camel(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in re.split(r"[_\W]+", name) if part)
 
