@@ -171,6 +171,33 @@ def _forward_owner(ws: Workspace, src: SourceFile, cls: cst.ClassDef, depth: int
     return src, cls
 
 
+def _call_site(ctx: rules.ListContext, found: list[Finding], call_code: str, stream_args: dict[str, str],
+               walk: tuple[str, ...]) -> tuple[CallSite, list[str], list[Evidence]]:
+    """The chain's call site as the block-list rules found it, the list's notes (the verdict's reasons, in-place
+    writes into inputs that are not streams, findings no patch answers), and the evidence it adds (the block's
+    forward, the verdict's reasons at the call, pitfall C's writes)."""
+    pitfall_c = next((f.evidence for f in found if f.rule == PitfallC.code), ())
+    notes = list(ctx.verdict.why) + [f"{m.why} (line {m.line}); not a stream input" for _, m in ctx.mutations
+                                     if m not in pitfall_c]
+    notes += [f.message for f in found if not f.patch]  # a finding no patch answers is still said
+    loop, pv, path = ctx.loop, ctx.verdict, str(ctx.src.path)
+    line = ctx.src.line(loop.call)
+    call_site = CallSite(
+        file=path,
+        line=line,
+        loop_line=loop.line,
+        call=call_code,
+        stream_args=stream_args,
+        outputs=loop.outputs,
+        keyword_positional_mismatch=pv.mismatch,
+        bindings=pv.bindings,
+        loop_extra_ops=ctx.extra_ops,
+        in_place_input_mutation=pitfall_c,
+        walk=walk,
+    )
+    return call_site, notes, [*ctx.forward.evidence, *(Evidence(path, line, w) for w in pv.why), *pitfall_c]
+
+
 def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
                 optional: frozenset[str], tree=None) -> tuple[BlockList, list[Finding]]:
     """The verdict on one list, and the findings of the rules on it (block-list rules, then list rules).
@@ -241,30 +268,11 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
     ctx.loop, ctx.forward, ctx.verdict = loop, summary, pv
     ctx.mutations = tuple(in_place_input_mutations(o_src, o_cls))
     found = rules.run("block_list", ctx)
-    pitfall_c = next((f.evidence for f in found if f.rule == PitfallC.code), ())
-    notes = list(pv.why) + [f"{m.why} (line {m.line}); not a stream input" for _, m in ctx.mutations
-                            if m not in pitfall_c]
+    call_site, notes, more = _call_site(ctx, found, call_code, {p: direct[p] for p in streams}, walk_text)
     if len(names) > 1:
         notes.append(f"holds several block classes: {', '.join(names)}")
-    evidence += list(summary.evidence)
-    evidence += [Evidence(path, src.line(loop.call), w) for w in pv.why]
-    evidence += list(pitfall_c)
-    call_site = CallSite(
-        file=path,
-        line=src.line(loop.call),
-        loop_line=loop.line,
-        call=call_code,
-        stream_args={p: direct[p] for p in streams},
-        outputs=loop.outputs,
-        keyword_positional_mismatch=pv.mismatch,
-        bindings=pv.bindings,
-        loop_extra_ops=ctx.extra_ops,
-        in_place_input_mutation=pitfall_c,
-        walk=walk_text,
-    )
-    confidence = pv.confidence
-    if len(names) > 1 and confidence == "high":
-        confidence = "medium"
+    evidence += more
+    confidence = "medium" if len(names) > 1 and pv.confidence == "high" else pv.confidence
     return verdict(True, "a chain of blocks: each call's output feeds the next",
                    block_class=first[0].name, block_file=str(b_src.path), forward_pattern=pv.pattern,
                    alternatives=pv.alternatives, confidence=confidence if pv.pattern else "unknown",

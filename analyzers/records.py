@@ -14,6 +14,8 @@ from integrate.gate.records import GateReport
 
 from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
+from .fixes import Fix
+
 ANALYSIS_SCHEMA_VERSION = "1.15"
 
 
@@ -32,6 +34,7 @@ class Finding:
     kind: str = ""  # what the rule saw, when it tells several things apart (list-use: "len", "sliced", "indexed")
     evidence: tuple[Evidence, ...] = ()
     confidence: Confidence = "high"  # "unknown": the rule cannot tell (and says so rather than guess)
+    fix: Fix | None = field(default=None, metadata=IN_PROCESS)  # what the rule asks to be changed (rules.Rule.fix)
 
 
 @dataclass(frozen=True)

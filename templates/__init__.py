@@ -7,8 +7,8 @@ plan's JSON form, the same data a reviewer reads in plan.json). `checkout.py` wr
 into a cache-dit source tree with libcst codemods; `forward_patch.py` rewrites a model's forward for
 the PatchFunctor.
 
-Which findings the PatchFunctor answers is decided by rule code (`Finding.rule` against
-`Change.rule`), never by reading their text.
+What the PatchFunctor changes is what the findings' rules ask (each finding carries its rule's fix record,
+analyzers/fixes.py); a finding whose record the rewrite did not apply goes to the hand-written part.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 import jinja2
 import libcst as cst
+from integrate.analyzers.fixes import Manual
 from integrate.analyzers.records import Analysis, Finding
 from integrate.decisions import patch_findings
 from integrate.decisions.cp import TEXT_STREAMS
@@ -47,10 +48,6 @@ _ENV = jinja2.Environment(
 )
 _ENV.filters.update(escape.FILTERS)
 _ENV.filters["basename"] = lambda p: escape.text(Path(str(p)).name)
-
-# Findings a slice split answers for its list: the slice itself, the several walks it becomes, and
-# `len()` / slices of the list outside the loop header.
-_SPLIT_ANSWERS = {("walk-slice", ""), ("walk-several", ""), ("list-use", "len"), ("list-use", "sliced")}
 
 
 def camel(name: str) -> str:
@@ -153,27 +150,33 @@ def _patch_functor(b: _Build) -> None:
     if not b.plan.cache.needs_patch_functor:
         return
     findings = patch_findings(b.analysis.transformer, {cl.attr for cl in b.plan.cache.block_lists})
-    patch = patch_forward(b.ws, b.src, b.cls, b.analysis.transformer.block_lists)
-    handled = _handled(findings, patch)
-    left = [f for f in findings if f not in handled]
+    patch = patch_forward(b.ws, b.src, b.cls, b.analysis.transformer.block_lists,
+                          tuple(dict.fromkeys(f.fix for f in findings if f.fix is not None)))
+    applied = {c.fix for c in patch.changes}
+    left = [f for f in findings if f.fix not in applied]
     b.manual += [f"{f.attr}: {f.message}" for f in left] + list(patch.unhandled)
     if patch.changes:
         b.patch = patch
         b.functor = {"cls": f"{b.base}PatchFunctor", "module": b.functor_module,
                      "why": "; ".join(c.text for c in patch.changes)}
-        extra = [("cache_dit.caching.patch_functors.functor_base", "PatchFunctor")]
-        if patch.splits:
-            extra.append(("torch", "nn"))
-        if patch.per_block or patch.after_block:
-            extra.append(("functools", None))
-        if patch.model_defaults:
-            extra.append(("inspect", None))
         b.piece("patch_functor", "patch_functor", b.functor["cls"], "patch_functor.py.j2", patch=patch,
-                functor=b.functor, imports=import_block(list(patch.imports) + extra),
+                functor=b.functor, imports=functor_imports(patch),
                 fwd_line=b.src.line(find_method(b.cls, "forward")),
                 from_diffusers=(b.src.dotted_name or "").split(".")[0] == "diffusers")
     if left and b.stubs:
         _manual_patch(b, left)
+
+
+def functor_imports(patch: ForwardPatch) -> escape.Code:
+    """The import block of the PatchFunctor module: what the patched functions read, and what `_apply` uses."""
+    extra = [("cache_dit.caching.patch_functors.functor_base", "PatchFunctor")]
+    if patch.splits:
+        extra.append(("torch", "nn"))
+    if patch.per_block or patch.after_block:
+        extra.append(("functools", None))
+    if patch.model_defaults:
+        extra.append(("inspect", None))
+    return import_block(list(patch.imports) + extra)
 
 
 def _manual_patch(b: _Build, left: list[Finding]) -> None:
@@ -182,6 +185,7 @@ def _manual_patch(b: _Build, left: list[Finding]) -> None:
     fwd = find_method(b.cls, "forward")
     here = Path(b.m.transformer_file).name
     findings = [{"attr": f.attr, "rule": f.rule, "message": f.message,
+                 "manual": f.fix.why if isinstance(f.fix, Manual) else "",  # the rule's word on why no rewrite
                  "evidence": [{"where": f"{Path(e.file).name}:{e.line}", "why": e.why} for e in f.evidence]
                  or ([{"where": f"{here}:{f.line}", "why": f"`{_statement_at(b.src, fwd, f.line)}`"}] if f.line else [])}
                 for f in left]
@@ -222,21 +226,11 @@ def is_stub(text: str) -> bool:
                for stmt in module.body if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body)
 
 
-def _handled(findings: list[Finding], patch: ForwardPatch) -> list[Finding]:
-    """The findings the forward rewrite answers: slice walks (and what follows from them), pitfalls A, B, C."""
-    fixed = {(c.rule, c.attr) for c in patch.changes}
-    split = {s.attr for s in patch.splits}
-    patched_blocks = {p.attr for p in patch.blocks}
-    return [f for f in findings if (f.attr in split and (f.rule, f.kind) in _SPLIT_ANSWERS)
-            or (f.rule in ("pitfall-a", "pitfall-b") and (f.rule, f.attr) in fixed)
-            or (f.rule == "list-use" and f.kind == "indexed" and ("list-index", f.attr) in fixed)
-            or (f.rule == "pitfall-c" and f.attr in patched_blocks)]
-
-
-def _adapter(b: _Build) -> dict:
-    cache = b.plan.cache
+def _adapter_blocks(b: _Build) -> list[dict]:
+    """The lists the adapter caches, each with its ForwardPattern (a list the PatchFunctor split off from one
+    follows it); a list with no pattern is left out, and said."""
     blocks = []
-    for bl in cache.block_lists:
+    for bl in b.plan.cache.block_lists:
         blocks.append({"attr": bl.attr, "pattern": bl.forward_pattern, "note": ""})
         for s in b.patch.splits if b.patch is not None else ():
             if s.attr == bl.attr and s.new_attr != bl.attr:
@@ -247,6 +241,12 @@ def _adapter(b: _Build) -> dict:
         blocks = [x for x in blocks if x["pattern"] is not None]
     if not blocks:
         b.manual.append("no block list with a ForwardPattern: no BlockAdapter written")
+    return blocks
+
+
+def _adapter(b: _Build) -> dict:
+    cache = b.plan.cache
+    blocks = _adapter_blocks(b)
     b.manual += [f"a second model in the denoising loop: {e.why} ({Path(e.file).name}:{e.line})"
                  for e in b.analysis.pipeline.other_models]
     separate = cache.has_separate_cfg
@@ -316,29 +316,33 @@ def _adapter(b: _Build) -> dict:
         b.piece("adapter", "adapter", adapter["func"], "adapter.py.j2", adapter=adapter, functor=b.functor,
                 manual_patch=b.manual_patch,
                 imports=import_block(imports, (b.import_name,)))
-        if third_party:
-            b.notes.append(f"{b.m.pipeline_class} is not a diffusers pipeline: the adapter is transformer-only and "
-                           f"registered nowhere; hand it to cache-dit yourself: "
-                           f"`cache_dit.enable_cache({adapter['func']}(model), ...)`")
-        elif b.common["supported"]:
-            b.notes.append(f"cache-dit's own adapter accepts {b.m.transformer_class}: the plugin registers no "
-                           "adapter over it, and its planners only where cache-dit has none")
-        else:
-            names = [n for n in (prefix, also) if n]
-            taken = {n: b.answered_by("adapter", n) for n in names} if not b.replace_builtin else {}
-            for n, key in taken.items():
-                if key:
-                    b.notes.append(f"cache-dit's adapter registered as {key} answers {n} first, and its public API "
-                                   f"cannot register ours ahead: the plugin leaves {n} unregistered; hand the adapter "
-                                   f"over (`cache_dit.enable_cache({adapter['func']}(pipe), ...)`) or write it into "
-                                   "a checkout (--mode checkout)")
-            kept = [n for n in names if not taken.get(n)]
-            if kept:
-                b.registered["adapter"] = ", ".join(kept)
-            if len(kept) < len(names):
-                b.notes.append("the cache rows of test_matrix.sh run through cache-dit's registry, which answers "
-                               "this pipeline with a built-in adapter, not ours, until it is written into a checkout")
+        _adapter_registered(b, adapter, [n for n in (prefix, also) if n])
     return adapter
+
+
+def _adapter_registered(b: _Build, adapter: dict, names: list[str]) -> None:
+    """Record the names the written adapter is registered under (of `names`), and say where it is not."""
+    if adapter["third_party"]:
+        b.notes.append(f"{b.m.pipeline_class} is not a diffusers pipeline: the adapter is transformer-only and "
+                       f"registered nowhere; hand it to cache-dit yourself: "
+                       f"`cache_dit.enable_cache({adapter['func']}(model), ...)`")
+    elif b.common["supported"]:
+        b.notes.append(f"cache-dit's own adapter accepts {b.m.transformer_class}: the plugin registers no "
+                       "adapter over it, and its planners only where cache-dit has none")
+    else:
+        taken = {n: b.answered_by("adapter", n) for n in names} if not b.replace_builtin else {}
+        for n, key in taken.items():
+            if key:
+                b.notes.append(f"cache-dit's adapter registered as {key} answers {n} first, and its public API "
+                               f"cannot register ours ahead: the plugin leaves {n} unregistered; hand the adapter "
+                               f"over (`cache_dit.enable_cache({adapter['func']}(pipe), ...)`) or write it into "
+                               "a checkout (--mode checkout)")
+        kept = [n for n in names if not taken.get(n)]
+        if kept:
+            b.registered["adapter"] = ", ".join(kept)
+        if len(kept) < len(names):
+            b.notes.append("the cache rows of test_matrix.sh run through cache-dit's registry, which answers "
+                           "this pipeline with a built-in adapter, not ours, until it is written into a checkout")
 
 
 # -- parallelism ------------------------------------------------------------------------------------

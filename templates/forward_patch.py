@@ -1,12 +1,17 @@
 """The PatchFunctor's patched `forward`, produced from the model's own source by a libcst rewrite.
 
-What cache-dit needs changed in a transformer's forward, and how it is changed here:
+The rules say what to change (their fix records, analyzers/fixes.py); this module only applies them, and
+names in each `Change` the record it applied. What each record becomes:
 
-* a block list walked in slices (`blocks[:n - k]`, then `blocks[-k:]`): each distinct slice becomes
-  a list of its own (the first keeps the original name), and every walk iterates its list whole;
-* pitfall A (the block call does not reach the block unchanged through cache-dit's wrapper): the
-  call passes the streams positionally, in the wrapper's order, and everything else by keyword;
-* pitfall B (statements in the loop body that do not depend on the loop): hoisted above the loop.
+* `SplitSlices` (a list walked in slices, `blocks[:n - k]`, then `blocks[-k:]`): each distinct slice
+  becomes a list of its own (the first keeps the original name), and every walk iterates its list whole;
+* `ReadRecordedBlock`: `self.blocks[k]` reads the block recorded before cache-dit wraps the list;
+* `StreamsPositional` (pitfall A): the call passes the streams positionally, in the wrapper's order, and
+  everything else by keyword; a block whose forward takes them after other parameters gets one that
+  takes them first;
+* `LoopBody` (pitfall B): loop-invariant statements hoisted above the loop, index-dependent ones run for
+  each block in a hook;
+* `OutOfPlace` (pitfall C): `x += y` on a stream of the block's forward becomes `x = x + y`.
 
 Everything else in `forward` is the model's own code, byte for byte.
 """
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import libcst as cst
+from integrate.analyzers.fixes import Fix, LoopBody, OutOfPlace, ReadRecordedBlock, SplitSlices, StreamsPositional
 from integrate.analyzers.records import BlockList
 
 from integrate import escape
@@ -45,11 +51,11 @@ class Split:
 
 @dataclass(frozen=True)
 class Change:
-    """One thing the rewrite changed, named by the rule whose finding it answers."""
+    """One thing the rewrite changed, and the fix record it answers."""
 
-    rule: str  # "walk-slice", "pitfall-a", "pitfall-b", "pitfall-c"
     attr: str  # the block list
     text: str  # for the PatchFunctor's docstring and the report
+    fix: Fix  # the record it applied (every finding that asked for it is answered)
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,11 @@ class ForwardPatch:
     model_defaults: tuple[str, ...] = ()  # parameters whose default the patched functions read from the model's own
     wrapped: Code = Code("")  # `patched_forward` as the model decorates forward (`a("x")(patched_forward)`)
 
+    @property
+    def indexed(self) -> list[str]:
+        """The lists whose blocks forward now reads from the ones recorded before cache-dit wraps them."""
+        return [c.attr for c in self.changes if isinstance(c.fix, ReadRecordedBlock)]
+
 
 class _SelfToTransformer(cst.CSTTransformer):
     def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.Name:
@@ -130,34 +141,19 @@ def _as_transformer(src: SourceFile, node: cst.CSTNode) -> Code:
     return Code(cst.Module(body=[]).code_for_node(node.visit(_SelfToTransformer())))
 
 
-def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[BlockList, ...]) -> ForwardPatch:
+def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[BlockList, ...],
+                  fixes: tuple[Fix, ...]) -> ForwardPatch:
+    """The changes `fixes` ask for (the rules' records, analyzers/fixes.py), applied to the model's forward and its
+    blocks' forwards; each `Change` names the record it answers (a record no change names was not applied)."""
     fwd = find_method(cls, "forward")
     if fwd is None:
         return ForwardPatch("", unhandled=(f"{cls.name.value} defines no forward",))
-    attrs = {bl.attr for bl in block_lists if bl.is_blocks}
-    aliases = _aliases(fwd, attrs)
-    slices: dict[str, list[cst.Subscript]] = {}
-    for loop in find_all(fwd, cst.For):
-        sub = loop.iter
-        if isinstance(sub, cst.Call) and dotted(sub.func) == "enumerate" and sub.args:
-            sub = sub.args[0].value
-        if isinstance(sub, cst.Subscript):
-            attr = _list_attr(sub.value, aliases)
-            if attr in attrs and not any(_same(sub, s) for s in slices.get(attr, [])):
-                slices.setdefault(attr, []).append(sub)
-    splits: list[Split] = []
-    replace: dict[str, str] = {}  # slice code -> `self.<new attr>`
-    for attr, subs in slices.items():
-        for i, sub in enumerate(subs):
-            new_attr = attr if i == 0 else f"{attr}_{i + 1}"
-            code = src.code(sub)
-            replace[code] = f"self.{new_attr}"
-            guards = tuple(_as_transformer(src, g) for g in _guards(fwd, sub))
-            rendered = Code(cst.Module(body=[]).code_for_node(_rebase(sub, aliases, attr).visit(_SelfToTransformer())))
-            splits.append(Split(attr, new_attr, rendered, guards, f"part_{len(splits)}"))
-    changes = [Change("walk-slice", s.attr, f"`{s.slice_code}` is walked as `{s.new_attr}`") for s in splits]
+    wanted = _Wanted(fixes)
+    aliases = _aliases(fwd, {bl.attr for bl in block_lists if bl.is_blocks})
+    splits, replace = _splits(src, fwd, aliases, wanted.split & {bl.attr for bl in block_lists if bl.is_blocks})
+    changes = [Change(s.attr, f"`{s.slice_code}` is walked as `{s.new_attr}`", SplitSlices(s.attr)) for s in splits]
     per_block: list[PerBlock] = []
-    rewriter = _Rewrite(src, replace, block_lists, aliases, changes, per_block, fwd)
+    rewriter = _Rewrite(src, replace, block_lists, aliases, changes, wanted, per_block, fwd)
     rewritten = fwd.visit(rewriter)
     rewritten = rewritten.visit(_DropUnusedAliases(aliases, rewritten))
     rewritten = rewritten.visit(_MarkUnusedUnpacked(rewritten))
@@ -179,17 +175,68 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
         holder = cst.FunctionDef(cst.Name("hook"), cst.Parameters(),  # come from the model's module
                                  cst.IndentedBlock(list(cst.parse_module(item.code).body)))
         imports += _imports(ws, src, holder)
+    blocks = _block_patches(ws, block_lists, wanted.out_of_place, changes, unhandled, model_defaults, imports)
+    reorders = _streams_first(block_lists, changes, unhandled)
+    return ForwardPatch(code=code, splits=tuple(splits), changes=tuple(changes), imports=_sorted_imports(imports),
+                        unhandled=tuple(unhandled), forward_changed=forward_changed, blocks=tuple(blocks),
+                        per_block=tuple(per_block), after_block=tuple(rewriter.after_block),
+                        streams_first=tuple(reorders), model_defaults=tuple(model_defaults), wrapped=wrapped)
+
+
+class _Wanted:
+    """The fix records, grouped by kind and keyed by block list, as the rewrite looks them up."""
+
+    def __init__(self, fixes: tuple[Fix, ...]):
+        self.split = {f.attr for f in fixes if isinstance(f, SplitSlices)}
+        self.indexed = {f.attr for f in fixes if isinstance(f, ReadRecordedBlock)}
+        self.positional = {f.attr: f for f in fixes if isinstance(f, StreamsPositional)}
+        self.body = {f.attr: f for f in fixes if isinstance(f, LoopBody)}
+        self.out_of_place = {f.attr: f for f in fixes if isinstance(f, OutOfPlace)}
+
+
+def _splits(src: SourceFile, fwd: cst.FunctionDef, aliases: dict[str, str],
+            attrs: set[str]) -> tuple[list[Split], list[tuple[cst.Subscript, str]]]:
+    """Each distinct slice walked of the lists `attrs`, as a list of its own (the first keeps the list's name);
+    and (the slice's node, the list it becomes) for the rewrite."""
+    slices: dict[str, list[cst.Subscript]] = {}
+    for loop in find_all(fwd, cst.For):
+        sub = loop.iter
+        if isinstance(sub, cst.Call) and dotted(sub.func) == "enumerate" and sub.args:
+            sub = sub.args[0].value
+        if isinstance(sub, cst.Subscript):
+            attr = _list_attr(sub.value, aliases)
+            if attr in attrs and not any(_same(sub, s) for s in slices.get(attr, [])):
+                slices.setdefault(attr, []).append(sub)
+    splits: list[Split] = []
+    replace: list[tuple[cst.Subscript, str]] = []
+    for attr, subs in slices.items():
+        for i, sub in enumerate(subs):
+            new_attr = attr if i == 0 else f"{attr}_{i + 1}"
+            replace.append((sub, new_attr))
+            guards = tuple(_as_transformer(src, g) for g in _guards(fwd, sub))
+            rendered = Code(cst.Module(body=[]).code_for_node(_rebase(sub, aliases, attr).visit(_SelfToTransformer())))
+            splits.append(Split(attr, new_attr, rendered, guards, f"part_{len(splits)}"))
+    return splits, replace
+
+
+def _block_patches(ws, block_lists, wanted: dict[str, OutOfPlace], changes: list[Change], unhandled: list[str],
+                   model_defaults: list[str], imports: list) -> list[BlockPatch]:
+    """Pitfall C: each block forward `wanted` names, rewritten out of place where every in-place write it lists
+    is one the rewrite knows (`x += y`); `changes`, `unhandled`, `model_defaults` and `imports` grow."""
     blocks: list[BlockPatch] = []
     for bl in block_lists:
-        if not (bl.is_blocks and bl.call_site is not None and bl.call_site.in_place_input_mutation and bl.forward):
+        fix = wanted.get(bl.attr)
+        if fix is None or not (bl.is_blocks and bl.forward):
             continue
         b_src = ws.load(Path(bl.forward.file))
         b_cls = b_src.classes.get(bl.forward.cls)
         b_fwd = find_method(b_cls, "forward") if b_cls is not None else None
         if b_fwd is None:
             continue
-        streams = set(bl.roles.values())
-        fixed = b_fwd.visit(_OutOfPlace(streams)).with_changes(name=cst.Name(f"patched_{bl.attr}_forward"))
+        out_of_place = _OutOfPlace(b_src, set(bl.roles.values()), set(fix.lines))
+        fixed = b_fwd.visit(out_of_place).with_changes(name=cst.Name(f"patched_{bl.attr}_forward"))
+        if out_of_place.rewritten != set(fix.lines):
+            continue  # a write the rewrite does not know (`.add_()`, `out=`): the finding stays manual
         data = signature.as_data(fixed, "forward", f"{bl.forward.cls}.forward")
         if data.function is None:
             unhandled.append(data.why)
@@ -199,11 +246,18 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
         blocks.append(BlockPatch(bl.attr, f"patched_{bl.attr}_forward", Code(cst.Module(body=[]).code_for_node(fixed)),
                                  data.wrapped))
         imports += _imports(ws, b_src, _with_decorators(fixed, data.wrapped))
-        changes.append(Change("pitfall-c", bl.attr, f"`{bl.block_class}.forward` adds residuals out of place "
-                                                    "instead of writing into its inputs (pitfall C)"))
+        changes.append(Change(bl.attr, f"`{bl.block_class}.forward` adds residuals out of place "
+                                                    "instead of writing into its inputs (pitfall C)", fix))
+    return blocks
+
+
+def _streams_first(block_lists, changes: list[Change], unhandled: list[str]) -> list[StreamsFirst]:
+    """Pitfall A, answered at the call: where the block's forward does not take the streams first, each block gets
+    a forward that does (or, when no call can pass them first by name, the answer is withdrawn from `changes`)."""
     reorders = []
     for bl in block_lists:
-        if not any(c.rule == "pitfall-a" and c.attr == bl.attr for c in changes) or bl.forward is None:
+        answer = next((c for c in changes if isinstance(c.fix, StreamsPositional) and c.attr == bl.attr), None)
+        if answer is None or bl.forward is None:
             continue
         params = [p for p in bl.forward.params if p.name != "self"]
         streams = tuple(bl.roles[r] for r in ("hidden_states", "encoder_hidden_states") if r in bl.roles)
@@ -211,31 +265,32 @@ def patch_forward(ws, src: SourceFile, cls: cst.ClassDef, block_lists: tuple[Blo
         if tuple(positional[:len(streams)]) == streams:
             continue  # the wrapper's order is the block's own
         if any(p.kind in ("positional_only", "var_positional") for p in params):
-            changes = [c for c in changes if not (c.rule == "pitfall-a" and c.attr == bl.attr)]
+            changes[:] = [c for c in changes if c is not answer]
             unhandled.append(f"{bl.attr}: `{bl.forward.cls}.forward` takes its streams after other parameters and "
                              "has positional-only or *args parameters: no call can pass them first by name")
             continue
         reorders.append(StreamsFirst(bl.attr, streams, tuple(n for n in positional if n not in streams)))
-        changes.append(Change("pitfall-a", bl.attr, f"`{bl.forward.cls}.forward` takes "
+        changes.append(Change(bl.attr, f"`{bl.forward.cls}.forward` takes "
                               f"{', '.join(f'`{s}`' for s in streams)} among its parameters "
                               f"({', '.join(positional)}): each block is given a forward that takes them first, as "
-                              "cache-dit's wrapper passes them, and passes every argument on by name"))
-    return ForwardPatch(code=code, splits=tuple(splits), changes=tuple(changes), imports=_sorted_imports(imports),
-                        unhandled=tuple(unhandled), forward_changed=forward_changed, blocks=tuple(blocks),
-                        per_block=tuple(per_block), after_block=tuple(rewriter.after_block),
-                        streams_first=tuple(reorders), model_defaults=tuple(model_defaults), wrapped=wrapped)
+                              "cache-dit's wrapper passes them, and passes every argument on by name", answer.fix))
+    return reorders
 
 
 class _OutOfPlace(cst.CSTTransformer):
-    """`x += y` on a stream input -> `x = x + y`: a new tensor, so cache-dit's saved input stays intact."""
+    """`x += y` on a stream input at one of `lines` -> `x = x + y`: a new tensor, so cache-dit's saved input stays
+    intact. `rewritten`: the lines it rewrote."""
 
-    def __init__(self, streams: set[str]):
-        self.streams = streams
+    def __init__(self, src: SourceFile, streams: set[str], lines: set[int]):
+        self.src, self.streams, self.lines = src, streams, lines
+        self.rewritten: set[int] = set()
 
     def leave_AugAssign(self, original: cst.AugAssign, updated: cst.AugAssign):
-        if isinstance(updated.target, cst.Name) and updated.target.value in self.streams:
+        line = self.src.line(original)
+        if isinstance(updated.target, cst.Name) and updated.target.value in self.streams and line in self.lines:
             op = getattr(cst, type(updated.operator).__name__.replace("Assign", ""), None)
             if op is not None:
+                self.rewritten.add(line)
                 return cst.Assign(targets=[cst.AssignTarget(updated.target)],
                                   value=cst.BinaryOperation(updated.target, op(), updated.value))
         return updated
@@ -294,16 +349,19 @@ def _guards(fwd: cst.FunctionDef, target: cst.CSTNode) -> list[cst.BaseExpressio
 
 
 class _Rewrite(cst.CSTTransformer):
-    def __init__(self, src: SourceFile, replace: dict[str, str], block_lists, aliases, changes: list[Change],
-                 per_block: list[PerBlock] | None = None, fwd: cst.FunctionDef | None = None):
-        self.src, self.replace, self.aliases, self.changes = src, replace, aliases, changes
+    """The forward's rewrite for the fixes `wanted` asks: slices walked as their own lists, `self.<list>[k]` read
+    from the recorded blocks, the block call's streams positional, the loop body's statements hoisted or moved
+    into per-block hooks. Each applied fix is appended to `changes`."""
+
+    def __init__(self, src: SourceFile, replace: list[tuple[cst.Subscript, str]], block_lists, aliases, changes: list[Change],
+                 wanted: _Wanted, per_block: list[PerBlock] | None = None, fwd: cst.FunctionDef | None = None):
+        self.src, self.replace, self.aliases, self.changes, self.wanted = src, replace, aliases, changes, wanted
         self.per_block = per_block if per_block is not None else []
         self.fwd = fwd
         # the names forward binds (its parameters and assignments): what a hook may read from the recorded values
         self.locals = ({n.value for a in find_all(fwd.body, cst.Assign) for t in a.targets
                         for n in find_all(t.target, cst.Name)} | {p.name.value for p in params_of(fwd)}
                        if fwd is not None else set())
-        self.ops = {bl.attr: bl.call_site.loop_extra_ops for bl in block_lists if bl.is_blocks and bl.call_site}
         self.indexed: set[str] = set()  # lists whose blocks forward reads by a constant index
         self.patterns = {bl.attr: bl.forward_pattern for bl in block_lists if bl.is_blocks}
         self.after_block: list[AfterBlock] = []
@@ -312,21 +370,17 @@ class _Rewrite(cst.CSTTransformer):
         self.streams = {bl.attr: {v for r, v in bl.roles.items()
                                   if r == "hidden_states" or bl.forward_pattern in ("Pattern_0", "Pattern_1", "Pattern_2")}
                         for bl in block_lists if bl.is_blocks}
-        self.pitfall_a = {bl.attr: bl for bl in block_lists if bl.is_blocks and bl.call_site is not None
-                          and bl.call_site.keyword_positional_mismatch}
-        self.hoist = {bl.attr: [op for op in bl.call_site.loop_extra_ops if op.kind == "hoistable"
-                                and op.active_by_default]
-                      for bl in block_lists if bl.is_blocks and bl.call_site is not None}
+        self.pitfall_a = {bl.attr: bl for bl in block_lists if bl.is_blocks and bl.attr in wanted.positional}
 
     def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript):
-        code = self.src.code(original)
-        if code in self.replace:
-            return cst.parse_expression(self.replace[code])
+        split = next((new for sub, new in self.replace if original.deep_equals(sub)), None)
+        if split is not None:  # a walk over a slice: it walks the list the slice became
+            return cst.Attribute(cst.Name("self"), cst.Name(split))
         attr = self_member(original.value)
         index = original.slice[0].slice if len(original.slice) == 1 else None
         constant = isinstance(index, cst.Index) and (isinstance(index.value, cst.Integer) or (
             isinstance(index.value, cst.UnaryOperation) and isinstance(index.value.expression, cst.Integer)))
-        if attr in self.ops and constant and not any(k.startswith(f"self.{attr}[") for k in self.replace):
+        if attr in self.wanted.indexed and constant and not any(self_member(sub.value) == attr for sub, _ in self.replace):
             # `self.layers[0]` outside the loop: once cache-dit holds the list in one wrapper that is the wrapper;
             # read the block the PatchFunctor recorded before the list was wrapped
             self.indexed.add(attr)
@@ -337,8 +391,8 @@ class _Rewrite(cst.CSTTransformer):
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef):
         for attr in sorted(self.indexed):
-            self.changes.append(Change("list-index", attr, f"`self.{attr}[k]` in forward reads the block recorded "
-                                                           "before cache-dit wraps the list"))
+            self.changes.append(Change(attr, f"`self.{attr}[k]` in forward reads the block recorded "
+                                                           "before cache-dit wraps the list", ReadRecordedBlock(attr)))
         self.indexed = set()
         return updated
 
@@ -358,22 +412,22 @@ class _Rewrite(cst.CSTTransformer):
             positional = _Positional(self.pitfall_a[attr], target)
             updated = updated.visit(positional)
             if positional.rewritten:  # else the finding stays unanswered: written to the manual part, never claimed
-                self.changes.append(Change("pitfall-a", attr,
-                                           f"the `{attr}` block call passes its streams positionally (pitfall A)"))
+                self.changes.append(Change(attr, f"the `{attr}` block call passes its streams "
+                                                              "positionally (pitfall A)", self.wanted.positional[attr]))
+        fix = self.wanted.body.get(attr)
+        if fix is None:
+            return updated
         hoisted = []
-        codes = {op.code.strip() for op in self.hoist.get(attr, [])}
-        if codes:
+        if fix.hoist and len(updated.body.body) == len(original.body.body):  # the statements at the fix's lines
             body = []
-            for stmt in updated.body.body:
-                text = cst.Module(body=[]).code_for_node(stmt).strip()
-                (hoisted if text in codes else body).append(stmt)
+            for stmt, orig in zip(updated.body.body, original.body.body):
+                (hoisted if self.src.line(orig) in fix.hoist else body).append(stmt)
             if hoisted:
                 updated = updated.with_changes(body=updated.body.with_changes(body=body))
         folds = self._per_block(attr, original)
         after, moved = self._after_block(attr, original)
-        ops = [op for op in self.ops.get(attr, ()) if op.active_by_default]
         answered = len(hoisted) + len(folds) + moved
-        if answered and answered == len(ops):  # every statement of the finding is answered, or it stays manual
+        if answered and answered == len(fix.hoist) + len(fix.by_index) + len(fix.others):  # all, or it stays manual
             said = [f"{len(hoisted)} loop-invariant statement(s) hoisted out of the `{attr}` loop"] if hoisted else []
             said += [f"`{f.target}` computed again for each block of `{attr}` from its own index "
                      f"(passed as `{f.keyword}`)" for f in folds]
@@ -383,13 +437,13 @@ class _Rewrite(cst.CSTTransformer):
                 body = list(updated.body.body)[:len(updated.body.body) - moved]
                 updated = updated.with_changes(body=updated.body.with_changes(body=body))
                 self.after_block.append(after)
-            self.changes.append(Change("pitfall-b", attr, "; ".join(said) + " (pitfall B)"))
+            self.changes.append(Change(attr, "; ".join(said) + " (pitfall B)", fix))
             self.per_block += folds
             record = [_record(f) for f in folds] + ([_record(after)] if after is not None else [])
             return cst.FlattenSentinel([*hoisted, *record, updated])
-        if hoisted and not [op for op in ops if op.kind != "hoistable"]:
-            self.changes.append(Change("pitfall-b", attr, f"{len(hoisted)} loop-invariant statement(s) hoisted "
-                                                          f"out of the `{attr}` loop (pitfall B)"))
+        if hoisted and not (fix.by_index or fix.others):
+            self.changes.append(Change(attr, f"{len(hoisted)} loop-invariant statement(s) hoisted "
+                                                          f"out of the `{attr}` loop (pitfall B)", fix))
             return cst.FlattenSentinel([*hoisted, updated])
         return updated
 
@@ -400,7 +454,8 @@ class _Rewrite(cst.CSTTransformer):
                                     and isinstance(loop.target, cst.Tuple) and len(loop.target.elements) == 2
                                     and isinstance(loop.target.elements[0].value, cst.Name)):
             return None
-        wanted = {op.line for op in self.ops.get(attr, ()) if op.kind == "index_dependent" and op.active_by_default}
+        fix = self.wanted.body.get(attr)
+        wanted = set(fix.by_index) if fix is not None else set()
         if not wanted:
             return None
         block = loop.target.elements[1].value

@@ -3,13 +3,18 @@
 A rule is a small class registered with `@register`: its `code`, the `scope` it runs in ("block_list":
 once per chain of blocks the analysis found; "list": once per list whose block class resolved, chained
 or not; "pipeline": once per denoising entry), an `order` (the position of its findings in the report),
-and `check(ctx)`, which yields `Finding`s. The facts a rule reads come from its context (`ctx.verdict`,
+`check(ctx)`, which yields `Finding`s, and `fix(ctx, finding)`, which says what to change: a frozen record
+of analyzers/fixes.py that the PatchFunctor's rewrite applies, or `Manual(why)` where no rewrite answers it
+(`run` attaches each finding's fix to it). The facts a rule reads come from its context (`ctx.verdict`,
 `ctx.extra_ops`, ...), computed by the readers in `integrate.analyzers` and shared by every rule, the way
 Fixit rules read libcst metadata providers.
 
 Every rule carries `VALID` examples (sources it must stay silent on), `INVALID` examples (sources it must
 fire on) and, where the honest answer can be "cannot tell", `UNKNOWN` examples (it must report a finding
-of confidence "unknown"). `check_example` runs one of them through the same analysis a model gets;
+of confidence "unknown"). An INVALID example carries `fixed`, the code as the rule's fix writes it, or,
+where no rewrite answers it, the `line` its finding points at. The harness that runs an example through
+the same analysis a model gets is `integrate.analyzers.examples.check_example` (outside this package: it
+runs the analysis, which runs the rules); tests/rule_fixes.py applies a fix through the real rewrite;
 tests/test_rules.py turns every example of every registered rule into a test.
 
 Adding a detector is adding one file to this folder: the package imports every module in it.
@@ -17,23 +22,21 @@ Adding a detector is adding one file to this folder: the package imports every m
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
-import tempfile
-import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import ClassVar, Literal
 
-import libcst as cst
-
 from integrate.records import Evidence
 from integrate.resolve import Workspace
 from integrate.source import SourceFile
 
 from ..blocks import ListDef
+from ..fixes import Fix, Manual
 from ..loops import ListUse, Loop, classify_body
 from ..patterns import PatternVerdict
 from ..records import ExtraOp, Finding, ForwardSummary, PipelineFacts
@@ -45,11 +48,15 @@ Scope = Literal["list", "block_list", "pipeline"]
 class Example:
     """A small module for a rule to read. `cls` names the class to analyse (the transformer, or the
     pipeline for pipeline rules; default: the first class that builds a ModuleList, or defines `__call__`).
-    `expect`, for an INVALID example, is a phrase the finding's message must contain."""
+    For an INVALID example: `expect` is a phrase the finding's message must contain; `fixed` is what the rule's
+    fix makes of the code (the patched forward, then any patched block forward, as generate writes them); where
+    no rewrite answers the example, `line` is the line of the code the finding must point at."""
 
     code: str
     cls: str | None = None
     expect: str | None = None
+    fixed: str | None = None
+    line: int | None = None
 
 
 @dataclass
@@ -100,6 +107,15 @@ class Rule:
     def check(self, ctx) -> Iterator[Finding]:
         raise NotImplementedError
 
+    def fix(self, ctx, finding: Finding) -> Fix:
+        """What to change for `finding`, as a record of analyzers/fixes.py; a rule with no rewrite says why."""
+        return Manual(f"no rewrite is written for `{self.code}`")
+
+    def report(self, ctx) -> Iterator[Finding]:
+        """The findings of `check`, each carrying the rule's fix."""
+        for found in self.check(ctx):
+            yield dataclasses.replace(found, fix=self.fix(ctx, found))
+
     def finding(self, ctx, message: str, *, patch: bool = True, line: int = 0, kind: str = "",
                 evidence: tuple[Evidence, ...] = (), confidence: str = "high") -> Finding:
         attr = getattr(ctx, "attr", "")
@@ -124,52 +140,7 @@ def rules(scope: Scope) -> list[Rule]:
 
 def run(scope: Scope, ctx) -> list[Finding]:
     """Every finding of the registered rules of `scope`, in their order."""
-    return [f for rule in rules(scope) for f in rule.check(ctx)]
-
-
-# -- the harness: one example through the same analysis a model gets -------------------------------
-
-
-def check_example(rule: type[Rule], example: Example) -> list[Finding]:
-    """The findings `rule` reports on `example` (written to a scratch module and analysed statically). A
-    block-list rule's example must hold a chain of blocks (ValueError otherwise: the example is broken)."""
-    from ..analysis import analyze_transformer
-    from ..cfg import analyze_pipeline
-
-    with tempfile.TemporaryDirectory(prefix="integrate-rule-") as tmp:
-        path = Path(tmp) / "example.py"
-        path.write_text(textwrap.dedent(example.code).lstrip())
-        ws = Workspace()
-        src = ws.load(path)
-        if rule.scope == "pipeline":
-            name = example.cls or next((n for n, c in src.classes.items() if _defines(c, "__call__")), None)
-            entry = "__call__" if name is not None else next(iter(src.functions))
-            facts = analyze_pipeline(ws, src, name, entry)
-            return [f for f in rule().check(PipelineContext(ws, src, entry, facts))]
-        name = example.cls or next(n for n, c in src.classes.items() if "ModuleList" in src.code(c))
-        cls = src.classes[name]
-        if rule.scope == "list":  # every list, chained or not (a list that is no chain reports it as a note)
-            from ..blocks import find_module_lists
-            from ..loops import find_list_uses
-
-            lists = find_module_lists(ws, src, cls)
-            uses = find_list_uses(src, cls, [d.attr for d in lists])
-            from integrate.source import find_method
-
-            from ..forward import signature
-
-            forward = find_method(cls, "forward")
-            optional = frozenset(p.name for p in signature(src, forward) if p.default == "None") if forward else frozenset()
-            return [f for d in lists
-                    for f in rule().check(ListContext(ws, src, d.attr, d, uses[d.attr], optional_inputs=optional))]
-        facts = analyze_transformer(ws, src, cls)
-        if not any(bl.is_blocks for bl in facts.block_lists):  # else a silent rule would prove nothing
-            raise ValueError(f"{rule.code} example: no chain of blocks found in `{name}`")
-        return [f for f in facts.findings if f.rule == rule.code]
-
-
-def _defines(cls: cst.ClassDef, method: str) -> bool:
-    return any(isinstance(s, cst.FunctionDef) and s.name.value == method for s in cls.body.body)
+    return [f for rule in rules(scope) for f in rule.report(ctx)]
 
 
 def _load_all() -> None:
@@ -179,4 +150,4 @@ def _load_all() -> None:
 
 _load_all()
 
-__all__ = ["Example", "ListContext", "PipelineContext", "RULES", "Rule", "check_example", "register", "rules", "run"]
+__all__ = ["RULES", "Example", "ListContext", "PipelineContext", "Rule", "register", "rules", "run"]

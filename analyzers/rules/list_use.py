@@ -11,6 +11,7 @@ import libcst as cst
 
 from integrate.source import SourceFile, find_method
 
+from ..fixes import Manual, ReadRecordedBlock, SplitSlices
 from ..loops import optional_guard_at
 from . import Example, Rule, register
 from .skeletons import transformer
@@ -37,12 +38,20 @@ class ListUse(Rule):
              Example(transformer(INIT, "if len(self.blocks) > 0:\n    " + LOOP.replace("\n", "\n    "))),
              Example(transformer(INIT, "if not len(self.blocks):\n    return hidden_states\n" + LOOP)))
     INVALID = (
-        Example(transformer(INIT, "temb = temb * len(self.blocks)\n" + LOOP), expect="`len(self.blocks)`"),
+        # answered only where the list's slice walks become lists of their own (this list is walked whole)
+        Example(transformer(INIT, "temb = temb * len(self.blocks)\n" + LOOP), expect="`len(self.blocks)`", line=19),
         Example(transformer(INIT, "first = self.blocks[0]\nhidden_states = first(hidden_states, temb)\n" + LOOP),
-                expect="indexed as `self.blocks[0]`"),
+                expect="indexed as `self.blocks[0]`", fixed='''
+                def patched_forward(self, hidden_states, temb):
+                    first = self._integrate_blocks['blocks'][0]
+                    hidden_states = first(hidden_states, temb)
+                    for block in self.blocks:
+                        hidden_states = block(hidden_states, temb)
+                    return hidden_states
+                '''),
         # QwenImage21 picks its mask by the processors its blocks hold: the wrapper holds no `attn`
         Example(transformer(INIT, "processors = [block.attn.processor for block in self.blocks]\n" + LOOP),
-                expect="reads `block.attn` of each block"),
+                expect="reads `block.attn` of each block", line=19),
     )
 
     def check(self, ctx):
@@ -53,6 +62,14 @@ class ListUse(Rule):
                 continue
             yield self.finding(ctx, f"restructure: {what} (line {line}) evaluates differently once the list holds one "
                                     "wrapper", line=line, kind=kind)
+
+    def fix(self, ctx, finding):
+        if finding.kind in ("len", "sliced"):  # answered when the list's slice walks become lists of their own
+            return SplitSlices(ctx.attr)
+        if finding.kind == "indexed":
+            return ReadRecordedBlock(ctx.attr)
+        return Manual("each block's attributes are read where cache-dit's wrapper stands in for the blocks; what "
+                      "the model does with them is its own")
 
 
 def _forward_around(src: SourceFile, line: int) -> cst.FunctionDef | None:

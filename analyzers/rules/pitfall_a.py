@@ -9,6 +9,7 @@ has to be rewritten (streams positionally, in the wrapper's order) in a patched 
 
 from __future__ import annotations
 
+from ..fixes import StreamsPositional
 from . import Example, Rule, register
 
 _MODEL = '''
@@ -60,11 +61,25 @@ class PitfallA(Rule):
     )
     INVALID = (
         # third-party names passed by keyword: the wrapper's hidden_states slot receives nothing
-        Example(_model("img, txt, vec", "img, txt", "img, txt", "img=img, txt=txt, vec=vec"), expect="pitfall A"),
+        Example(_model("img, txt, vec", "img, txt", "img, txt", "img=img, txt=txt, vec=vec"), expect="pitfall A",
+                fixed='''
+                def patched_forward(self, img, txt, vec):
+                    for block in self.blocks:
+                        img, txt = block(img, txt, vec=vec)
+                    return img
+                '''),
         # the text stream passed by keyword behind a positional conditioning vector
         Example(_model("hidden_states, temb, encoder_hidden_states", "hidden_states, encoder_hidden_states",
                        "hidden_states, encoder_hidden_states",
-                       "hidden_states, temb, encoder_hidden_states=encoder_hidden_states")),
+                       "hidden_states, temb, encoder_hidden_states=encoder_hidden_states"),
+                # and the block's own forward takes the text stream last: each block also gets a forward that takes
+                # the streams first (the functor's `_streams_first`)
+                fixed='''
+                def patched_forward(self, hidden_states, temb, encoder_hidden_states):
+                    for block in self.blocks:
+                        hidden_states, encoder_hidden_states = block(hidden_states, encoder_hidden_states, temb=temb)
+                    return hidden_states
+                '''),
     )
 
     def check(self, ctx):
@@ -72,3 +87,6 @@ class PitfallA(Rule):
             yield self.finding(ctx, "pitfall A: the call site does not reach the block unchanged through cache-dit's "
                                     "wrapper (call it positionally in a patched forward)",
                                line=ctx.src.line(ctx.loop.call))
+
+    def fix(self, ctx, finding):
+        return StreamsPositional(ctx.attr, finding.line)

@@ -9,6 +9,7 @@ and do not fire the rule; they are listed in the call site all the same.
 
 from __future__ import annotations
 
+from ..fixes import LoopBody
 from . import Example, Rule, register
 
 _MODEL = '''
@@ -58,13 +59,19 @@ class PitfallB(Rule):
     INVALID = (
         # reads nothing that changes between blocks: hoistable
         Example(_model("scaled = temb * self.scale", "hidden_states = block(hidden_states, scaled)"),
-                expect="hoistable"),
+                expect="hoistable", fixed='''
+                def patched_forward(self, hidden_states, temb, residuals=None):
+                    scaled = temb * self.scale
+                    for i, block in enumerate(self.blocks):
+                        hidden_states = block(hidden_states, scaled)
+                    return hidden_states
+                '''),
         # compounds once per block (it reads what it writes): the wrapper runs it once, and it cannot be hoisted
         Example(_model("temb = temb * self.scale", "hidden_states = block(hidden_states, temb)"),
-                expect="(other)"),
+                expect="(other)", line=21),
         # uses the loop index: the wrapper runs the body once, with index 0
         Example(_model("hidden_states = block(hidden_states, temb)", "hidden_states = hidden_states * (i + 1)"),
-                expect="index_dependent"),
+                expect="index_dependent", line=22),  # the block returns no stream a hook could update
     )
 
     def check(self, ctx):
@@ -73,3 +80,9 @@ class PitfallB(Rule):
             kinds = sorted({op.kind for op in active})
             yield self.finding(ctx, f"pitfall B: {len(active)} statement(s) in the loop body besides the block call "
                                     f"({', '.join(kinds)})", line=active[0].line)
+
+    def fix(self, ctx, finding):
+        active = [op for op in ctx.extra_ops if op.active_by_default]
+        return LoopBody(ctx.attr, hoist=tuple(op.line for op in active if op.kind == "hoistable"),
+                        by_index=tuple(op.line for op in active if op.kind == "index_dependent"),
+                        others=tuple(op.line for op in active if op.kind not in ("hoistable", "index_dependent")))

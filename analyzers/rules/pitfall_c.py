@@ -8,6 +8,7 @@ or a view of one; the rule fires on the streams only (other inputs are noted, no
 
 from __future__ import annotations
 
+from ..fixes import OutOfPlace
 from . import Example, Rule, register
 
 _MODEL = '''
@@ -49,9 +50,14 @@ class PitfallC(Rule):
         Example(_MODEL.format(body="temb.mul_(2)\n        hidden_states = hidden_states + self.proj(temb)")),
     )
     INVALID = (
-        Example(_MODEL.format(body="hidden_states += self.proj(temb)"), expect="in place"),
-        Example(_MODEL.format(body="hidden_states.add_(self.proj(temb))")),
-        Example(_MODEL.format(body="view = hidden_states.view(-1)\n        view[0] = 0.0")),
+        Example(_MODEL.format(body="hidden_states += self.proj(temb)"), expect="in place", fixed='''
+                def patched_blocks_forward(self, hidden_states, temb):
+                    hidden_states = hidden_states + self.proj(temb)
+                    return hidden_states
+                '''),
+        # in-place methods and writes through a view: no rewrite knows their out-of-place form
+        Example(_MODEL.format(body="hidden_states.add_(self.proj(temb))"), line=10),
+        Example(_MODEL.format(body="view = hidden_states.view(-1)\n        view[0] = 0.0"), line=11),
     )
 
     def check(self, ctx):
@@ -60,3 +66,6 @@ class PitfallC(Rule):
         if hits:
             yield self.finding(ctx, "pitfall C: the block writes into an input tensor in place", line=hits[0].line,
                                evidence=hits)
+
+    def fix(self, ctx, finding):
+        return OutOfPlace(ctx.attr, tuple(ev.line for ev in finding.evidence))

@@ -10,6 +10,7 @@ tells apart exactly two.
 
 from __future__ import annotations
 
+from ..fixes import Manual
 from . import Example, Rule, register
 
 _PIPELINE = '''
@@ -51,12 +52,12 @@ class SeparateCfg(Rule):
         Example(_pipeline("cond = self.transformer(latents, prompt_embeds)",
                           "uncond = self.transformer(latents, negative_prompt_embeds)",
                           "latents = latents - (uncond + guidance_scale * (cond - uncond))"),
-                expect="2 transformer calls"),
+                expect="2 transformer calls", line=6),
         # one call per guidance condition, in an inner loop
         Example(_pipeline("outs = []",
                           "for embeds in (prompt_embeds, negative_prompt_embeds):",
                           "    outs.append(self.transformer(latents, embeds))",
-                          "latents = latents - outs[0]"), expect="inner loop"),
+                          "latents = latents - outs[0]"), expect="inner loop", line=9),
     )
     UNKNOWN = (
         # no transformer call in a loop at all: nothing to count
@@ -74,7 +75,13 @@ class SeparateCfg(Rule):
     def check(self, ctx):
         facts = ctx.facts
         why = facts.evidence[-1].why if facts.evidence else ""
+        line = facts.evidence[-1].line if facts.evidence else 0
         if facts.has_separate_cfg is None:
-            yield self.finding(ctx, f"CFG style unknown: {why}", patch=False, confidence="unknown")
+            yield self.finding(ctx, f"CFG style unknown: {why}", patch=False, line=line, confidence="unknown")
         elif facts.has_separate_cfg:
-            yield self.finding(ctx, f"separate CFG: {why}", patch=False, confidence=facts.confidence)
+            yield self.finding(ctx, f"separate CFG: {why}", patch=False, line=line, confidence=facts.confidence)
+
+    def fix(self, ctx, finding):
+        # not the PatchFunctor's (patch=False): the adapter's `has_separate_cfg`, read by the same CFG reader, says it
+        return Manual("nothing in forward changes: the adapter's has_separate_cfg carries it (a reviewer sets it "
+                      "where it is unknown)")

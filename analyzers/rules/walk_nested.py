@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..fixes import Manual
 from . import Example, Rule, register
 from .skeletons import transformer
 
@@ -18,9 +19,13 @@ class WalkNested(Rule):
     INVALID = (Example(transformer(
         "self.stages = nn.ModuleList([nn.ModuleList([Block() for _ in range(2)]) for _ in range(layers)])",
         "for stage in self.stages:\n    for block in stage:\n        hidden_states = block(hidden_states, temb)"),
-        expect="ModuleLists"),)
+        expect="ModuleLists", line=16),)
 
     def check(self, ctx):
         if ctx.definition.container == "ModuleList of ModuleList":
             yield self.finding(ctx, "restructure: a ModuleList of ModuleLists; cache-dit wraps one flat list of blocks",
                                line=ctx.definition.line)
+
+    def fix(self, ctx, finding):
+        return Manual("cache-dit wraps one flat list: flattening a ModuleList of ModuleLists changes the "
+                      "model's structure (and its checkpoint keys), not its forward")

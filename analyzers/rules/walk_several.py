@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..fixes import SplitSlices
 from ..loops import walks_per_call
 from . import Example, Rule, register
 from .skeletons import transformer
@@ -31,10 +32,11 @@ class WalkSeveral(Rule):
                                  'for block in self.blocks["image"]:\n    hidden_states = block(hidden_states, temb)\n'
                                  'for block in self.blocks["ref"]:\n    hidden_states = block(hidden_states, temb)')))
     INVALID = (
+        # whole walks: no slice to give each its own list, so they stay manual
         Example(transformer("self.blocks = nn.ModuleList([Block() for _ in range(layers)])", ONE + "\n" + ONE),
-                expect="looped over 2 times"),
+                expect="looped over 2 times", line=19),
         Example(transformer("self.blocks = nn.ModuleList([Block() for _ in range(layers)])", EITHER + "\n" + ONE),
-                expect="looped over 2 times"),  # either branch, then a second walk after it
+                expect="looped over 2 times", line=20),  # either branch, then a second walk after it
     )
 
     def check(self, ctx):
@@ -48,3 +50,6 @@ class WalkSeveral(Rule):
                 lines = ", ".join(str(lp.line) for lp in loops)
                 yield self.finding(ctx, f"restructure: looped over {len(loops)} times (lines {lines}); once wrapped, "
                                         "every loop runs the whole cached chain", line=loops[0].line)
+
+    def fix(self, ctx, finding):
+        return SplitSlices(ctx.attr)

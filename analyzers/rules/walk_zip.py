@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..fixes import Manual
 from . import Example, Rule, register
 from .skeletons import transformer
 
@@ -19,7 +20,7 @@ class WalkZip(Rule):
     VALID = (Example(transformer(INIT, "for block in self.blocks:\n    hidden_states = block(hidden_states, temb)")),)
     INVALID = (
         Example(transformer(INIT, "for block, gate in zip(self.blocks, self.gates):\n"
-                                  "    hidden_states = gate(block(hidden_states, temb))"), expect="self.gates"),
+                                  "    hidden_states = gate(block(hidden_states, temb))"), expect="self.gates", line=20),
     )
 
     def check(self, ctx):
@@ -27,3 +28,7 @@ class WalkZip(Rule):
             if lp.zipped_with:
                 yield self.finding(ctx, f"restructure: walked together with {', '.join(lp.zipped_with)} (line "
                                         f"{lp.line}); interleaved lists cannot be wrapped one at a time", line=lp.line)
+
+    def fix(self, ctx, finding):
+        return Manual("the two lists run interleaved, block by block: no order of wrapped lists reproduces "
+                      "that, so the loop needs rethinking by hand")
