@@ -7,6 +7,10 @@ JSON a command prints is `integrate.records.to_json` of that record. Nothing her
 callbacks report long work, and `integrate.render` turns records into text for people.
 
 A `Workspace` parses each source file once; pass one to several calls (the survey does) to share it.
+
+Imports go one way: the front ends that drive the pipeline many times over (`integrate.survey`: survey, audit and
+`audit --fix`; `integrate.repair`) are built on these functions and import this module; this module imports none of
+them, and `integrate.cli` calls them directly. tests/test_layout.py fails on any import cycle.
 """
 
 from __future__ import annotations
@@ -376,18 +380,6 @@ def verify(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] | None = 
                     variants=variants, skip=skip, fail_fast=fail_fast).run()
 
 
-def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] = ("cache", "cp", "tp"),
-           max_candidates: int = 8, max_seconds: float = 300.0, fixture_from: Path | None = None,
-           trust_code: bool = False, progress: Progress = _quiet):
-    """After a failed verify: the plan's alternatives tried one at a time on the failing proof; the smallest
-    revision that passes is proposed beside the plan, never approved (a `RepairReport`). `fixture_from`: the
-    model test verify took the fixture from."""
-    from integrate.repair import repair as run_repair
-
-    return run_repair(plan_dir, generated, proofs=proofs, max_candidates=max_candidates, max_seconds=max_seconds,
-                      fixture_from=fixture_from, trust_code=trust_code, progress=progress)
-
-
 def verify_gpu(plan_dir: Path, generated: Path, *, out: str, print_only: bool, trust_code: bool = False,
                progress: Progress = _quiet):
     """The GPU matrix (a `GpuReport`): its commands (`print_only`), or their results where CUDA GPUs are."""
@@ -402,33 +394,3 @@ def metrics(baseline: Path, candidate: Path, side_by_side: Path | None = None):
     from integrate.verify.metrics import report
 
     return report(baseline, candidate, side_by_side)
-
-
-def audit(only: tuple[str, ...] = (), *, proofs: tuple[str, ...] | None = None, use_cache: bool = True,
-          jobs: int | None = None, progress: Progress = _quiet):
-    """Every integration the installed cache-dit registers, proved side by side with ours (an `AuditReport`);
-    `jobs` rows at once (default: half the cores)."""
-    from integrate.survey.audit import DEFAULT_PROOFS, run_audit
-
-    return run_audit(only, proofs or DEFAULT_PROOFS, use_cache=use_cache, progress=progress, jobs=jobs)
-
-
-def audit_fix(only: tuple[str, ...], cache_dit_src: Path, out: Path, *, proofs: tuple[str, ...] | None = None,
-              progress: Progress = _quiet):
-    """`audit --fix`: one class audited and, where cache-dit's cache integration is the finding, ours written over
-    it in the checkout, with a regression test that fails before and passes after (a `FixReport`)."""
-    from integrate.survey.audit import DEFAULT_PROOFS
-    from integrate.survey.fix import run_fix
-
-    return run_fix(tuple(only), Path(cache_dit_src), Path(out), tuple(proofs or DEFAULT_PROOFS), progress)
-
-
-def survey(paths: list[str] | tuple[str, ...] = (), *, jobs: int | None = None, use_cache: bool = True,
-           verify_only: tuple[str, ...] | None = None, classes: tuple[str, ...] | None = None,
-           progress: Progress = _quiet):
-    """One row per transformer class in the installed diffusers (and `paths`); `verify_only` (a tuple of class
-    names, empty for all) adds each row's CPU proof; `classes` surveys only the files defining those classes."""
-    from integrate.survey import run_survey
-
-    return run_survey(list(paths), jobs=jobs, use_cache=use_cache, verify_only=verify_only, progress=progress,
-                      classes=classes)

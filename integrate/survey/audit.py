@@ -227,10 +227,11 @@ def run_audit(only: tuple[str, ...] = (), proofs: tuple[str, ...] = DEFAULT_PROO
     if bad:
         raise InputError(f"--proof {bad[0]}: not a proof (choose from {', '.join(CHOICES)})")
     progress = progress or (lambda line: None)
+    from . import class_names, run_survey
+
     # quiet: a bad --only is one line, nothing before it; with --only, only the files defining those classes
-    survey = api.survey(classes=tuple(only) or None, progress=lambda line: None)
+    survey = run_survey([], classes=tuple(only) or None, progress=lambda line: None)
     # every class the installed diffusers' transformer files define (whose prefix a planner was registered under)
-    from . import class_names
 
     classes = class_names(use_cache)
     rows = [r for r in survey.rows if r.status == "ok" and r.transformer_class and r.already_supported

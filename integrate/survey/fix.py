@@ -118,14 +118,14 @@ def run_fix(only: tuple[str, ...], src: Path, out: Path, proofs: tuple[str, ...]
     from integrate.templates.regression import cache_test, tp_test
     from integrate.verify.proofs import cache as cache_proof
 
-    from . import class_names, model_class_names
+    from . import class_names, model_class_names, run_survey
     from .audit import audit_row
 
     progress = progress or (lambda line: None)
     if len(only) != 1:
         raise InputError("--fix writes one fix: name one class with --only CLASS")
     package = find_package(src)
-    survey = api.survey(classes=tuple(only), progress=lambda line: None)
+    survey = run_survey([], classes=tuple(only), progress=lambda line: None)
     rows = [r for r in survey.rows if r.status == "ok" and r.transformer_class == only[0] and r.already_supported
             and r.already_supported.registered]
     if not rows:
