@@ -380,6 +380,32 @@ def verify(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] | None = 
                     variants=variants, skip=skip, fail_fast=fail_fast).run()
 
 
+def automatic_reviewer(command: str, why: str) -> str:
+    """The reviewer an automatic approval (or revision) is recorded under: the command that made it and why, never
+    taken for a person's review."""
+    return f"{command} (automatic: {why}, not a human review)"
+
+
+def automatic_chain(plan_dir: Path, out: Path, *, command: str, why: str, generate_options: dict | None = None,
+                    verifies: dict[str, dict] | None = None, step: Progress = _quiet) -> dict:
+    """A scratch plan the tool made for itself, proved without a person: approved as automatic (`command` and `why`
+    name who and what for), generated into `out` (`generate_options`: generate's keyword arguments; parts left to
+    hand work are still verified), then verified once per entry of `verifies` (a step name -> verify's keyword
+    arguments; default one plain `verify`). `step` hears each step's name before it runs ("approve", "generate",
+    then the names in `verifies`): where the chain stopped, for the caller's message. Returns each verify report
+    under its step name. Used by `integrate survey --verify`, `integrate audit` (and `--fix`) and `integrate
+    repair`'s trials."""
+    step("approve")
+    approve(plan_dir, automatic_reviewer(command, why))
+    step("generate")
+    generate(plan_dir, out=out, **(generate_options or {}))
+    reports = {}
+    for name, options in (verifies or {"verify": {}}).items():
+        step(name)
+        reports[name] = verify(plan_dir, out, **options)
+    return reports
+
+
 def verify_gpu(plan_dir: Path, generated: Path, *, out: str, print_only: bool, trust_code: bool = False,
                progress: Progress = _quiet):
     """The GPU matrix (a `GpuReport`): its commands (`print_only`), or their results where CUDA GPUs are."""
