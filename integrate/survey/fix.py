@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from integrate import __version__, api
+from integrate import __version__
 from integrate.errors import InputError
 from integrate.records import OMIT, to_json
 
@@ -100,8 +100,9 @@ def _finding_text(p, what: str) -> str:
 def _our_planner(base: Path, kind: str):
     """(text, class) of our planner of `kind` as a checkout module (decorated, registered natively)."""
     from integrate.decisions.approval import require_approved
+    from integrate.templates.generate import built
 
-    gen, _ = api.built(*require_approved(base / "plan"), replace_builtin=True, checkout=True)
+    gen, _ = built(*require_approved(base / "plan"), replace_builtin=True, checkout=True)
     piece = next((p for p in gen.pieces if p.role == f"{kind}_planner"), None)
     return (piece.text, piece.symbol) if piece is not None else (None, None)
 
