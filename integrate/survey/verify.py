@@ -21,6 +21,7 @@ from integrate.records import OMIT
 
 from .records import RowVerify, SurveyReport, SurveyRow
 
+
 def verify_row(row: SurveyRow, diffusers_version: str | None, work: Path, *, fixture_only: bool = False,
                fixture_from: Path | None = None, separate_cfg: bool | None = None) -> RowVerify:
     """The verify summary for one survey row: each proof's status, or why the row was not verified.
