@@ -12,12 +12,12 @@ revision that makes the failing proof pass. It never approves the plan: the prop
    module, then the rest of that kind. A candidate read from the run whose own run loses that evidence and fails
    no sooner is a step: the search goes on from its run, on top of it (`Trial.on`).
 3. For each candidate, in a scratch folder: the plan revised with it, approved as an automatic trial (never
-   the user's plan), generated, and only the failing proof run again (`api.automatic_chain`): its first failing variant only, against
-   the plain model's run kept from step 1 (same fixture, so it is not run again). A candidate that passes it has
-   the proof's every variant run once more; the first that passes that too (every variant that ran passed:
-   those waiting on the hand-written cache part or skipped on this machine do not count) is the proposal for
-   that proof (every candidate is one decision, so the first to pass is a smallest revision). What it gives up
-   is said (`Proposal.costs`: a module run whole repeats its work on every rank).
+   the user's plan), generated, and only the failing proof run again (`api.automatic_chain`): its first failing
+   variant only, against the plain model's run kept from step 1 (same fixture, so it is not run again). A
+   candidate that passes it has the proof's every variant run once more; the first that passes that too (every
+   variant that ran passed: those waiting on the hand-written cache part or skipped on this machine do not count)
+   is the proposal for that proof (every candidate is one decision, so the first to pass is a smallest revision).
+   What it gives up is said (`Proposal.costs`: a module run whole repeats its work on every rank).
 4. Within `max_candidates` trials and `max_seconds`; what was tried and where each candidate diverged is
    reported either way.
 

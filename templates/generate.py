@@ -121,9 +121,9 @@ def write_plugin(plan: Plan, approval: Approval, output: Output) -> GenerateRepo
             notes.append(f"{p.module}.py is filled in (no NEEDS_CODE): kept as you wrote it")
     written = write_tree(out, files, whole=import_name)  # the package: absent or complete, never half
     where = str(out.resolve())
-    return GenerateReport("plugin", plugin=PluginInfo(import_name, where,
-                                                      f"PYTHONPATH={shlex.quote(where)} python -P -m {import_name} {name}"),
-                          files=tuple(written), registered=gen.registered, notes=tuple(notes), manual=gen.manual)
+    launcher = f"PYTHONPATH={shlex.quote(where)} python -P -m {import_name} {name}"
+    return GenerateReport("plugin", plugin=PluginInfo(import_name, where, launcher), files=tuple(written),
+                          registered=gen.registered, notes=tuple(notes), manual=gen.manual)
 
 
 def write_checkout(plan: Plan, approval: Approval, output: Output, gen: Generated, analysis: Analysis,

@@ -2,8 +2,8 @@
 
 Each row's class gets a config-only model directory, then what a user would run, through
 `integrate.api` in this process: the plan (no probe), then `api.automatic_chain` (an approval recorded as
-automatic: the survey's own scratch plan, never a human review; generate and verify). Rows of classes outside the installed
-diffusers, or without a pipeline, are skipped with the reason. A verify run takes about half a minute on
+automatic: the survey's own scratch plan, never a human review; generate and verify). Rows of classes outside
+the installed diffusers, or without a pipeline, are skipped with the reason. A verify run takes about half a minute on
 2 cores; `--only` picks rows.
 """
 
