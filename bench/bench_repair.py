@@ -23,8 +23,8 @@ from pathlib import Path
 
 from bench_unsupported import test_files, unsupported_rows
 
-from integrate import api
 from integrate.records import to_json
+from integrate.repair import repair
 from integrate.survey.verify import verify_row
 
 TARGET_S = 300.0
@@ -56,8 +56,8 @@ def main() -> int:
                                 f"{to_json(made).get('why', '')}"[:200]})
                 continue
             try:
-                r = api.repair(base / "plan", base / "out", proofs=tuple(args.proof), max_candidates=args.max_candidates,
-                               trust_code=given is not None, fixture_from=given)
+                r = repair(base / "plan", base / "out", proofs=tuple(args.proof), max_candidates=args.max_candidates,
+                           trust_code=given is not None, fixture_from=given)
             except Exception as exc:  # noqa: BLE001 - one model failing never stops the benchmark
                 results.append({"class": row.transformer_class, "error": f"{type(exc).__name__}: {exc}"[:200],
                                 "seconds": round(time.monotonic() - started, 1)})

@@ -27,14 +27,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from integrate import api
 from integrate.records import to_json
+from integrate.survey import run_survey
 from integrate.survey.verify import verify_row
 
 
 def unsupported_rows(only: list[str], registered: bool = False):
     """The survey's rows cache-dit does not register (`registered`: those it does, with a pipeline)."""
-    report = api.survey(progress=lambda line: None)
+    report = run_survey([], progress=lambda line: None)
     rows = [r for r in report.rows if r.status == "ok" and r.transformer_class
             and bool(r.already_supported and r.already_supported.registered) == registered
             and (r.analysed_pipeline or not registered)]

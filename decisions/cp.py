@@ -103,7 +103,6 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
     c = _Chart(facts, seq)
     if root:
         _split_at_root(c)
-    shape = "root split" if c.root else "first-block split"
     if not c.root:
         for b in seq.root_blockers:
             c.evidence.append(Evidence(b.file, b.line, f"no root split: {b.why}"))
@@ -112,16 +111,8 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
         if lf not in lists:
             c.why(None, lf, f"`{lf.attr}` is not built for this config: left out of the plan")
     per_module = {lf.attr for lf in lists if c.blocks.get(lf.attr) is not None and c.blocks[lf.attr].surgery}
-    for i, lf in enumerate(lists):
-        if lf.attr in per_module:
-            shape = "sub-module hooks"
-            _submodule_hooks(c, c.blocks[lf.attr], lf)
-            continue
-        _split_token_inputs(c, lf)
-        _split_fresh_walk(c, i, lf)
-        _split_positions(c, i, lf)
-        _split_cross_attention_text(c, lf)
-        _split_side_modules(c, lf)
+    shape = "sub-module hooks" if per_module else "root split" if c.root else "first-block split"
+    _split_lists(c, lists, per_module)
     _gather(c, lists, per_module)
     # a joint sequence: two streams in one block, or a text split at every block that the attention joins to
     # the block's own keys (NucleusMoE: image queries against [image; text] keys)
@@ -137,44 +128,7 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
                            "that is no tensor or tuple: call it with `return_dict=False` (as diffusers' pipelines do)")
     evidence = list(dict.fromkeys(c.evidence))  # first occurrence of each (file, line, why)
     kept = frozenset(c.local)  # attention the planner keeps out of CP: nothing CP's attention refuses applies
-    mends, mended = _mend_masks(c, [lf for lf in lists if lf.attr not in per_module], kept)
-    evidence += [e for m in mends for e in m.at]
-    legacy = _legacy_masks(facts, seq, lists, kept | mended)
-    causal, after = _causal(facts, lists, kept), _masks_after(facts, lists, kept | mended)
-    sdpa = _sdpa_mends(facts, [lf for lf in lists if lf.attr not in per_module], kept)
-    routed = frozenset(p for x in sdpa for p in x.attentions)
-    direct, fixed = _direct_kernels(facts, lists, kept, routed), _local_backends(facts, lists, kept)
-    for x in sdpa:
-        evidence += [Evidence(e.file, e.line, f"{e.why}: under CP the planner routes it through cache-dit's "
-                              f"dispatcher (it replaces `{x.alias}` in `{x.module}` with torch.nn.functional whose "
-                              "`scaled_dot_product_attention` does so while those processors run)") for e in x.at]
-    kernelless = _no_kernel(facts, [lf for lf in lists if lf.attr not in per_module], kept)
-    gqa, kv_expand = _gqa(facts, lists, kept)
-    for x in kv_expand:
-        evidence += [Evidence(e.file, e.line, f"{e.why}: under CP the planner repeats its key/value heads to the query "
-                              f"heads' count and calls `{x.function}` with `enable_gqa=False` (the same attention; "
-                              "cache-dit's context-parallel attention refuses GQA)") for e in x.at]
-    blocked = legacy + causal + after + direct + gqa + fixed + kernelless
-    if kernelless:
-        c.unknowns.append("an attention module calls no attention kernel context parallelism reaches: see "
-                          "blocked_by")
-    if fixed:
-        c.unknowns.append("a processor fixes an attention backend that diffusers' dispatcher does not run as "
-                          "context-parallel attention: see blocked_by")
-    if gqa:
-        c.unknowns.append("a processor runs grouped-query attention, which cache-dit's context-parallel attention "
-                          "refuses through diffusers' dispatcher: see blocked_by")
-    if direct:
-        c.unknowns.append("an attention kernel is called directly, where cache-dit's context-parallel attention "
-                          "cannot reach it: see blocked_by")
-    if legacy:
-        c.unknowns.append("a processor sizes its mask for the key length it sees: see blocked_by")
-    if after:
-        c.unknowns.append("a processor applies a mask to its output per query, which under CP needs the local "
-                          "slice while the kernel needs the whole key mask: see blocked_by")
-    if causal:
-        c.unknowns.append("a processor runs causal attention, which cache-dit's context-parallel attention "
-                          "refuses: see blocked_by")
+    blocked, mends, sdpa, kv_expand = _attention_questions(c, lists, per_module, kept, evidence)
     if blocked:
         confidence = "low"
     local = tuple(dict.fromkeys(_local_attention(seq, shape) + tuple(c.local)))
@@ -189,6 +143,69 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
                   tuple(c.risks + extra_risks), tuple(c.unknowns), mask, rope, uaa, NO_HYBRID, _compare(facts, c.plan),
                   _lengths(c), blocked, _ring_masks(facts, lists, kept), local_attention=local, kv_expand=kv_expand,
                   mask_mend=mends, sdpa_mend=sdpa, hand_config=handed)
+
+
+def _split_lists(c: _Chart, lists: list[ListFlowFact], per_module: set[str]) -> None:
+    """Each block list's inputs, in the chart's order: sub-module hooks for a list whose blocks need surgery, else
+    its token inputs, a later walk's fresh streams, its positions, the text its cross-attention reads and the
+    modules beside its blocks."""
+    for i, lf in enumerate(lists):
+        if lf.attr in per_module:
+            _submodule_hooks(c, c.blocks[lf.attr], lf)
+            continue
+        _split_token_inputs(c, lf)
+        _split_fresh_walk(c, i, lf)
+        _split_positions(c, i, lf)
+        _split_cross_attention_text(c, lf)
+        _split_side_modules(c, lf)
+
+
+# what each kind of attention CP's attention refuses adds to the plan's unknowns, in the order they are listed
+_BLOCKED_UNKNOWNS = {
+    "kernelless": "an attention module calls no attention kernel context parallelism reaches: see blocked_by",
+    "fixed": "a processor fixes an attention backend that diffusers' dispatcher does not run as context-parallel "
+             "attention: see blocked_by",
+    "gqa": "a processor runs grouped-query attention, which cache-dit's context-parallel attention refuses through "
+           "diffusers' dispatcher: see blocked_by",
+    "direct": "an attention kernel is called directly, where cache-dit's context-parallel attention cannot reach it: "
+              "see blocked_by",
+    "legacy": "a processor sizes its mask for the key length it sees: see blocked_by",
+    "after": "a processor applies a mask to its output per query, which under CP needs the local slice while the "
+             "kernel needs the whole key mask: see blocked_by",
+    "causal": "a processor runs causal attention, which cache-dit's context-parallel attention refuses: see "
+              "blocked_by",
+}
+
+
+def _attention_questions(c: _Chart, lists: list[ListFlowFact], per_module: set[str], kept: frozenset[str],
+                         evidence: list[Evidence]) -> tuple:
+    """The attention questions, for attention not `kept` out of CP: masks the planner mends, processors it routes
+    through cache-dit's dispatcher or whose key/value heads it repeats (their evidence added to `evidence`), and
+    what CP's attention refuses (each kind adds an unknown). Returns (blocked_by, mask mends, SDPA mends, KV
+    expansions)."""
+    facts, seq = c.facts, c.seq
+    hooked = [lf for lf in lists if lf.attr not in per_module]
+    mends, mended = _mend_masks(c, hooked, kept)
+    evidence += [e for m in mends for e in m.at]
+    legacy = _legacy_masks(facts, seq, lists, kept | mended)
+    causal, after = _causal(facts, lists, kept), _masks_after(facts, lists, kept | mended)
+    sdpa = _sdpa_mends(facts, hooked, kept)
+    routed = frozenset(p for x in sdpa for p in x.attentions)
+    direct, fixed = _direct_kernels(facts, lists, kept, routed), _local_backends(facts, lists, kept)
+    for x in sdpa:
+        evidence += [Evidence(e.file, e.line, f"{e.why}: under CP the planner routes it through cache-dit's "
+                              f"dispatcher (it replaces `{x.alias}` in `{x.module}` with torch.nn.functional whose "
+                              "`scaled_dot_product_attention` does so while those processors run)") for e in x.at]
+    kernelless = _no_kernel(facts, hooked, kept)
+    gqa, kv_expand = _gqa(facts, lists, kept)
+    for x in kv_expand:
+        evidence += [Evidence(e.file, e.line, f"{e.why}: under CP the planner repeats its key/value heads to the query "
+                              f"heads' count and calls `{x.function}` with `enable_gqa=False` (the same attention; "
+                              "cache-dit's context-parallel attention refuses GQA)") for e in x.at]
+    found = {"kernelless": kernelless, "fixed": fixed, "gqa": gqa, "direct": direct, "legacy": legacy,
+             "after": after, "causal": causal}
+    c.unknowns += [why for kind, why in _BLOCKED_UNKNOWNS.items() if found[kind]]
+    return legacy + causal + after + direct + gqa + fixed + kernelless, mends, sdpa, kv_expand
 
 
 def _hand_config(facts: ParallelFacts, lists: list[ListFlowFact], kept: frozenset[str]
@@ -687,90 +704,101 @@ def _split_fresh_walk(c: _Chart, i: int, lf: ListFlowFact) -> None:
 
 
 def _split_positions(c: _Chart, i: int, lf: ListFlowFact) -> None:
-    seq = c.seq
+    """The position inputs of the `i`th list's blocks: each one kept whole, cut as it is, left to the root split, or
+    split where it is made."""
     for bi in lf.inputs:
-        if bi.role != "position":
-            continue
-        if bi.table is not None:  # `freqs[positions]`: every rank looks its own positions up in the whole table
-            c.evidence.append(Evidence(bi.table.file, bi.table.line, f"`{bi.param}` stays whole for `{lf.attr}`: "
-                                                                     f"{bi.table.why}"))
-            continue
-        if bi.ndim == 1 and not bi.producer_outputs:
-            # one position per token and nothing else (`torch.arange(n)`): cut dim 0, the only one it has
-            c.inputs(f"{lf.attr}.*")[bi.param] = Split(split_dim=0, expected_dims=1, split_output=False)
-            c.why(bi.producer_at, lf, f"`{bi.param}` is 1-D, one entry per token (its rank read from the code "
-                                      "that builds it): split dim 0 at every block's input")
-            continue
-        if bi.from_params and not any(_tensor_param(c, p) for p in bi.from_params):
-            c.why(bi.producer_at, lf, f"`{bi.param}` is built from {', '.join(f'`{p}`' for p in bi.from_params)} only, "
-                                      "annotated as no tensor (state of the model's own): not split")
-            continue
-        covered = c.root and bool(set(bi.from_params) & c.split_params) and not bi.local_length
-        if covered or (bi.producer_kind == "param" and bi.arg in c.split_params):
-            continue
-        if c.root and i == 0 and bi.producer_kind == "param":
-            note = seq.annotations.get(bi.arg, "")
-            c.plan[""][bi.arg] = (ROPE_ASSUMED, ROPE_ASSUMED) if "tuple" in note.lower() else STREAM
-            c.split_params.add(bi.arg)
-            c.why(None, None, f"`{bi.arg}` arrives ready-made from the caller: cut it with the tokens at the root "
-                              "(its layout is assumed; confirm in verify)")
-            c.unknowns.append(f"layout of the position input `{bi.arg}` (which dim is the sequence)")
-        elif bi.producer_kind == "module" and not bi.in_loop and not _called_on_split(c, bi):
-            layout = c.facts.position_modules.get(bi.producer or "")
-            n = (layout.outputs if layout else None) or 1
-            entry = Split(split_dim=layout.split_dim if layout else 0,
-                          expected_dims=layout.expected_dims if layout else None, split_output=True)
-            if bi.producer not in c.plan:
-                c.plan[bi.producer] = {str(k): entry for k in range(n)}
-            c.why(bi.producer_at, lf, f"`{bi.param}` is built by `self.{bi.producer}` on the full sequence: split "
-                                      f"its output ({layout.why if layout else 'layout not read'})")
-        elif bi.producer_kind == "param" and not c.root:
-            note = seq.annotations.get(bi.arg, "")
-            if "tuple" in note.lower():
-                spec: Split | tuple[Split, ...] = (TABLE, TABLE)
-                why = f"a tuple ({note}) of [S, D] tables: split each element (layout assumed; confirm in verify)"
-            else:
-                spec, why = STREAM, "split at every block's input"
-            c.inputs(f"{lf.attr}.*")[bi.param] = spec
-            c.why(None, None, f"`{bi.param}` arrives ready-made from the pipeline as `{bi.arg}` and is passed to "
-                              f"every block: {why}")
-        elif bi.producer_kind == "expression" and bi.leading_flatten:
-            # `rope.flatten(0, 2)`: a table over the (frames, height, width) grid, no batch axis: the sequence is
-            # dim 0, and the rank was not read, so no rank check (a guessed one cache-dit would skip silently)
-            c.inputs(f"{lf.attr}.*")[bi.param] = Split(split_dim=0, expected_dims=None, split_output=False)
-            c.why(bi.producer_at, lf, f"`{bi.param}` merges its leading axes into dim 0 (`{bi.producer_at.why if bi.producer_at else ''}`): "
-                                      "split dim 0 at every block's input, with no rank check (its rank is not read)")
-        elif bi.producer_kind == "expression" and bi.producer_outputs:
-            # cache-dit splits a tuple input element by element, with one spec per element (a single spec on a
-            # tuple raises `object of type '_ContextParallelInput' has no len()`)
-            ranks = bi.producer_ndims or (None,) * bi.producer_outputs
-            c.inputs(f"{lf.attr}.*")[bi.param] = tuple(TABLE if r == 2 else STREAM for r in ranks)
-            read = all(r in (2, 3) for r in ranks)
-            c.why(bi.producer_at, lf, f"`{bi.param}` is a tuple of {bi.producer_outputs} tensors built inline, which "
-                                      "no hook can split where it is built: split each element at every block's "
-                                      "input (" + (", ".join("[S, D]" if r == 2 else "[B, S, D]" for r in ranks)
-                                                   + ", ranks read from the code that builds them)" if read else
-                                                   "as [B, S, D]; assumed, confirm in verify)"))
-        elif bi.producer_kind == "module" and not bi.in_loop and (layout := c.facts.position_modules.get(bi.producer)):
-            # its output hook is withheld (`_called_on_split`): the same cut, in the module's layout, at the blocks
-            entry = Split(split_dim=layout.split_dim, expected_dims=layout.expected_dims, split_output=False)
-            n = layout.outputs or 1
-            c.inputs(f"{lf.attr}.*")[bi.param] = tuple(entry for _ in range(n)) if n > 1 else entry
-            c.why(bi.producer_at, lf, f"`{bi.param}` comes from module `{bi.producer}`, {_unhooked(c, bi)}: split "
-                                      f"{'each of its ' + str(n) + ' outputs' if n > 1 else 'it'} at every block's "
-                                      f"input as the module's output would have been ({layout.why})")
-        elif (n := _tuple_members(bi.annotation)) and bi.role == "position":
-            # the block takes a tuple of tables (`freqs_cis: tuple[torch.Tensor, torch.Tensor]`): one spec each
-            c.inputs(f"{lf.attr}.*")[bi.param] = tuple(TABLE for _ in range(n))
-            c.why(bi.producer_at, lf, f"`{bi.param}` comes from {bi.producer_kind} `{bi.producer}`, {_unhooked(c, bi)}"
-                                      f", and the block takes it as `{bi.annotation}`: split each of its {n} "
-                                      "[S, D] tables at every block's input (layout assumed; confirm in verify)")
+        if bi.role == "position" and not _position_answered(c, lf, bi):
+            _split_position(c, i, lf, bi)
+
+
+def _position_answered(c: _Chart, lf: ListFlowFact, bi) -> bool:
+    """The questions that do not ask where a position input is made: a table looked up by position stays whole, a
+    1-D input is cut at dim 0, one built from no tensor is not split, one the root split covers needs nothing."""
+    if bi.table is not None:  # `freqs[positions]`: every rank looks its own positions up in the whole table
+        c.evidence.append(Evidence(bi.table.file, bi.table.line, f"`{bi.param}` stays whole for `{lf.attr}`: "
+                                                                 f"{bi.table.why}"))
+        return True
+    if bi.ndim == 1 and not bi.producer_outputs:
+        # one position per token and nothing else (`torch.arange(n)`): cut dim 0, the only one it has
+        c.inputs(f"{lf.attr}.*")[bi.param] = Split(split_dim=0, expected_dims=1, split_output=False)
+        c.why(bi.producer_at, lf, f"`{bi.param}` is 1-D, one entry per token (its rank read from the code "
+                                  "that builds it): split dim 0 at every block's input")
+        return True
+    if bi.from_params and not any(_tensor_param(c, p) for p in bi.from_params):
+        c.why(bi.producer_at, lf, f"`{bi.param}` is built from {', '.join(f'`{p}`' for p in bi.from_params)} only, "
+                                  "annotated as no tensor (state of the model's own): not split")
+        return True
+    covered = c.root and bool(set(bi.from_params) & c.split_params) and not bi.local_length
+    return covered or (bi.producer_kind == "param" and bi.arg in c.split_params)
+
+
+def _split_position(c: _Chart, i: int, lf: ListFlowFact, bi) -> None:
+    """A position input split by where it is made: a forward input at the root, a module's output where it is built,
+    a pipeline input or a table built inline at every block, a tuple element by element."""
+    seq = c.seq
+    if c.root and i == 0 and bi.producer_kind == "param":
+        note = seq.annotations.get(bi.arg, "")
+        c.plan[""][bi.arg] = (ROPE_ASSUMED, ROPE_ASSUMED) if "tuple" in note.lower() else STREAM
+        c.split_params.add(bi.arg)
+        c.why(None, None, f"`{bi.arg}` arrives ready-made from the caller: cut it with the tokens at the root "
+                          "(its layout is assumed; confirm in verify)")
+        c.unknowns.append(f"layout of the position input `{bi.arg}` (which dim is the sequence)")
+    elif bi.producer_kind == "module" and not bi.in_loop and not _called_on_split(c, bi):
+        layout = c.facts.position_modules.get(bi.producer or "")
+        n = (layout.outputs if layout else None) or 1
+        entry = Split(split_dim=layout.split_dim if layout else 0,
+                      expected_dims=layout.expected_dims if layout else None, split_output=True)
+        if bi.producer not in c.plan:
+            c.plan[bi.producer] = {str(k): entry for k in range(n)}
+        c.why(bi.producer_at, lf, f"`{bi.param}` is built by `self.{bi.producer}` on the full sequence: split "
+                                  f"its output ({layout.why if layout else 'layout not read'})")
+    elif bi.producer_kind == "param" and not c.root:
+        note = seq.annotations.get(bi.arg, "")
+        if "tuple" in note.lower():
+            spec: Split | tuple[Split, ...] = (TABLE, TABLE)
+            why = f"a tuple ({note}) of [S, D] tables: split each element (layout assumed; confirm in verify)"
         else:
-            c.inputs(f"{lf.attr}.*")[bi.param] = STREAM
-            c.why(bi.producer_at, lf, f"`{bi.param}` comes from {bi.producer_kind} `{bi.producer}`, {_unhooked(c, bi)}"
-                                      ": split it at every block's input")
-            c.risks.append(f"`{bi.param}` ({lf.attr}): split at each block; if it is a nested tuple, hooks cannot "
-                           f"split it and `{bi.producer}` needs a minimal patch instead")
+            spec, why = STREAM, "split at every block's input"
+        c.inputs(f"{lf.attr}.*")[bi.param] = spec
+        c.why(None, None, f"`{bi.param}` arrives ready-made from the pipeline as `{bi.arg}` and is passed to "
+                          f"every block: {why}")
+    elif bi.producer_kind == "expression" and bi.leading_flatten:
+        # `rope.flatten(0, 2)`: a table over the (frames, height, width) grid, no batch axis: the sequence is
+        # dim 0, and the rank was not read, so no rank check (a guessed one cache-dit would skip silently)
+        c.inputs(f"{lf.attr}.*")[bi.param] = Split(split_dim=0, expected_dims=None, split_output=False)
+        c.why(bi.producer_at, lf, f"`{bi.param}` merges its leading axes into dim 0 (`{bi.producer_at.why if bi.producer_at else ''}`): "
+                                  "split dim 0 at every block's input, with no rank check (its rank is not read)")
+    elif bi.producer_kind == "expression" and bi.producer_outputs:
+        # cache-dit splits a tuple input element by element, with one spec per element (a single spec on a
+        # tuple raises `object of type '_ContextParallelInput' has no len()`)
+        ranks = bi.producer_ndims or (None,) * bi.producer_outputs
+        c.inputs(f"{lf.attr}.*")[bi.param] = tuple(TABLE if r == 2 else STREAM for r in ranks)
+        read = all(r in (2, 3) for r in ranks)
+        c.why(bi.producer_at, lf, f"`{bi.param}` is a tuple of {bi.producer_outputs} tensors built inline, which "
+                                  "no hook can split where it is built: split each element at every block's "
+                                  "input (" + (", ".join("[S, D]" if r == 2 else "[B, S, D]" for r in ranks)
+                                               + ", ranks read from the code that builds them)" if read else
+                                               "as [B, S, D]; assumed, confirm in verify)"))
+    elif bi.producer_kind == "module" and not bi.in_loop and (layout := c.facts.position_modules.get(bi.producer)):
+        # its output hook is withheld (`_called_on_split`): the same cut, in the module's layout, at the blocks
+        entry = Split(split_dim=layout.split_dim, expected_dims=layout.expected_dims, split_output=False)
+        n = layout.outputs or 1
+        c.inputs(f"{lf.attr}.*")[bi.param] = tuple(entry for _ in range(n)) if n > 1 else entry
+        c.why(bi.producer_at, lf, f"`{bi.param}` comes from module `{bi.producer}`, {_unhooked(c, bi)}: split "
+                                  f"{'each of its ' + str(n) + ' outputs' if n > 1 else 'it'} at every block's "
+                                  f"input as the module's output would have been ({layout.why})")
+    elif (n := _tuple_members(bi.annotation)) and bi.role == "position":
+        # the block takes a tuple of tables (`freqs_cis: tuple[torch.Tensor, torch.Tensor]`): one spec each
+        c.inputs(f"{lf.attr}.*")[bi.param] = tuple(TABLE for _ in range(n))
+        c.why(bi.producer_at, lf, f"`{bi.param}` comes from {bi.producer_kind} `{bi.producer}`, {_unhooked(c, bi)}"
+                                  f", and the block takes it as `{bi.annotation}`: split each of its {n} "
+                                  "[S, D] tables at every block's input (layout assumed; confirm in verify)")
+    else:
+        c.inputs(f"{lf.attr}.*")[bi.param] = STREAM
+        c.why(bi.producer_at, lf, f"`{bi.param}` comes from {bi.producer_kind} `{bi.producer}`, {_unhooked(c, bi)}"
+                                  ": split it at every block's input")
+        c.risks.append(f"`{bi.param}` ({lf.attr}): split at each block; if it is a nested tuple, hooks cannot "
+                       f"split it and `{bi.producer}` needs a minimal patch instead")
 
 
 def _unhooked(c: _Chart, bi) -> str:

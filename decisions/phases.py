@@ -8,6 +8,8 @@ PSNR_CACHE, PSNR_PARALLEL, SSIM_MIN = 30, 35, 0.90
 
 
 def phases(plan: Plan) -> tuple[Phase, ...]:
+    """The integration's phases, prerequisites to CP + TP together: what each one does for this plan and the commands
+    that check it."""
     m = plan.model
     name = m.example_name or "<example_name>"
     env = m.env_var or "<MODEL>_DIR"
@@ -20,39 +22,15 @@ def phases(plan: Plan) -> tuple[Phase, ...]:
     gen = f"python3 -m {launcher} {name}{given}"
     run2 = f"torchrun --nproc_per_node=2 -m {launcher} {name}{given}"
     metrics = "cache-dit-metrics psnr ssim -i1 {base} -i2 {other}"
-    cache, cp, tp = plan.cache, plan.parallelism.cp, plan.parallelism.tp
-    lists = ", ".join(f"`{b.attr}` ({b.forward_pattern})" for b in cache.block_lists) or "none found"
+    cache = plan.cache
 
     def check(other: str, psnr: int) -> str:
         return metrics.format(base=f"{tmp}/base.png", other=f"{tmp}/{other}") + f"   # PSNR > {psnr}, SSIM > {SSIM_MIN}"
 
-    cp_steps = [f"CP shape: {cp.shape} ({cp.approach}); hook keys: " + ", ".join(f"`{k}`" for k in cp.plan)]
-    if cp.mask_reorder.needed:
-        cp_steps.append(f"Mask reorder ({cp.mask_reorder.kind}): block pre-hooks permute the mask into Ulysses order")
-    if cp.rope_drift_fix.needed:
-        cp_steps.append("RoPE drift fix: compute positions on the global length, slice per rank")
-    uaa = [s for s, v in cp.ulysses_anything.items() if v.needed]
-    if uaa:
-        cp_steps.append(f"Ulysses-anything needed for CP sizes {', '.join(uaa)}")
-    tp_steps = [f"`{x.attr}`: {x.strategy}; shard_div_attr {_shard_text(x.shard_div_attr)}" for x in tp.block_lists]
-    if tp.patch_kernels_first:
-        tp_steps.insert(0, "Patch fused / env-gated kernels to PyTorch ops before parallelize_module")
-    tep_steps = [f"{t.component} `{t.cls}`: {t.action}" for t in plan.text_encoders] or [
-        "no text encoder in model_index.json"]
-    vae = plan.vae
-    vae_steps = [f"`{vae.cls}`: {vae.action}"] if vae else ["no VAE in model_index.json"]
+    uaa = [s for s, v in plan.parallelism.cp.ulysses_anything.items() if v.needed]
+    steps = _parallel_steps(plan, uaa)
     rows = [
-        {"id": 0, "title": "Prerequisites", "steps": [
-            (f"Model files at `{m.model_path}`; export {env}={m.model_path}" if m.model_path else
-             f"No model folder was given (the config came from --config): the GPU runs need the weights; export "
-             f"{env} to their folder"),
-            f"Sources read: `{m.pipeline_class}` ({m.pipeline_file}), `{m.transformer_class}` "
-            f"({m.transformer_file})",
-            f"Block lists: {lists}",
-            "Plan reviewed and approved: integrate approve <PLAN_DIR> --reviewer <name>",
-            f"Code generated: integrate generate <PLAN_DIR> --out <OUT> (plugin `{launcher}`; in a cache-dit "
-            "checkout, --mode checkout and `cache_dit.generate` in the commands below)",
-        ], "commands": []},
+        {"id": 0, "title": "Prerequisites", "steps": _prerequisites(plan, env, launcher), "commands": []},
         {"id": 1, "title": "Cache (BlockAdapter)", "steps": [
             "Write the BlockAdapter" + (" and a PatchFunctor: " + "; ".join(cache.patch_functor_reasons)
                                         if cache.needs_patch_functor else " (no PatchFunctor needed)"),
@@ -66,19 +44,19 @@ def phases(plan: Plan) -> tuple[Phase, ...]:
             f"Register example `{name}` ({m.example_type_guess}, confirm) with env var {env}",
             *_example_steps(ex),
         ], "commands": [f"python3 -m {launcher} list | grep {name}"]},
-        {"id": 3, "title": "Context parallelism", "steps": cp_steps, "commands": [
+        {"id": 3, "title": "Context parallelism", "steps": steps["cp"], "commands": [
             f"{run2} --parallel ulysses --save-path {tmp}/cp_ulysses2.png",
             check("cp_ulysses2.png", PSNR_PARALLEL),
         ] + ([f"{run2} --parallel ulysses --ulysses-anything --save-path {tmp}/cp_uaa2.png"] if uaa else [])},
-        {"id": 4, "title": "Tensor parallelism", "steps": tp_steps, "commands": [
+        {"id": 4, "title": "Tensor parallelism", "steps": steps["tp"], "commands": [
             f"{run2} --parallel tp --save-path {tmp}/tp2.png",
             check("tp2.png", PSNR_PARALLEL),
         ]},
-        {"id": 5, "title": "Text-encoder parallelism", "steps": tep_steps, "commands": [
+        {"id": 5, "title": "Text-encoder parallelism", "steps": steps["tep"], "commands": [
             f"{run2} --parallel tp --parallel-text --save-path {tmp}/tp2_tep2.png",
             check("tp2_tep2.png", PSNR_PARALLEL),
         ]},
-        {"id": 6, "title": "VAE parallelism", "steps": vae_steps, "commands": [
+        {"id": 6, "title": "VAE parallelism", "steps": steps["vae"], "commands": [
             # --parallel-vae acts only beside a --parallel type
             f"{run2} --parallel tp --parallel-vae --save-path {tmp}/tp2_vaep2.png",
             check("tp2_vaep2.png", PSNR_PARALLEL),
@@ -94,6 +72,43 @@ def phases(plan: Plan) -> tuple[Phase, ...]:
         ]},
     ]
     return tuple(Phase(r["id"], r["title"], tuple(r["steps"]), tuple(r["commands"])) for r in rows)
+
+
+def _prerequisites(plan: Plan, env: str, launcher: str) -> list[str]:
+    """Phase 0: the model files, the sources read, the block lists, the approval and the generated code."""
+    m = plan.model
+    lists = ", ".join(f"`{b.attr}` ({b.forward_pattern})" for b in plan.cache.block_lists) or "none found"
+    return [
+        (f"Model files at `{m.model_path}`; export {env}={m.model_path}" if m.model_path else
+         f"No model folder was given (the config came from --config): the GPU runs need the weights; export "
+         f"{env} to their folder"),
+        f"Sources read: `{m.pipeline_class}` ({m.pipeline_file}), `{m.transformer_class}` "
+        f"({m.transformer_file})",
+        f"Block lists: {lists}",
+        "Plan reviewed and approved: integrate approve <PLAN_DIR> --reviewer <name>",
+        f"Code generated: integrate generate <PLAN_DIR> --out <OUT> (plugin `{launcher}`; in a cache-dit "
+        "checkout, --mode checkout and `cache_dit.generate` in the commands below)",
+    ]
+
+
+def _parallel_steps(plan: Plan, uaa: list[str]) -> dict[str, list[str]]:
+    """The steps of phases 3 to 6 (keys cp, tp, tep, vae) from the plan's decisions; `uaa`: the CP sizes that need
+    Ulysses-anything."""
+    cp, tp, vae = plan.parallelism.cp, plan.parallelism.tp, plan.vae
+    cp_steps = [f"CP shape: {cp.shape} ({cp.approach}); hook keys: " + ", ".join(f"`{k}`" for k in cp.plan)]
+    if cp.mask_reorder.needed:
+        cp_steps.append(f"Mask reorder ({cp.mask_reorder.kind}): block pre-hooks permute the mask into Ulysses order")
+    if cp.rope_drift_fix.needed:
+        cp_steps.append("RoPE drift fix: compute positions on the global length, slice per rank")
+    if uaa:
+        cp_steps.append(f"Ulysses-anything needed for CP sizes {', '.join(uaa)}")
+    tp_steps = [f"`{x.attr}`: {x.strategy}; shard_div_attr {_shard_text(x.shard_div_attr)}" for x in tp.block_lists]
+    if tp.patch_kernels_first:
+        tp_steps.insert(0, "Patch fused / env-gated kernels to PyTorch ops before parallelize_module")
+    return {"cp": cp_steps, "tp": tp_steps,
+            "tep": [f"{t.component} `{t.cls}`: {t.action}" for t in plan.text_encoders] or [
+                "no text encoder in model_index.json"],
+            "vae": [f"`{vae.cls}`: {vae.action}"] if vae else ["no VAE in model_index.json"]}
 
 
 def _shard_text(shard: dict[str, tuple[str, ...]]) -> str:

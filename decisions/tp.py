@@ -15,7 +15,9 @@ Styles use cache-dit's torch ParallelStyles: "colwise" (ColwiseParallel), "rowwi
 
 from __future__ import annotations
 
-from integrate.analyzers.records import AttentionFact, BlockStructure, ParallelFacts
+from dataclasses import dataclass, field
+
+from integrate.analyzers.records import AttentionFact, BlockStructure, LinearRole, ParallelFacts
 
 from integrate.records import Evidence
 
@@ -53,136 +55,166 @@ def _rank(c: str) -> int:
     return {"unknown": 0, "low": 1, "medium": 2, "high": 3}.get(c, 0)
 
 
+@dataclass
+class _ListChart:
+    """One block list's TP plan as its questions fill it in (layer plan keys keep the order they were added in)."""
+
+    confidence: str
+    strategy: str = "standard"
+    layer_plan: dict[str, str] = field(default_factory=dict)
+    shard: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # attention path -> its first query projection, where RoPE may need cutting
+    rope: dict[str, str] = field(default_factory=dict)
+    risks: list[str] = field(default_factory=list)
+    evidence: list[Evidence] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def unsure(self) -> None:
+        """Something is not known statically: a high confidence becomes medium."""
+        self.confidence = "medium" if self.confidence == "high" else self.confidence
+
+
 def _plan_list(b: BlockStructure) -> TpList:
-    roles = {r.path: r for r in b.linears}
-    modules = {m.path: m for m in b.modules}
-    reasons: dict[str, TpReason] = {}
-    layer_plan: dict[str, str] = {}
-    shard: dict[str, tuple[str, ...]] = {}
-    rope: dict[str, str] = {}  # attention path -> its first query projection, where RoPE may need cutting
-    risks: list[str] = []
-    evidence: list[Evidence] = []
-    notes: list[str] = []
-    strategy = "standard"
-    confidence = "high" if b.attentions else "low"
+    """One block list's TP plan: each attention sharded by heads (or kept whole), then the block's other Linears by
+    their role."""
+    c = _ListChart("high" if b.attentions else "low")
     gqa_blocked = [a for a in b.attentions if _kv_indivisible(a, 2)]
     if gqa_blocked:
-        strategy = "ffn-only"
+        c.strategy = "ffn-only"
     for a in b.attentions:
-        # a projection fused from parts of different sizes (Q/K/V and MLP rows) would need its rows rearranged
-        # part by part before sharding, which the generated planner does not do: such an attention is kept whole
-        # (replicated), like one fused from equal parts, instead of sharded wrongly
-        replicate = bool(a.fused)
         if a in gqa_blocked:
-            notes.append(f"`{a.path}` left whole: {a.kv_heads[0]}={a.kv_heads[1]} KV heads do not divide TP 2 "
-                         "(a replicate plan is correct but usually slower on long sequences: benchmark before using)")
-            continue
-        if replicate:
-            strategy = "replicate" if strategy == "standard" else strategy
-            for p in a.in_projs:
-                layer_plan[p] = "colwise(output=replicate)"
-            for p in a.out_projs:
-                layer_plan[p] = "rowwise(input=replicate)"
-            for p, how in a.fused.items():
-                why = ("is split into equal parts by" if a.fused_equal_split else
-                       "packs parts of different sizes (Q/K/V and MLP rows), split by")
-                evidence.append(Evidence(a.processor_at.file if a.processor_at else a.kernel.file if a.kernel else "",
-                                         a.processor_at.line if a.processor_at else 0,
-                                         f"`{p}` {why} {how}: shard it with a replicated output so the processor "
-                                         f"sees whole {'Q/K/V' if a.fused_equal_split else 'parts'}; do not divide "
-                                         "the head count"))
-                if not a.fused_equal_split:
-                    notes.append(f"`{p}`: sharding it would need its rows rearranged part by part (parts of "
-                                 "different sizes), which the generated planner does not do: kept whole")
-            continue
-        for p in a.in_projs:
-            layer_plan[p] = "colwise"
-        for p in a.out_projs:
-            layer_plan[p] = "rowwise"
-        attrs = _shard_div_attrs(a)
-        if attrs:
-            shard[a.path] = tuple(attrs)
-            if a.rope_at is not None and a.in_projs and a.processor is None:
-                # the cut wraps the processor's call: with none, an entry would be a no-op in the planner
-                notes.append(f"`{a.path}` applies RoPE with no processor ({a.rope_at.why}): a RoPE as wide as the "
-                             "whole projection is not cut to the rank's columns")
-            elif a.rope_at is not None and a.in_projs:
-                rope[a.path] = a.in_projs[0].removeprefix(a.path + ".")  # relative to the attention module
-                evidence.append(Evidence(a.rope_at.file, a.rope_at.line,
-                                         f"`{a.path}`: {a.rope_at.why}; a RoPE tensor as wide as `{a.in_projs[0]}`'s "
-                                         "whole output (applied before the heads are split) is cut to the rank's "
-                                         "columns, one as wide as a head is left as it is (checked at run time)"))
-        for norm, size in a.qk_norms.items():
-            head = a.head_dim[1] if a.head_dim else None
-            if size is not None and head is not None and size != head:
-                risks.append(f"`{a.path}.{norm}` normalises {size} features (all heads) while the projection is "
-                             f"sharded: replace it with a distributed RMSNorm (all-reduce the mean square)")
-        for size in TP_SIZES:
-            if a.heads and a.heads[1] is not None and a.heads[1] % size:
-                risks.append(f"`{a.path}`: {a.heads[0]}={a.heads[1]} is not divisible by TP {size}")
-            if a.kv_heads and a.kv_heads[1] is not None and a.kv_heads[1] % size and size != 2:
-                risks.append(f"`{a.path}`: {a.kv_heads[0]}={a.kv_heads[1]} KV heads are not divisible by TP {size}")
-        if a.heads is None or a.heads[1] is None:
-            confidence = "medium" if confidence == "high" else confidence
-            notes.append(f"`{a.path}`: head count not known statically")
-    for path, r in roles.items():
-        if path in layer_plan or r.role in ("attention_in", "attention_out"):
-            continue
-        if r.role == "ffn_in" or (r.role == "block_in" and r.feeds_rowwise):
-            layer_plan[path] = "colwise"
-            if r.role == "block_in" and isinstance(r.parts_width, str) and isinstance(r.parts_by, tuple):
-                # the block cuts its output by a width it holds: each rank's shard holds 1/size of each part
-                owner = r.parts_by[0]
-                shard[owner] = tuple(dict.fromkeys((*shard.get(owner, ()), r.parts_width)))
-        elif r.role == "block_in":
-            # its output goes on to something other than a row-wise Linear (an attention's own projections, a
-            # chunk into shift / scale / gate): every rank needs it whole
-            layer_plan[path] = "colwise(output=replicate)"
-        elif r.role == "ffn_out" or r.role == "block_out":
-            layer_plan[path] = "rowwise"
-            if r.fused_out_down:
-                strategy = "fused-weight rearrangement"
-                risks.append(f"`{path}`: {r.why}; reorder its input rows so each rank's slice pairs its attention "
-                             "heads with its MLP slice before sharding")
-        elif r.role == "modulation":
-            layer_plan[path] = "colwise(output=replicate)"
-        elif r.role == "router":
-            notes.append(f"`{path}`: an MoE router, kept whole ({r.why})")
-        elif r.role == "inline_attention":
-            # sharding it would need the head count the block reshapes with divided, and the block is no
-            # attention module the plan divides attributes of: every rank computes the whole attention
-            layer_plan[path] = "colwise(output=replicate)"
-            notes.append(f"`{path}`: {r.why}; kept whole (its heads are not sharded)")
+            c.notes.append(f"`{a.path}` left whole: {a.kv_heads[0]}={a.kv_heads[1]} KV heads do not divide TP 2 "
+                           "(a replicate plan is correct but usually slower on long sequences: benchmark before using)")
+        elif a.fused:
+            _replicated_attention(c, a)
         else:
-            notes.append(f"`{path}`: role unknown, left whole")
-            confidence = "medium" if confidence == "high" else confidence
-        where = modules.get(path)
-        evidence.append(Evidence(where.file if where else "", where.line if where else 0, f"`{path}` {r.role}: {r.why}"))
-    for path in layer_plan:
+            _sharded_attention(c, a)
+    roles = {r.path: r for r in b.linears}
+    modules = {m.path: m for m in b.modules}
+    for path, r in roles.items():
+        if path not in c.layer_plan and r.role not in ("attention_in", "attention_out"):
+            _plan_linear(c, path, r)
+            where = modules.get(path)
+            c.evidence.append(Evidence(where.file if where else "", where.line if where else 0,
+                                       f"`{path}` {r.role}: {r.why}"))
+    reasons: dict[str, TpReason] = {}
+    for path in c.layer_plan:
         r, where = roles.get(path), modules.get(path)
         reasons[path] = TpReason(r.role if r else "processor-owned", r.why if r else "",
                                  where.file if where else "", where.line if where else 0)
     for t in b.tables:
-        notes.append(f"`{t}` is an nn.Parameter (a modulation table, expert weights): kept whole on every rank")
+        c.notes.append(f"`{t}` is an nn.Parameter (a modulation table, expert weights): kept whole on every rank")
     if b.kernels:
-        risks.append("fused or env-gated kernels in the block sources: patch them to plain PyTorch ops before "
-                     "parallelize_module (see patch_kernels_first)")
+        c.risks.append("fused or env-gated kernels in the block sources: patch them to plain PyTorch ops before "
+                       "parallelize_module (see patch_kernels_first)")
     if b.unknowns:
-        confidence = "low"
+        c.confidence = "low"
     return TpList(
         attr=b.attr,
         block_class=b.block_class,
-        layer_plan=layer_plan,
+        layer_plan=c.layer_plan,
         reasons=reasons,
-        shard_div_attr=shard,
-        strategy=strategy,
-        confidence=confidence,
-        risks=tuple(risks),
-        notes=tuple(notes + list(b.unknowns)),
-        evidence=tuple(evidence),
+        shard_div_attr=c.shard,
+        strategy=c.strategy,
+        confidence=c.confidence,
+        risks=tuple(c.risks),
+        notes=tuple(c.notes + list(b.unknowns)),
+        evidence=tuple(c.evidence),
         heads={a.path: Heads(a.heads, a.kv_heads, a.head_dim) for a in b.attentions},
-        rope_shard=rope,
+        rope_shard=c.rope,
     )
+
+
+def _replicated_attention(c: _ListChart, a: AttentionFact) -> None:
+    """An attention with a fused projection, kept whole: sharding one fused from parts of different sizes (Q/K/V
+    and MLP rows) would need its rows rearranged part by part, which the generated planner does not do, and one fused
+    from equal parts is split by the processor, which must see whole Q/K/V. Its projections run column- then row-wise
+    with replicated outputs and inputs, the head count undivided."""
+    c.strategy = "replicate" if c.strategy == "standard" else c.strategy
+    for p in a.in_projs:
+        c.layer_plan[p] = "colwise(output=replicate)"
+    for p in a.out_projs:
+        c.layer_plan[p] = "rowwise(input=replicate)"
+    for p, how in a.fused.items():
+        why = ("is split into equal parts by" if a.fused_equal_split else
+               "packs parts of different sizes (Q/K/V and MLP rows), split by")
+        c.evidence.append(Evidence(a.processor_at.file if a.processor_at else a.kernel.file if a.kernel else "",
+                                   a.processor_at.line if a.processor_at else 0,
+                                   f"`{p}` {why} {how}: shard it with a replicated output so the processor "
+                                   f"sees whole {'Q/K/V' if a.fused_equal_split else 'parts'}; do not divide "
+                                   "the head count"))
+        if not a.fused_equal_split:
+            c.notes.append(f"`{p}`: sharding it would need its rows rearranged part by part (parts of "
+                           "different sizes), which the generated planner does not do: kept whole")
+
+
+def _sharded_attention(c: _ListChart, a: AttentionFact) -> None:
+    """An attention sharded by heads: its input projections column-wise, its output ones row-wise, the attributes
+    that hold its head count divided, a RoPE as wide as the whole projection cut to the rank's columns; what may not
+    divide is a risk."""
+    for p in a.in_projs:
+        c.layer_plan[p] = "colwise"
+    for p in a.out_projs:
+        c.layer_plan[p] = "rowwise"
+    attrs = _shard_div_attrs(a)
+    if attrs:
+        c.shard[a.path] = tuple(attrs)
+        if a.rope_at is not None and a.in_projs and a.processor is None:
+            # the cut wraps the processor's call: with none, an entry would be a no-op in the planner
+            c.notes.append(f"`{a.path}` applies RoPE with no processor ({a.rope_at.why}): a RoPE as wide as the "
+                           "whole projection is not cut to the rank's columns")
+        elif a.rope_at is not None and a.in_projs:
+            c.rope[a.path] = a.in_projs[0].removeprefix(a.path + ".")  # relative to the attention module
+            c.evidence.append(Evidence(a.rope_at.file, a.rope_at.line,
+                                       f"`{a.path}`: {a.rope_at.why}; a RoPE tensor as wide as `{a.in_projs[0]}`'s "
+                                       "whole output (applied before the heads are split) is cut to the rank's "
+                                       "columns, one as wide as a head is left as it is (checked at run time)"))
+    for norm, size in a.qk_norms.items():
+        head = a.head_dim[1] if a.head_dim else None
+        if size is not None and head is not None and size != head:
+            c.risks.append(f"`{a.path}.{norm}` normalises {size} features (all heads) while the projection is "
+                           f"sharded: replace it with a distributed RMSNorm (all-reduce the mean square)")
+    for size in TP_SIZES:
+        if a.heads and a.heads[1] is not None and a.heads[1] % size:
+            c.risks.append(f"`{a.path}`: {a.heads[0]}={a.heads[1]} is not divisible by TP {size}")
+        if a.kv_heads and a.kv_heads[1] is not None and a.kv_heads[1] % size and size != 2:
+            c.risks.append(f"`{a.path}`: {a.kv_heads[0]}={a.kv_heads[1]} KV heads are not divisible by TP {size}")
+    if a.heads is None or a.heads[1] is None:
+        c.unsure()
+        c.notes.append(f"`{a.path}`: head count not known statically")
+
+
+def _plan_linear(c: _ListChart, path: str, r: LinearRole) -> None:
+    """A Linear of the block outside its attentions, by its role: what feeds a row-wise Linear is column-wise, what
+    others read whole is replicated, the block's outputs are row-wise; a router and an unknown role stay whole."""
+    if r.role == "ffn_in" or (r.role == "block_in" and r.feeds_rowwise):
+        c.layer_plan[path] = "colwise"
+        if r.role == "block_in" and isinstance(r.parts_width, str) and isinstance(r.parts_by, tuple):
+            # the block cuts its output by a width it holds: each rank's shard holds 1/size of each part
+            owner = r.parts_by[0]
+            c.shard[owner] = tuple(dict.fromkeys((*c.shard.get(owner, ()), r.parts_width)))
+    elif r.role == "block_in":
+        # its output goes on to something other than a row-wise Linear (an attention's own projections, a
+        # chunk into shift / scale / gate): every rank needs it whole
+        c.layer_plan[path] = "colwise(output=replicate)"
+    elif r.role == "ffn_out" or r.role == "block_out":
+        c.layer_plan[path] = "rowwise"
+        if r.fused_out_down:
+            c.strategy = "fused-weight rearrangement"
+            c.risks.append(f"`{path}`: {r.why}; reorder its input rows so each rank's slice pairs its attention "
+                           "heads with its MLP slice before sharding")
+    elif r.role == "modulation":
+        c.layer_plan[path] = "colwise(output=replicate)"
+    elif r.role == "router":
+        c.notes.append(f"`{path}`: an MoE router, kept whole ({r.why})")
+    elif r.role == "inline_attention":
+        # sharding it would need the head count the block reshapes with divided, and the block is no
+        # attention module the plan divides attributes of: every rank computes the whole attention
+        c.layer_plan[path] = "colwise(output=replicate)"
+        c.notes.append(f"`{path}`: {r.why}; kept whole (its heads are not sharded)")
+    else:
+        c.notes.append(f"`{path}`: role unknown, left whole")
+        c.unsure()
 
 
 def _kv_indivisible(a: AttentionFact, size: int) -> bool:

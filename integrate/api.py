@@ -7,12 +7,15 @@ JSON a command prints is `integrate.records.to_json` of that record. Nothing her
 callbacks report long work, and `integrate.render` turns records into text for people.
 
 A `Workspace` parses each source file once; pass one to several calls (the survey does) to share it.
+
+Imports go one way: the front ends that drive the pipeline many times over (`integrate.survey`: survey, audit and
+`audit --fix`; `integrate.repair`) are built on these functions and import this module; this module imports none of
+them, and `integrate.cli` calls them directly. tests/test_layout.py fails on any import cycle.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -231,114 +234,27 @@ def approval(plan_dir: Path) -> ApprovalStatus:
     return approval_status(plan_dir)
 
 
-def analysis_for_plan(plan: Plan, ws: Workspace | None = None) -> tuple[Analysis, Workspace]:
-    """Re-read the model the plan was made for; an InputError when its source no longer matches the plan."""
-    from integrate.analyzers.analysis import analyze as analyze_gate
-    from integrate.gate import run_gate
-    from integrate.resolve import Workspace
-
-    ws = ws or Workspace()
-    analysis = analyze_gate(run_gate(plan.gate_flags, ws), ws)
-    left_out = {u.attr for u in plan.cache.uncached}  # block lists the plan decided not to cache
-    now = [(b.attr, b.forward_pattern) for b in analysis.transformer.block_lists
-           if b.is_blocks and b.attr not in left_out]
-    planned = _analysed_lists(plan)
-    if now != planned:
-        raise InputError(f"the model's source changed since the plan was made (block lists {planned} -> {now}): "
-                         "run `integrate plan` again and have it approved")
-    return analysis, ws
-
-
-def _analysed_lists(plan: Plan) -> list[tuple]:
-    """(attr, ForwardPattern) of each cached list as the analysis made them: a reviewer's override of either
-    is the reviewer's decision, not a change in the model's source."""
-    from integrate.decisions.revise import analysis_value
-
-    lists = analysis_value(plan, "cache.block_lists", [to_json(b) for b in plan.cache.block_lists])
-    return [(analysis_value(plan, f"cache.block_lists.{i}.attr", b.get("attr")),
-             analysis_value(plan, f"cache.block_lists.{i}.forward_pattern", b.get("forward_pattern")))
-            for i, b in enumerate(lists) if isinstance(b, dict)]
-
-
 def generate(plan_dir: Path, *, out: Path | None = None, mode: str = "plugin", cache_dit_src: Path | None = None,
              dry_run: bool = False, replace_builtin: bool = False, verify_report: Path | None = None,
              progress: Progress = _quiet):
-    """Write the code the approved plan calls for; returns the `GenerateReport` (its `manual` lists what the
-    templates could not write)."""
+    """Write the code the approved plan calls for (`integrate.templates.generate`); returns the `GenerateReport`
+    (its `manual` lists what the templates could not write)."""
     from integrate.decisions.approval import require_approved
-    from integrate.files import write_tree
     from integrate.render.markdown import pr_markdown
-    from integrate.templates import MANUAL_MODULE, checkout_layout, checkout_test, is_stub
-    from integrate.templates.checkout import apply_checkout, formatted, yapf_style
-    from integrate.templates.records import GenerateReport, PluginInfo
+    from integrate.templates.generate import Output, built, example_name, write_checkout, write_plugin
 
     plan_rec, approval_rec = require_approved(plan_dir)
-    if mode == "plugin" and out is None:
-        raise InputError("--out DIR is required in plugin mode")
-    if mode == "checkout" and cache_dit_src is None:
-        raise InputError("--cache-dit-src PATH is required in checkout mode")
-    if dry_run and mode != "checkout":
-        raise InputError("--dry-run applies to --mode checkout")
-    if verify_report is not None and mode != "checkout":
-        raise InputError("--verify-report applies to --mode checkout (its results go into PR.md)")
-    if replace_builtin and mode != "plugin":
-        raise InputError("--replace-builtin applies to plugin mode (a checkout's own registrations are its code)")
-    name = plan_rec.model.example_name
-    if not name:
-        raise InputError("the plan names no example (pipeline class unknown): cannot name the generated code")
-    from integrate.escape import ident
-
-    ident(name)  # it names the plugin package and its modules
+    output = Output(mode, out, cache_dit_src, dry_run, replace_builtin, verify_report)
+    output.check()
+    example_name(plan_rec)
     progress("re-reading the model sources the plan was made from")
     if mode == "plugin":
-        import_name = f"integrate_{name}"
-        gen, _ = built(plan_rec, approval_rec, f"{import_name}.patch_functor", import_name,
-                       replace_builtin=replace_builtin)
-        files = {f"{import_name}/{p.module}.py": p.text for p in gen.pieces} | gen.extra
-        notes = list(gen.notes)
-        for p in gen.pieces:  # a hand-written part the user has filled in is theirs: never written over
-            mine = out / import_name / f"{p.module}.py"
-            if p.role == MANUAL_MODULE and mine.is_file() and not is_stub(mine.read_text()):
-                del files[f"{import_name}/{p.module}.py"]
-                notes = [n for n in notes if not n.startswith(f"{p.module}.py is a stub")]
-                notes.append(f"{p.module}.py is filled in (no NEEDS_CODE): kept as you wrote it")
-        written = write_tree(out, files, whole=import_name)  # the package: absent or complete, never half
-        return GenerateReport("plugin", plugin=PluginInfo(import_name, str(out.resolve()),
-                                                          f"PYTHONPATH={shlex.quote(str(out.resolve()))} python -P -m {import_name} {name}"),
-                              files=tuple(written), registered=gen.registered, notes=tuple(notes), manual=gen.manual)
+        return write_plugin(plan_rec, approval_rec, output)
     gen, analysis = built(plan_rec, approval_rec, checkout=True)
     proofs = _proofs_for_pr(verify_report, plan_rec) if verify_report is not None else None
-    artifacts, registrations = checkout_layout(gen, plan_rec)
-    result = apply_checkout(cache_dit_src, artifacts, registrations, dry_run=dry_run)
-    written, notes = [], list(gen.notes)
-    if out is not None and not dry_run:
-        test_rel, test_text = checkout_test(gen, plan_rec, approval_rec, artifacts)
-        test_text = formatted(test_text, yapf_style(Path(result["package"])), test_rel)
-        pr = pr_markdown(plan=to_json(plan_rec), approval=to_json(approval_rec), registered=gen.registered,
-                         files=[*result["changed"], *result["unchanged"]],
-                         lists=[to_json(b) for b in analysis.transformer.block_lists
-                                if b.attr in {x.attr for x in plan_rec.cache.block_lists}],
-                         proofs=proofs, matrix=gen.extra["test_matrix.sh"], test_path=test_rel,
-                         manual=list(gen.manual))
-        written = write_tree(out, {"test_matrix.sh": gen.extra["test_matrix.sh"], "PR.md": pr, test_rel: test_text})
-    elif not dry_run:
-        notes.append("PR.md, the cache-dit test and test_matrix.sh are written with --out DIR")
-    return GenerateReport("checkout", checkout=result, files=tuple(written), registered=gen.registered,
-                          notes=tuple(notes), manual=gen.manual)
-
-
-def built(plan_rec, approval_rec, functor_module: str | None = None, import_name: str = "cache_dit.generate", *,
-          replace_builtin: bool = False, checkout: bool = False):
-    """(the generated pieces, the analysis) of an approved plan, every source it cites read from the bytes the
-    reviewer approved (or refused). A checkout's PatchFunctor goes under cache_dit.caching.patch_functors."""
-    from integrate.resolve import Workspace
-    from integrate.templates import build
-
-    analysis, ws = analysis_for_plan(plan_rec, Workspace(expect=approval_rec.sources))
-    src = ws.load(Path(plan_rec.model.transformer_file))
-    functor_module = functor_module or f"cache_dit.caching.patch_functors.functor_{plan_rec.model.example_name}"
-    return build(plan_rec, approval_rec, analysis, ws, src, src.classes[plan_rec.model.transformer_class],
-                 functor_module, import_name, replace_builtin, checkout=checkout), analysis
+    return write_checkout(plan_rec, approval_rec, output, gen, analysis,
+                          lambda **parts: pr_markdown(plan=to_json(plan_rec), approval=to_json(approval_rec),
+                                                      proofs=proofs, **parts))
 
 
 def _proofs_for_pr(path: Path, plan) -> dict:
@@ -376,18 +292,30 @@ def verify(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] | None = 
                     variants=variants, skip=skip, fail_fast=fail_fast).run()
 
 
-def repair(plan_dir: Path, generated: Path, *, proofs: tuple[str, ...] | None = None,
-           max_candidates: int = 8, max_seconds: float = 300.0, fixture_from: Path | None = None,
-           trust_code: bool = False, progress: Progress = _quiet):
-    """After a failed verify: the plan's alternatives tried one at a time on the failing proof; the smallest
-    revision that passes is proposed beside the plan, never approved (a `RepairReport`). `fixture_from`: the
-    model test verify took the fixture from. `proofs`: default, every proof repair can act on."""
-    from integrate.repair import repair as run_repair
-    from integrate.verify.proofs import REPAIRABLE
+def automatic_reviewer(command: str, why: str) -> str:
+    """The reviewer an automatic approval (or revision) is recorded under: the command that made it and why, never
+    taken for a person's review."""
+    return f"{command} (automatic: {why}, not a human review)"
 
-    return run_repair(plan_dir, generated, proofs=proofs or REPAIRABLE, max_candidates=max_candidates,
-                      max_seconds=max_seconds,
-                      fixture_from=fixture_from, trust_code=trust_code, progress=progress)
+
+def automatic_chain(plan_dir: Path, out: Path, *, command: str, why: str, generate_options: dict | None = None,
+                    verifies: dict[str, dict] | None = None, step: Progress = _quiet) -> dict:
+    """A scratch plan the tool made for itself, proved without a person: approved as automatic (`command` and `why`
+    name who and what for), generated into `out` (`generate_options`: generate's keyword arguments; parts left to
+    hand work are still verified), then verified once per entry of `verifies` (a step name -> verify's keyword
+    arguments; default one plain `verify`). `step` hears each step's name before it runs ("approve", "generate",
+    then the names in `verifies`): where the chain stopped, for the caller's message. Returns each verify report
+    under its step name. Used by `integrate survey --verify`, `integrate audit` (and `--fix`) and `integrate
+    repair`'s trials."""
+    step("approve")
+    approve(plan_dir, automatic_reviewer(command, why))
+    step("generate")
+    generate(plan_dir, out=out, **(generate_options or {}))
+    reports = {}
+    for name, options in (verifies or {"verify": {}}).items():
+        step(name)
+        reports[name] = verify(plan_dir, out, **options)
+    return reports
 
 
 def verify_gpu(plan_dir: Path, generated: Path, *, out: str, print_only: bool, trust_code: bool = False,
@@ -404,33 +332,3 @@ def metrics(baseline: Path, candidate: Path, side_by_side: Path | None = None):
     from integrate.verify.metrics import report
 
     return report(baseline, candidate, side_by_side)
-
-
-def audit(only: tuple[str, ...] = (), *, proofs: tuple[str, ...] | None = None, use_cache: bool = True,
-          jobs: int | None = None, progress: Progress = _quiet):
-    """Every integration the installed cache-dit registers, proved side by side with ours (an `AuditReport`);
-    `jobs` rows at once (default: half the cores)."""
-    from integrate.survey.audit import DEFAULT_PROOFS, run_audit
-
-    return run_audit(only, proofs or DEFAULT_PROOFS, use_cache=use_cache, progress=progress, jobs=jobs)
-
-
-def audit_fix(only: tuple[str, ...], cache_dit_src: Path, out: Path, *, proofs: tuple[str, ...] | None = None,
-              progress: Progress = _quiet):
-    """`audit --fix`: one class audited and, where cache-dit's cache integration is the finding, ours written over
-    it in the checkout, with a regression test that fails before and passes after (a `FixReport`)."""
-    from integrate.survey.audit import DEFAULT_PROOFS
-    from integrate.survey.fix import run_fix
-
-    return run_fix(tuple(only), Path(cache_dit_src), Path(out), tuple(proofs or DEFAULT_PROOFS), progress)
-
-
-def survey(paths: list[str] | tuple[str, ...] = (), *, jobs: int | None = None, use_cache: bool = True,
-           verify_only: tuple[str, ...] | None = None, classes: tuple[str, ...] | None = None,
-           progress: Progress = _quiet):
-    """One row per transformer class in the installed diffusers (and `paths`); `verify_only` (a tuple of class
-    names, empty for all) adds each row's CPU proof; `classes` surveys only the files defining those classes."""
-    from integrate.survey import run_survey
-
-    return run_survey(list(paths), jobs=jobs, use_cache=use_cache, verify_only=verify_only, progress=progress,
-                      classes=classes)

@@ -1,4 +1,5 @@
-"""The `integrate` command line: click options -> `integrate.api` -> `integrate.render` (or JSON).
+"""The `integrate` command line: click options -> `integrate.api` (or the front ends built on it: `integrate.survey`,
+`integrate.repair`) -> `integrate.render` (or JSON).
 
 Exit codes: 0 success, 1 the analysed model fails a check, 2 the user's input is wrong (one line on
 stderr, nothing written), 3 a bug in integrate.
@@ -313,7 +314,10 @@ def repair(plan_dir: Path, generated: Path, proofs: tuple[str, ...], max_candida
            fixture_from: Path | None, trust_code: bool, as_json: bool) -> int:
     """After a failed verify: try the plan's alternatives on the failing proof, one at a time, and propose the
     smallest revision that passes (never approved: take it with `integrate revise`)."""
-    report = api.repair(plan_dir, generated, proofs=proofs or None, max_candidates=max_candidates,
+    from integrate.repair import repair as run_repair
+
+    report = run_repair(plan_dir, generated, proofs=proofs or tuple(_proof_choices("REPAIRABLE")),
+                        max_candidates=max_candidates,
                         max_seconds=max_seconds, fixture_from=fixture_from, trust_code=trust_code,
                         progress=_progress)
     data = {"schema_version": report.schema_version, "repair": to_json(report)}
@@ -337,7 +341,9 @@ def survey(paths: tuple[str, ...], as_json: bool, jobs: int | None, no_cache: bo
     lists and ForwardPatterns, CFG style, PatchFunctor, CP and TP (static analysis, never imports)."""
     if only and not verify:
         raise InputError("--only picks the rows to verify: use it with --verify")
-    report = api.survey(paths, jobs=jobs, use_cache=not no_cache, verify_only=only if verify else None,
+    from integrate.survey import run_survey
+
+    report = run_survey(list(paths), jobs=jobs, use_cache=not no_cache, verify_only=only if verify else None,
                         progress=lambda line: click.echo(line, err=True))
     data = to_json(report)
     _emit(data, as_json, lambda: terminal.survey(data))
@@ -364,17 +370,21 @@ def audit(only: tuple[str, ...], proofs: tuple[str, ...], no_cache: bool, jobs: 
     """Prove every integration the installed cache-dit ships side by side with ours: the same CPU proofs on
     the same fixture. A proof cache-dit's own integration fails is a finding (exit 1), with the commands that
     reproduce it. With --fix (one class): the fix, written into a cache-dit checkout (exit 0 when written)."""
+    from integrate.survey.audit import DEFAULT_PROOFS, run_audit
+
     if not fix and (cache_dit_src is not None or out_dir is not None):
         raise InputError("--cache-dit-src and --out go with --fix")
     if fix:
         if cache_dit_src is None or out_dir is None:
             raise InputError("--fix needs --cache-dit-src PATH (the checkout to fix) and --out DIR (PR.md, the test)")
-        result = api.audit_fix(only, cache_dit_src, out_dir, proofs=proofs or None,
-                               progress=lambda line: click.echo(line, err=True))
+        from integrate.survey.fix import run_fix
+
+        result = run_fix(tuple(only), cache_dit_src, out_dir, tuple(proofs or DEFAULT_PROOFS),
+                         lambda line: click.echo(line, err=True))
         data = to_json(result)
         _emit(data, as_json, lambda: terminal.audit_fix(data))
         return 1 if result.failed else 0
-    report = api.audit(only, proofs=proofs or None, use_cache=not no_cache, jobs=jobs,
+    report = run_audit(only, proofs or DEFAULT_PROOFS, use_cache=not no_cache, jobs=jobs,
                        progress=lambda line: click.echo(line, err=True))
     data = to_json(report)
     _emit(data, as_json, lambda: terminal.audit(data))

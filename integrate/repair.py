@@ -12,12 +12,12 @@ revision that makes the failing proof pass. It never approves the plan: the prop
    module, then the rest of that kind. A candidate read from the run whose own run loses that evidence and fails
    no sooner is a step: the search goes on from its run, on top of it (`Trial.on`).
 3. For each candidate, in a scratch folder: the plan revised with it, approved as an automatic trial (never
-   the user's plan), generated, and only the failing proof run again: its first failing variant only, against
-   the plain model's run kept from step 1 (same fixture, so it is not run again). A candidate that passes it has
-   the proof's every variant run once more; the first that passes that too (every variant that ran passed:
-   those waiting on the hand-written cache part or skipped on this machine do not count) is the proposal for
-   that proof (every candidate is one decision, so the first to pass is a smallest revision). What it gives up
-   is said (`Proposal.costs`: a module run whole repeats its work on every rank).
+   the user's plan), generated, and only the failing proof run again (`api.automatic_chain`): its first failing
+   variant only, against the plain model's run kept from step 1 (same fixture, so it is not run again). A
+   candidate that passes it has the proof's every variant run once more; the first that passes that too (every
+   variant that ran passed: those waiting on the hand-written cache part or skipped on this machine do not count)
+   is the proposal for that proof (every candidate is one decision, so the first to pass is a smallest revision).
+   What it gives up is said (`Proposal.costs`: a module run whole repeats its work on every rank).
 4. Within `max_candidates` trials and `max_seconds`; what was tried and where each candidate diverged is
    reported either way.
 
@@ -49,7 +49,8 @@ from integrate.records import OMIT, Omit, to_json
 from integrate.verify.proofs import BY_NAME, REPAIRABLE
 
 REPAIR_SCHEMA_VERSION = "1.2"
-TRIAL_REVIEWER = "integrate repair (automatic: a trial of a candidate revision, not a human review)"
+COMMAND = "integrate repair"
+TRIAL = "a trial of a candidate revision"  # why a scratch plan is revised and approved without a person
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ def _scratch_plan(plan_dir: Path, into: Path, indices: list[int], pool: list[Alt
         shutil.copy2(plan_dir / name, into / name)
     sets, unsets = _merged(pool, indices)
     api.revise(into, [f"{k}={json.dumps(v)}" for k, v in sets.items()], unsets=list(unsets),
-               why="integrate repair: a candidate", reviewer=TRIAL_REVIEWER)
+               why="integrate repair: a candidate", reviewer=api.automatic_reviewer(COMMAND, TRIAL))
     return into
 
 
@@ -266,10 +267,12 @@ def _costs(taken: list[Alternative]) -> tuple[str, ...]:
 
 
 def _adopt_fixture(generated: Path, out: Path) -> None:
-    """The fixture verify derived for the generated code: the candidate's code differs, its model does not, so
-    verify reuses it (it checks the derive job and the files' hashes, and derives anew when they differ)."""
+    """The fixture verify derived for the generated code, put in the trial's output folder before its code is
+    generated there: the candidate's code differs, its model does not, so verify reuses it (it checks the derive job
+    and the files' hashes, and derives anew when they differ)."""
     from integrate.verify.fixture import FILENAME
 
+    out.mkdir(parents=True, exist_ok=True)
     for suffix in (".py", ".pt", ".json"):
         source = (generated / FILENAME).with_suffix(suffix)
         if source.is_file():
@@ -362,12 +365,10 @@ def _trial(plan_dir: Path, generated: Path, work: Path, pool: list[Alternative],
             "on": tuple(taking[:-1])}
     try:
         scratch = _scratch_plan(plan_dir, work / "plan", taking, pool)
-        api.approve(scratch, TRIAL_REVIEWER)
-        api.generate(scratch, out=work / "out")
         _adopt_fixture(generated, work / "out")
-        report = api.verify(scratch, work / "out", proofs=(proof,), trust_code=trust_code, baseline=baseline,
-                            variants=variants, skip=skip, fixture_from=fixture_from,
-                            progress=lambda line: progress(f"  {line}"))
+        report = api.automatic_chain(scratch, work / "out", command=COMMAND, why=TRIAL, verifies={"verify": {
+            "proofs": (proof,), "trust_code": trust_code, "baseline": baseline, "variants": variants, "skip": skip,
+            "fixture_from": fixture_from, "progress": lambda line: progress(f"  {line}")}})["verify"]
     except InputError as exc:
         return Trial(**base, status="error", diverged_at=None, why=str(exc)[:300],
                      seconds=round(time.monotonic() - t0, 1)), None

@@ -226,9 +226,53 @@ def is_stub(text: str) -> bool:
                for stmt in module.body if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body)
 
 
+def _adapter(b: _Build) -> dict:
+    """The BlockAdapter: its block lists, the class names cache-dit looks it up by, where the pipeline holds the
+    transformer, the CFG style and why; written as the `adapter` piece where a block list has a ForwardPattern."""
+    cache = b.plan.cache
+    blocks = _adapter_blocks(b)
+    p_cls = (b.m.pipeline_class or "").split(".")[0]
+    p_src = b.ws.load(Path(b.m.pipeline_file)) if b.m.pipeline_file and not b.m.no_pipeline else None
+    is_class = p_src is not None and p_cls in p_src.classes and "." not in (b.m.pipeline_class or "")
+    # not a diffusers pipeline (the analysis's verdict: a sampler function, a reference repository's own class):
+    # cache-dit cannot be handed it, and a registry entry under its short names (`Flux`, `Sampler`) would lose to
+    # a built-in one or claim other models; the adapter is transformer-only, given to `enable_cache` by the caller
+    third_party = not b.m.no_pipeline and getattr(b.analysis.pipeline, "diffusers_pipeline", None) is False
+    # transformer-only: cache-dit looks the adapter up by the transformer's class name
+    prefix = b.m.transformer_class if b.m.no_pipeline else p_cls.removesuffix("Pipeline")
+    cfg_why = _cfg_why(b)
+    # cache-dit looks a transformer alone (`enable_cache(transformer)`, verify's proofs) up by its own class name:
+    # where that does not start with the pipeline's prefix (Kandinsky6TI2VAPipeline, Kandinsky6Transformer3DModel),
+    # the adapter is registered under both (only for a pipeline class: a third-party loop's short class names,
+    # `Flux`, would claim other models)
+    also = b.m.transformer_class if is_class and not third_party and \
+        not b.m.transformer_class.startswith(prefix) else None
+    holder, holder_at = _holder(b, is_class)
+    adapter = {
+        "holder": holder,
+        "holder_at": holder_at,
+        "prefix": None if third_party else prefix, "also": also, "func": f"{b.name}_adapter", "blocks": blocks,
+        # the class name cache-dit looks the adapter up by (a pipeline's, or the transformer's alone)
+        "lookup": b.m.transformer_class if b.m.no_pipeline else p_cls,
+        "third_party": third_party,
+        "has_separate_cfg": bool(cache.has_separate_cfg), "cfg_why": cfg_why,
+        "check_forward_pattern": all(x.check_forward_pattern for x in cache.block_lists),
+        "check_why": "cache-dit's name/annotation check cannot read these blocks (see the plan's cache section)",
+        # cache-dit's own adapters check the class they were written for (`_relaxed_assert`); only where the
+        # transformer's module has an import name
+        "assert_module": b.src.dotted_name,
+    }
+    if blocks:
+        b.piece("adapter", "adapter", adapter["func"], "adapter.py.j2", adapter=adapter, functor=b.functor,
+                manual_patch=b.manual_patch,
+                imports=import_block(_adapter_imports(b, third_party), (b.import_name,)))
+        _adapter_registered(b, adapter, [n for n in (prefix, also) if n])
+    return adapter
+
+
 def _adapter_blocks(b: _Build) -> list[dict]:
-    """The lists the adapter caches, each with its ForwardPattern (a list the PatchFunctor split off from one
-    follows it); a list with no pattern is left out, and said."""
+    """The adapter's block lists: each cached list, then the second walks the PatchFunctor splits off it; lists
+    without a ForwardPattern, and a second model in the denoising loop, are left to hand work."""
     blocks = []
     for bl in b.plan.cache.block_lists:
         blocks.append({"attr": bl.attr, "pattern": bl.forward_pattern, "note": ""})
@@ -241,65 +285,46 @@ def _adapter_blocks(b: _Build) -> list[dict]:
         blocks = [x for x in blocks if x["pattern"] is not None]
     if not blocks:
         b.manual.append("no block list with a ForwardPattern: no BlockAdapter written")
+    b.manual += [f"a second model in the denoising loop: {e.why} ({Path(e.file).name}:{e.line})"
+                 for e in b.analysis.pipeline.other_models]
     return blocks
 
 
-def _adapter(b: _Build) -> dict:
+def _cfg_why(b: _Build) -> str:
+    """Why the adapter's has_separate_cfg says what it says: a reviewer's override, the pipeline's loop as read, or
+    the CFG style declared for a transformer alone; unknown is left to a reviewer, never guessed."""
     cache = b.plan.cache
-    blocks = _adapter_blocks(b)
-    b.manual += [f"a second model in the denoising loop: {e.why} ({Path(e.file).name}:{e.line})"
-                 for e in b.analysis.pipeline.other_models]
-    separate = cache.has_separate_cfg
-    style = "calls the transformer separately for CFG" if separate else "batches CFG in one call"
-    p_cls = (b.m.pipeline_class or "").split(".")[0]
-    p_src = b.ws.load(Path(b.m.pipeline_file)) if b.m.pipeline_file and not b.m.no_pipeline else None
-    is_class = p_src is not None and p_cls in p_src.classes and "." not in (b.m.pipeline_class or "")
-    # not a diffusers pipeline (the analysis's verdict: a sampler function, a reference repository's own class):
-    # cache-dit cannot be handed it, and a registry entry under its short names (`Flux`, `Sampler`) would lose to
-    # a built-in one or claim other models; the adapter is transformer-only, given to `enable_cache` by the caller
-    third_party = not b.m.no_pipeline and getattr(b.analysis.pipeline, "diffusers_pipeline", None) is False
-    if b.m.no_pipeline:  # transformer-only: cache-dit looks the adapter up by the transformer's class name
-        prefix = b.m.transformer_class
-        cfg_why = f"declared with --separate-cfg {'yes' if separate else 'no'}: the caller {style}"
-    else:
-        prefix = p_cls.removesuffix("Pipeline")
-        cfg_why = f"the pipeline's denoising loop {style} (confidence {cache.cfg_confidence})"
+    style = "calls the transformer separately for CFG" if cache.has_separate_cfg else "batches CFG in one call"
     if any(o.key == "cache.has_separate_cfg" for o in b.plan.overrides):
-        cfg_why = f"the reviewer's override: the caller {style}"
-    elif separate is None:  # never a guess passed off as a reading
-        cfg_why = ("unknown (see the plan's cache section): cache-dit's default False stands until a reviewer sets "
-                   "cache.has_separate_cfg with integrate revise")
+        return f"the reviewer's override: the caller {style}"
+    if cache.has_separate_cfg is None:
         b.manual.append("has_separate_cfg is unknown: the adapter keeps cache-dit's default (False) until a reviewer "
                         "sets it (`integrate revise <plan> --set cache.has_separate_cfg=true|false --why ...`)")
-    # cache-dit looks a transformer alone (`enable_cache(transformer)`, verify's proofs) up by its own class name:
-    # where that does not start with the pipeline's prefix (Kandinsky6TI2VAPipeline, Kandinsky6Transformer3DModel),
-    # the adapter is registered under both (only for a pipeline class: a third-party loop's short class names,
-    # `Flux`, would claim other models)
-    also = b.m.transformer_class if is_class and not third_party and \
-        not b.m.transformer_class.startswith(prefix) else None
-    # where the pipeline holds the transformer, as its __init__ says; a transformer looked up alone comes in
-    # cache-dit's stand-in pipeline, which holds it as `transformer`
+        return ("unknown (see the plan's cache section): cache-dit's default False stands until a reviewer sets "
+                "cache.has_separate_cfg with integrate revise")
+    if b.m.no_pipeline:
+        return f"declared with --separate-cfg {'yes' if cache.has_separate_cfg else 'no'}: the caller {style}"
+    return f"the pipeline's denoising loop {style} (confidence {cache.cfg_confidence})"
+
+
+def _holder(b: _Build, is_class: bool) -> tuple[str | None, str]:
+    """(the pipeline's attribute that holds the transformer, where its __init__ sets it) where that is not
+    `transformer`, diffusers' convention; else (None, ""). A transformer looked up alone comes in cache-dit's
+    stand-in pipeline, which holds it as `transformer`."""
     pipe_facts = b.analysis.pipeline
     holder = pipe_facts.transformer_attr if pipe_facts is not None else None
     if holder is None and is_class:  # a sampler function holds nothing: the transformer is looked up alone
         b.notes.append(f"where {b.m.pipeline_class} holds the transformer is not read from its __init__: the adapter "
                        "reads `pipe.transformer`, diffusers' convention")
-    elsewhere = holder not in (None, "transformer")  # the adapter reads another attribute than diffusers' own
-    at = pipe_facts.transformer_attr_at if elsewhere else None
-    adapter = {
-        "holder": holder if elsewhere else None,
-        "holder_at": f"{Path(at.file).name}:{at.line}" if at is not None else "",
-        "prefix": None if third_party else prefix, "also": also, "func": f"{b.name}_adapter", "blocks": blocks,
-        # the class name cache-dit looks the adapter up by (a pipeline's, or the transformer's alone)
-        "lookup": b.m.transformer_class if b.m.no_pipeline else p_cls,
-        "third_party": third_party,
-        "has_separate_cfg": bool(separate), "cfg_why": cfg_why,
-        "check_forward_pattern": all(x.check_forward_pattern for x in cache.block_lists),
-        "check_why": "cache-dit's name/annotation check cannot read these blocks (see the plan's cache section)",
-        # cache-dit's own adapters check the class they were written for (`_relaxed_assert`); only where the
-        # transformer's module has an import name
-        "assert_module": b.src.dotted_name,
-    }
+    if holder in (None, "transformer"):
+        return None, ""
+    at = pipe_facts.transformer_attr_at
+    return holder, f"{Path(at.file).name}:{at.line}" if at is not None else ""
+
+
+def _adapter_imports(b: _Build, third_party: bool) -> list[tuple[str, str | None]]:
+    """What the adapter module imports: cache-dit's BlockAdapter and ForwardPattern, its registry where the plugin
+    registers the adapter, and the PatchFunctor or hand-written patch it hands over."""
     imports = [("cache_dit.caching.block_adapters.block_adapters", "BlockAdapter"),
                ("cache_dit.caching.forward_pattern", "ForwardPattern")]
     if third_party:
@@ -312,37 +337,35 @@ def _adapter(b: _Build) -> dict:
         imports.append((b.functor["module"], b.functor["cls"]))
     if b.manual_patch:
         imports.append((b.manual_patch["module"], b.manual_patch["func"]))
-    if blocks:
-        b.piece("adapter", "adapter", adapter["func"], "adapter.py.j2", adapter=adapter, functor=b.functor,
-                manual_patch=b.manual_patch,
-                imports=import_block(imports, (b.import_name,)))
-        _adapter_registered(b, adapter, [n for n in (prefix, also) if n])
-    return adapter
+    return imports
 
 
 def _adapter_registered(b: _Build, adapter: dict, names: list[str]) -> None:
-    """Record the names the written adapter is registered under (of `names`), and say where it is not."""
+    """The names the plugin registers the adapter under (`names`: the pipeline's prefix and the transformer's own
+    class name), less those a built-in adapter answers first; a note for every one left out, and for a model the
+    plugin registers nothing for (a third-party loop, a model cache-dit's own adapter accepts)."""
     if adapter["third_party"]:
         b.notes.append(f"{b.m.pipeline_class} is not a diffusers pipeline: the adapter is transformer-only and "
                        f"registered nowhere; hand it to cache-dit yourself: "
                        f"`cache_dit.enable_cache({adapter['func']}(model), ...)`")
-    elif b.common["supported"]:
+        return
+    if b.common["supported"]:
         b.notes.append(f"cache-dit's own adapter accepts {b.m.transformer_class}: the plugin registers no "
                        "adapter over it, and its planners only where cache-dit has none")
-    else:
-        taken = {n: b.answered_by("adapter", n) for n in names} if not b.replace_builtin else {}
-        for n, key in taken.items():
-            if key:
-                b.notes.append(f"cache-dit's adapter registered as {key} answers {n} first, and its public API "
-                               f"cannot register ours ahead: the plugin leaves {n} unregistered; hand the adapter "
-                               f"over (`cache_dit.enable_cache({adapter['func']}(pipe), ...)`) or write it into "
-                               "a checkout (--mode checkout)")
-        kept = [n for n in names if not taken.get(n)]
-        if kept:
-            b.registered["adapter"] = ", ".join(kept)
-        if len(kept) < len(names):
-            b.notes.append("the cache rows of test_matrix.sh run through cache-dit's registry, which answers "
-                           "this pipeline with a built-in adapter, not ours, until it is written into a checkout")
+        return
+    taken = {n: b.answered_by("adapter", n) for n in names} if not b.replace_builtin else {}
+    for n, key in taken.items():
+        if key:
+            b.notes.append(f"cache-dit's adapter registered as {key} answers {n} first, and its public API "
+                           f"cannot register ours ahead: the plugin leaves {n} unregistered; hand the adapter "
+                           f"over (`cache_dit.enable_cache({adapter['func']}(pipe), ...)`) or write it into "
+                           "a checkout (--mode checkout)")
+    kept = [n for n in names if not taken.get(n)]
+    if kept:
+        b.registered["adapter"] = ", ".join(kept)
+    if len(kept) < len(names):
+        b.notes.append("the cache rows of test_matrix.sh run through cache-dit's registry, which answers "
+                       "this pipeline with a built-in adapter, not ours, until it is written into a checkout")
 
 
 # -- parallelism ------------------------------------------------------------------------------------

@@ -308,6 +308,34 @@ def rewrite_planner(read: Callable[[str], str | None], files: list[str], rewrite
     before being spliced in, so no line of the module outside the replaced class changes. A helper name the
     module already binds otherwise is refused (resolve by hand). `files`: the package's modules under
     distributed/transformers."""
+    rel, module, old = _registered_planner(read, files, rewrite)
+    ours = relative(rel, cst.parse_module(formatted(rel, rewrite.text)))
+    body = [s for s in ours.body if not _is_docstring(s)]
+    cls = next((s for s in body if isinstance(s, cst.ClassDef) and s.name.value == rewrite.symbol), None)
+    if cls is None:
+        raise InputError(f"our planner module defines no class {rewrite.symbol}")
+    at = body.index(cls)
+    before = [s for s in body[:at] if not _is_import(s)]
+    after = [s for s in body[at + 1:] if not _is_import(s)]
+    taken = {n for s in module.body if s is not old for n in _bound(s)}
+    new_imports = _imports_to_add(rel, module, [s for s in body if _is_import(s)], taken)
+    for stmt in before + after:
+        clash = _bound(stmt) & taken
+        if clash:
+            raise InputError(f"{rel} already defines {', '.join(sorted(clash))}, which our planner defines too: "
+                             "resolve by hand")
+    renamed = cls.with_changes(name=old.name, decorators=old.decorators,
+                               leading_lines=old.leading_lines)
+    new_module = module.with_changes(body=_spliced(module, old, before, [renamed, *after], new_imports))
+    wrapper = cst.metadata.MetadataWrapper(module, unsafe_skip_copy=True)
+    line = wrapper.resolve(cst.metadata.PositionProvider)[old].start.line
+    return Rewritten(rel, old.name.value, rewrite.key, line, ("class",), new_module.code)
+
+
+def _registered_planner(read: Callable[[str], str | None], files: list[str],
+                        rewrite: PlannerRewrite) -> tuple[str, cst.Module, cst.ClassDef]:
+    """(relpath, module, class) of the one built-in planner class registered as `rewrite.key`; an InputError
+    unless there is exactly one."""
     registry = PLANNER_REGISTRIES[rewrite.kind]
     found = []
     for rel in files:
@@ -320,17 +348,12 @@ def rewrite_planner(read: Callable[[str], str | None], files: list[str], rewrite
     if len(found) != 1:
         raise InputError(f"the checkout has {len(found)} classes registered with {registry} as '{rewrite.key}': "
                          "the fix needs exactly one to write over; resolve by hand")
-    rel, module, old = found[0]
-    ours = relative(rel, cst.parse_module(formatted(rel, rewrite.text)))
-    body = [s for s in ours.body if not _is_docstring(s)]
-    cls = next((s for s in body if isinstance(s, cst.ClassDef) and s.name.value == rewrite.symbol), None)
-    if cls is None:
-        raise InputError(f"our planner module defines no class {rewrite.symbol}")
-    at = body.index(cls)
-    imports = [s for s in body if _is_import(s)]
-    before = [s for s in body[:at] if not _is_import(s)]
-    after = [s for s in body[at + 1:] if not _is_import(s)]
-    taken = {n for s in module.body if s is not old for n in _bound(s)}
+    return found[0]
+
+
+def _imports_to_add(rel: str, module: cst.Module, imports: list, taken: set[str]) -> list:
+    """Our planner's imports of names the module does not import yet (each cut to those names); an InputError for
+    a name the module binds to something else."""
     have: dict[str, str] = {}  # name -> where the module imports it from
     for stmt in module.body:
         if _is_import(stmt):
@@ -349,13 +372,13 @@ def rewrite_planner(read: Callable[[str], str | None], files: list[str], rewrite
         missing = {n for n in wanted if n not in have}
         if missing:
             new_imports.append(_only(stmt, missing))
-    for stmt in before + after:
-        clash = _bound(stmt) & taken
-        if clash:
-            raise InputError(f"{rel} already defines {', '.join(sorted(clash))}, which our planner defines too: "
-                             "resolve by hand")
-    renamed = cls.with_changes(name=old.name, decorators=old.decorators,
-                               leading_lines=old.leading_lines)
+    return new_imports
+
+
+def _spliced(module: cst.Module, old: cst.ClassDef, before: list, rest: list, new_imports: list) -> list[cst.CSTNode]:
+    """The module's statements with `old` replaced by our helpers defined ahead of our class (`before`, two blank
+    lines before each definition), then the class and what follows it (`rest`); our `import x` lines ahead of the
+    module's first import and our `from x import y` lines after its last."""
     out: list[cst.CSTNode] = []
     first_import = min((i for i, s in enumerate(module.body) if _is_import(s)), default=-1)
     last_import = max((i for i, s in enumerate(module.body) if _is_import(s)), default=-1)
@@ -367,18 +390,14 @@ def rewrite_planner(read: Callable[[str], str | None], files: list[str], rewrite
         if stmt is old:
             out += [s.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]) if isinstance(
                 s, (cst.FunctionDef, cst.ClassDef)) else s for s in before]
-            out.append(renamed)
-            out += after
+            out += rest
         else:
             out.append(stmt)
         if i == last_import:
             out += new_imports
     if last_import < 0:
         out = plain + new_imports + out
-    new_module = module.with_changes(body=out)
-    wrapper = cst.metadata.MetadataWrapper(module, unsafe_skip_copy=True)
-    line = wrapper.resolve(cst.metadata.PositionProvider)[old].start.line
-    return Rewritten(rel, old.name.value, rewrite.key, line, ("class",), new_module.code)
+    return out
 
 
 def registered_keys(read: Callable[[str], str | None], files: list[str], registry: str) -> set[str]:

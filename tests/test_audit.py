@@ -141,13 +141,12 @@ def _fake_row(row, diffusers_version, work, proofs, classes=frozenset()):
 
 
 def test_audit_rows_run_in_a_process_pool_and_come_back_in_order(monkeypatch, survey):
-    from integrate import api
     from integrate.survey import audit
 
     monkeypatch.setattr(audit, "audit_row", _fake_row)
     only = ("FluxTransformer2DModel", "WanTransformer3DModel", "QwenImageTransformer2DModel")
     lines: list[str] = []
-    report = api.audit(only, proofs=("cache",), use_cache=False, jobs=2, progress=lines.append)
+    report = audit.run_audit(only, ("cache",), use_cache=False, jobs=2, progress=lines.append)
     assert sorted(r.transformer_class for r in report.rows) == sorted(only)
     # the survey's order (the session's survey, shared with test_survey)
     survey_order = [r["transformer_class"] for r in survey["data"]["rows"] if r["transformer_class"] in only]

@@ -286,12 +286,13 @@ def test_patch_functor_rewrites_pitfalls_a_and_c_and_keeps_the_numbers(tmp_path,
 def test_generated_code_is_ruff_clean_across_models(tmp_path, pipeline, transformer):
     from integrate.decisions.records import Approval
     from integrate.templates import build
+    from integrate.templates.generate import analysis_for_plan
 
     from integrate import api
 
     model = make_model_dir(tmp_path / "m", pipeline, transformer)
     plan = api.plan(api.flags_for(str(model)), probe=False)
-    analysis, ws = api.analysis_for_plan(plan)
+    analysis, ws = analysis_for_plan(plan)
     src = ws.load(Path(plan.model.transformer_file))
     name = f"integrate_{plan.model.example_name}"
     gen = build(plan, Approval("t", "now", "0" * 64, "0" * 64, {}, "test"), analysis, ws, src,

@@ -3,7 +3,8 @@
 Stages, in pipeline order: gate -> analyzers -> decisions -> templates -> verify. The core
 (`integrate/*.py`: records, source reading, name resolution, the def-use index, the cache) serves every
 stage and imports none; the front ends (`integrate.api`, `cli`, `render`, `survey`, `repair`) may import anything and
-no stage imports them. Read with libcst, like every other source in this project.
+no stage imports them. No module imports itself back through others (`survey` and `repair` are built on `api`, which
+imports neither). Read with libcst, like every other source in this project.
 """
 
 from __future__ import annotations
@@ -86,6 +87,112 @@ def test_no_stage_imports_a_later_one_or_a_front_end(module):
                 assert other == "core", f"core module {module} imports the stage module {name}"
             else:
                 assert other_rank <= rank, f"{module} ({layer}) imports {name} from a later stage ({other})"
+
+
+# An import cycle allowed for now, as (importer, imported); the test below says when an entry is no longer needed.
+KNOWN_CYCLES: set[tuple[str, str]] = set()  # (importer, imported) edges allowed for now: none
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each module of integrate (this checkout, which conftest checks is the installed one) -> the modules of integrate
+    it imports, wherever the import stands (module level, inside a function, under TYPE_CHECKING). `from P import
+    m` imports the module P.m where there is one, else P; a package's own `__init__` is not counted for its
+    submodules (Python runs it first, but it is what imports them, not the other way round)."""
+    graph = {}
+    for module, path in MODULES.items():
+        edges = set()
+        for target, names, _ in _imports(module, path):
+            for name in names or [None]:
+                taken = f"{target}.{name}" if name and f"{target}.{name}" in MODULES else target
+                if taken in MODULES and taken != module:
+                    edges.add(taken)
+        graph[module] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """A cycle for each back edge a depth-first walk meets, as the modules in import order (first one last again)."""
+    found: list[list[str]] = []
+    state: dict[str, str] = {}
+    path: list[str] = []
+
+    def walk(module: str) -> None:
+        state[module] = "open"
+        path.append(module)
+        for other in sorted(graph.get(module, ())):
+            if state.get(other) == "open":
+                found.append(path[path.index(other):] + [other])
+            elif other not in state:
+                walk(other)
+        path.pop()
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            walk(module)
+    return found
+
+
+def test_cycles_are_found_and_named():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_among_integrates_modules():
+    graph = _import_graph()
+    for importer, imported in KNOWN_CYCLES:
+        assert imported in graph[importer], f"{importer} no longer imports {imported}: delete it from KNOWN_CYCLES"
+        graph[importer] = graph[importer] - {imported}
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+# Size limits in the stages that decide and write (a chart's questions and a template's parts, one function each).
+MAX_FUNCTION_LINES, MAX_CLASS_LINES = 80, 300
+# A function or class allowed over the limits for now (the test below says when an entry is no longer needed).
+KNOWN_LONG: set[str] = set()  # functions and classes allowed over the limits for now: none
+
+
+def _sizes(module: str, path: Path) -> dict[str, tuple[int, int]]:
+    """`module.name` (`module.Class.method`) -> (its lines, the limit on them), for every function and class in the
+    file, nested ones too."""
+    wrapper = cst.metadata.MetadataWrapper(cst.parse_module(path.read_text()))
+    where = wrapper.resolve(cst.metadata.PositionProvider)
+    sizes: dict[str, tuple[int, int]] = {}
+    names = [module]
+
+    class V(cst.CSTVisitor):
+        def _enter(self, node) -> None:
+            names.append(node.name.value)
+            limit = MAX_CLASS_LINES if isinstance(node, cst.ClassDef) else MAX_FUNCTION_LINES
+            sizes[".".join(names)] = (where[node].end.line - where[node].start.line + 1, limit)
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+            self._enter(node)
+
+        def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+            names.pop()
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> None:
+            self._enter(node)
+
+        def leave_ClassDef(self, node: cst.ClassDef) -> None:
+            names.pop()
+
+    wrapper.visit(V())
+    return sizes
+
+
+def test_no_function_or_class_over_the_size_limits_in_decisions_and_templates():
+    over = []
+    for module, path in MODULES.items():
+        if _layer(module)[0] not in ("decisions", "templates"):
+            continue
+        over += [(name, lines) for name, (lines, limit) in _sizes(module, path).items() if lines > limit]
+    long = {name for name, _ in over}
+    assert KNOWN_LONG <= long, f"{sorted(KNOWN_LONG - long)} within the limits now: delete from KNOWN_LONG"
+    assert long <= KNOWN_LONG, "over the size limits: " + ", ".join(f"{n} ({k} lines)" for n, k in over
+                                                                       if n not in KNOWN_LONG)
 
 
 @pytest.mark.parametrize("path", sorted({*MODULES.values(), *(ROOT / "tests").glob("*.py"),

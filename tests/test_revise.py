@@ -232,6 +232,7 @@ def test_repair_reads_candidates_from_the_run_and_builds_on_one_that_answers_its
     step. (The proof still fails after: its attention slices block-causal segments of the local sequence.)"""
     from integrate import api
     from integrate.records import to_json
+    from integrate.repair import repair
 
     model = tmp_path / "m"
     model.mkdir()
@@ -242,7 +243,7 @@ def test_repair_reads_candidates_from_the_run_and_builds_on_one_that_answers_its
     api.write_plan(api.plan(api.flags_for(str(model)), probe=False), plan_dir)
     api.approve(plan_dir, "test")
     api.generate(plan_dir, out=out)
-    report = to_json(api.repair(plan_dir, out, proofs=("cp",), max_candidates=4))
+    report = to_json(repair(plan_dir, out, proofs=("cp",), max_candidates=4))
     observed = {(a["decision"], a["instead"]) for a in report["observed"]}
     table = ("CP split of `rotary_emb` at `transformer_blocks.*`", "dim 0 of 2 (the rank the run met)")
     assert table in observed and (table[0], "dim 1 of 2 (the rank the run met)") not in observed, observed
@@ -277,6 +278,7 @@ def test_repair_runs_a_module_that_regroups_the_sequence_by_frame_whole(tmp_path
     CP is planned because the processors passed by position are read.)"""
     from integrate import api
     from integrate.records import to_json
+    from integrate.repair import repair
 
     plan = _framewise(tmp_path)
     processors = {(a.block_list, a.processor) for a in plan.facts.attention}
@@ -286,7 +288,7 @@ def test_repair_runs_a_module_that_regroups_the_sequence_by_frame_whole(tmp_path
     api.approve(plan_dir, "test")
     approval = (plan_dir / "APPROVAL.json").read_bytes()
     api.generate(plan_dir, out=out)
-    report = to_json(api.repair(plan_dir, out, proofs=("cp",), trust_code=True))
+    report = to_json(repair(plan_dir, out, proofs=("cp",), trust_code=True))
     assert report["failing"] == {"cp": "adapters.0.attn.to_out"}, report["failing"]
     (trial,) = report["trials"]
     assert (trial["decision"], trial["status"], trial["on"]) == ("CP of `adapters.*`", "pass", []), trial

@@ -1,8 +1,8 @@
 """`integrate audit`: every integration the installed cache-dit ships, proved side by side with ours.
 
 For each transformer class whose cache-dit adapter accepts it (the survey's support note), with a config-only
-model folder, through `integrate.api` in this process: the plan (no probe), an approval recorded as
-automatic, `generate --replace-builtin` (ours registered over cache-dit's own), then the same CPU proofs
+model folder, through `integrate.api` in this process: the plan (no probe), then `api.automatic_chain`: an approval
+recorded as automatic, `generate --replace-builtin` (ours registered over cache-dit's own), then the same CPU proofs
 twice on the same fixture: once with cache-dit's own integration (`verify --cache-dit-own`: the plugin is
 not imported) and once with ours. Each proof gets one label (`proof_label`): a proof cache-dit's integration
 fails while ours passes is a finding, printed with the shell lines that reproduce it from scratch; a proof
@@ -33,7 +33,6 @@ from integrate.verify.proofs import AUDITED, BY_NAME
 
 from .records import AUDIT_SCHEMA, AUDIT_SCHEMA_VERSION, PROOF_LABELS, AuditProof, AuditReport, AuditRow, SurveyRow
 
-REVIEWER = "integrate audit (automatic: a scratch plan to compare with cache-dit's own, not a human review)"
 DEFAULT_PROOFS = AUDITED  # every proof that runs the model through an integration
 
 
@@ -70,7 +69,7 @@ def audit_row(row: SurveyRow, diffusers_version: str | None, work: Path, proofs:
         adapter = support.matches[0].adapter
     head = {"transformer_class": row.transformer_class, "pipeline": row.analysed_pipeline, "adapter": adapter}
     base = work / row.transformer_class
-    step = "plan"
+    steps = ["plan"]
     try:
         model = _model_dir(base, row, diffusers_version)
         analysis = api.analyze(api.flags_for(str(model)))
@@ -80,18 +79,17 @@ def audit_row(row: SurveyRow, diffusers_version: str | None, work: Path, proofs:
                                  for e in ([e for e in b.evidence if e.why.startswith("returns")][:1]
                                            or list(b.evidence[:1])))
         api.write_plan(api.plan(api.flags_for(str(model)), probe=False), base / "plan")
-        step = "approve"
-        api.approve(base / "plan", REVIEWER)
-        step = "generate"
-        api.generate(base / "plan", out=base / "out", replace_builtin=True)
-        step = "verify cache-dit's own"
-        theirs = api.verify(base / "plan", base / "out", proofs=proofs, cache_dit_own=True)
-        step = "verify ours"
-        ours = api.verify(base / "plan", base / "out", proofs=proofs)
+        reports = api.automatic_chain(base / "plan", base / "out", command="integrate audit",
+                                      why="a scratch plan to compare with cache-dit's own", step=steps.append,
+                                      generate_options={"replace_builtin": True},
+                                      verifies={"verify cache-dit's own": {"proofs": proofs, "cache_dit_own": True},
+                                                "verify ours": {"proofs": proofs}})
+        theirs, ours = reports["verify cache-dit's own"], reports["verify ours"]
     except InputError as exc:
-        return AuditRow(**head, status="error", why=f"{step}: {exc}", seconds=round(time.monotonic() - started, 1))
+        return AuditRow(**head, status="error", why=f"{steps[-1]}: {exc}",
+                        seconds=round(time.monotonic() - started, 1))
     except Exception as exc:  # noqa: BLE001 - one row failing never stops the audit
-        return AuditRow(**head, status="error", why=f"{step}: {type(exc).__name__}: {exc}",
+        return AuditRow(**head, status="error", why=f"{steps[-1]}: {type(exc).__name__}: {exc}",
                         seconds=round(time.monotonic() - started, 1))
     fixture = theirs.fixture.status
     out = []
@@ -227,10 +225,11 @@ def run_audit(only: tuple[str, ...] = (), proofs: tuple[str, ...] = DEFAULT_PROO
     if bad:
         raise InputError(f"--proof {bad[0]}: not a proof (choose from {', '.join(CHOICES)})")
     progress = progress or (lambda line: None)
+    from . import class_names, run_survey
+
     # quiet: a bad --only is one line, nothing before it; with --only, only the files defining those classes
-    survey = api.survey(classes=tuple(only) or None, progress=lambda line: None)
+    survey = run_survey([], classes=tuple(only) or None, progress=lambda line: None)
     # every class the installed diffusers' transformer files define (whose prefix a planner was registered under)
-    from . import class_names
 
     classes = class_names(use_cache)
     rows = [r for r in survey.rows if r.status == "ok" and r.transformer_class and r.already_supported

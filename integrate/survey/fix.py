@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from integrate import __version__, api
+from integrate import __version__
 from integrate.errors import InputError
 from integrate.records import OMIT, to_json
 
@@ -100,8 +100,9 @@ def _finding_text(p, what: str) -> str:
 def _our_planner(base: Path, kind: str):
     """(text, class) of our planner of `kind` as a checkout module (decorated, registered natively)."""
     from integrate.decisions.approval import require_approved
+    from integrate.templates.generate import built
 
-    gen, _ = api.built(*require_approved(base / "plan"), replace_builtin=True, checkout=True)
+    gen, _ = built(*require_approved(base / "plan"), replace_builtin=True, checkout=True)
     piece = next((p for p in gen.pieces if p.role == f"{kind}_planner"), None)
     return (piece.text, piece.symbol) if piece is not None else (None, None)
 
@@ -118,14 +119,14 @@ def run_fix(only: tuple[str, ...], src: Path, out: Path, proofs: tuple[str, ...]
     from integrate.templates.regression import cache_test, tp_test
     from integrate.verify.proofs import cache as cache_proof
 
-    from . import class_names, model_class_names
+    from . import class_names, model_class_names, run_survey
     from .audit import audit_row
 
     progress = progress or (lambda line: None)
     if len(only) != 1:
         raise InputError("--fix writes one fix: name one class with --only CLASS")
     package = find_package(src)
-    survey = api.survey(classes=tuple(only), progress=lambda line: None)
+    survey = run_survey([], classes=tuple(only), progress=lambda line: None)
     rows = [r for r in survey.rows if r.status == "ok" and r.transformer_class == only[0] and r.already_supported
             and r.already_supported.registered]
     if not rows:

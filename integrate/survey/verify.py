@@ -1,9 +1,9 @@
 """`integrate survey --verify`: the CPU proof for survey rows, one model after another.
 
 Each row's class gets a config-only model directory, then what a user would run, through
-`integrate.api` in this process: the plan (no probe), an approval recorded as automatic (the survey's own
-scratch plan, never a human review), generate and verify. Rows of classes outside the installed
-diffusers, or without a pipeline, are skipped with the reason. A verify run takes about half a minute on
+`integrate.api` in this process: the plan (no probe), then `api.automatic_chain` (an approval recorded as
+automatic: the survey's own scratch plan, never a human review; generate and verify). Rows of classes outside
+the installed diffusers, or without a pipeline, are skipped with the reason. A verify run takes about half a minute on
 2 cores; `--only` picks rows.
 """
 
@@ -21,8 +21,6 @@ from integrate.records import OMIT
 from integrate.verify.proofs import REPORTED
 
 from .records import RowVerify, SurveyReport, SurveyRow
-
-REVIEWER = "integrate survey --verify (automatic: a scratch plan for the survey, not a human review)"
 
 
 def verify_row(row: SurveyRow, diffusers_version: str | None, work: Path, *, fixture_only: bool = False,
@@ -50,20 +48,17 @@ def verify_row(row: SurveyRow, diffusers_version: str | None, work: Path, *, fix
         config = {"_class_name": row.transformer_class, "_diffusers_version": diffusers_version or "0"}
         (model / "transformer" / "config.json").write_text(json.dumps(config))
         flags = api.flags_for(str(model), no_pipeline=True, separate_cfg=separate_cfg)
-    step = "plan"
+    steps = ["plan"]
     try:
         api.write_plan(api.plan(flags, probe=False), base / "plan")
-        step = "approve"
-        api.approve(base / "plan", REVIEWER)
-        step = "generate"
-        api.generate(base / "plan", out=base / "out")  # parts left to hand work still get verified
-        step = "verify"
-        report = api.verify(base / "plan", base / "out", fixture_only=fixture_only, fixture_from=fixture_from,
-                            trust_code=fixture_from is not None)
+        report = api.automatic_chain(base / "plan", base / "out", command="integrate survey --verify",
+                                     why="a scratch plan for the survey", step=steps.append,
+                                     verifies={"verify": {"fixture_only": fixture_only, "fixture_from": fixture_from,
+                                                          "trust_code": fixture_from is not None}})["verify"]
     except InputError as exc:
-        return RowVerify("error", why=f"{step}: {exc}")
+        return RowVerify("error", why=f"{steps[-1]}: {exc}")
     except Exception as exc:  # noqa: BLE001 - one row failing never stops the survey
-        return RowVerify("error", why=f"{step}: {type(exc).__name__}: {exc}")
+        return RowVerify("error", why=f"{steps[-1]}: {type(exc).__name__}: {exc}")
     statuses = {name: getattr(report, name).status for name in REPORTED}
     firsts = {name: getattr(report, name).first_divergence.module for name in REPORTED
               if getattr(report, name).first_divergence}
