@@ -117,22 +117,23 @@ def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree
         return None
     loops, every = _block_loops(src, cls, fwd, tree, block_lists)
     params = [p.name.value for p in params_of(fwd) if p.name.value != "self"]
-    flow = _Flow(ws, src, cls, fwd, tree, params, every)
+    flow = _Forward(ws, src, cls, fwd, tree, params, every)
+    walker, root = _Walker(flow), _RootSplit(flow)
     walks: list[_Walk] = []
     for bl, lp in loops:
-        walks.append(flow.walk(bl, lp, walks))
+        walks.append(walker.walk(bl, lp, walks))
     file = str(src.path)
     if not walks:
         return SequenceFact(file, src.line(fwd), tuple(params), (), (), {}, (), None, None, (), (), (),
                             unknowns=("no block list is called in a loop in forward",))
-    blockers, origins, risks = flow.root_check(walks[0])
+    blockers, origins, risks = root.root_check(walks[0])
     for i, w in enumerate(walks[1:], 1):  # a later walk on streams of its own: could the root split them too?
         if w.fresh_streams:
             fresh = dataclasses.replace(w, streams={p: v for p, v in w.streams.items() if p in w.fresh_streams})
-            later_blockers, later_origins, later_risks = flow.root_check(fresh)
+            later_blockers, later_origins, later_risks = root.root_check(fresh)
             walks[i] = dataclasses.replace(w, root_params=later_origins, root_blockers=tuple(later_blockers))
             risks += later_risks if not later_blockers else []
-    gather, blocked, blocked_unless_root, cut_risks = flow.gather(
+    gather, blocked, blocked_unless_root, cut_risks = _Gather(flow).gather(
         walks[-1], {v for w in walks for v in w.streams.values()})
     return SequenceFact(
         file=file, forward_line=src.line(fwd), forward_params=tuple(params), lists=_list_records(walks),
@@ -140,7 +141,7 @@ def sequence_facts(ws: Workspace, src: SourceFile, cls: cst.ClassDef, tree: Tree
         gather=gather.name if gather else None,
         gather_at=Evidence(file, gather.line, gather.code[:80]) if gather and gather.line else None,
         gather_blocked=tuple(blocked), gather_blocked_unless_root=tuple(blocked_unless_root),
-        masks=tuple(flow.masks()), batch_dropped=flow.batch_dropped(),
+        masks=tuple(_masks(flow)), batch_dropped=_batch_dropped(flow),
         optional=tuple(name for name, default in flow.defaults.items() if default == "None"),
         annotations={p.name.value: src.code(p.annotation.annotation) for p in params_of(fwd)
                      if p.annotation is not None},
@@ -205,11 +206,9 @@ def _list_records(walks: list[_Walk]) -> tuple[ListFlowFact, ...]:
     return tuple(w.record(rebuilt) for w, rebuilt in zip(walks, after))
 
 
-class _Flow:
-    """Questions about one forward: who produced a value, what it derives from, how walks continue each other.
-
-    Everything it needs is given when it is made (`loops`: every loop in forward that calls a block list,
-    whose bodies run per block); its methods return what they find and change nothing."""
+class _Forward:
+    """The forward being read: its parameters, the loops in it that call a block list (their bodies run per
+    block), its def-use index statement by statement, and who produced a value it hands on."""
 
     def __init__(self, ws, src: SourceFile, cls: cst.ClassDef, fwd: cst.FunctionDef, tree: Tree, params: list[str],
                  loops: list[Loop]):
@@ -217,109 +216,13 @@ class _Flow:
         self.methods = {fn.name.value for fn in iter_methods(cls)}
         self.loop_spans = [(lp.line, self.end_line(lp.node)) for lp in loops]
         self.defaults = {p.name.value: (src.code(p.default) if p.default is not None else None) for p in params_of(fwd)}
+        self.index = defuse(src, fwd)
         # every binding in forward, a `for` target bound to its iterable: (line, names, value, node)
-        self.assigns = [(line, list(names), value, node) for line, names, value, node in defuse(src, fwd).statements()]
+        self.assigns = [(line, list(names), value, node) for line, names, value, node in self.index.statements()]
 
     def end_line(self, node: cst.CSTNode) -> int:
         return max([self.src.line(node)] + [self.src.line(s) for s in walk_statements(body_of(node))
                                             if not isinstance(s, cst.IndentedBlock)])
-
-    # -- one walk -----------------------------------------------------------------------
-
-    def walk(self, bl: BlockList, loop: Loop, earlier: list[_Walk]) -> _Walk:
-        """One walk over `bl`: the streams it carries, each block input and what produced it, whether it
-        continues the walk before it (`earlier`: the walks read so far) and the modules its body joins in."""
-        end = self.end_line(loop.node)
-        path = ".".join((bl.attr, *loop.keys))  # `self.mode_blocks["image"]`: the ModuleList at `mode_blocks.image`
-        args = CallArgs.of(self.src, loop.call, skip=loop.call_skip, scope=loop.node.body)
-        try:
-            bound = bind(args, bl.forward.params) if bl.forward else {}
-        except Exception:
-            bound = {}
-        streams = {p: bound[p] for p in stream_params(bound, loop.outputs)} or dict(bl.call_site.stream_args)
-        annotated = {q.name: q.annotation for q in bl.forward.params} if bl.forward else {}
-        # a parameter the call leaves at its default (`<default None>`) is no input: a hook planned on it would
-        # look it up among arguments the call never passes (cache-dit's split hook raised IndexError)
-        inputs = [self.block_input(param, arg, streams, loop, annotated.get(param), bl, path) for param, arg in bound.items()
-                  if arg not in ("None", "True", "False") and not arg.startswith("<default ") and param != "self"]
-        inputs = [self.unmasked(bl, f, p, streams, loop) if f.role == "mask" else (f, p) for f, p in inputs]
-        split_before = {v for w in earlier for v in w.streams.values()}
-        fresh, after, rebuilt = set(streams), None, []
-        if earlier:
-            fresh, after, rebuilt = self.continues(earlier[-1], streams, loop, split_before)
-        offset, last = self.slice_span(loop, path)
-        sides = self.side_modules(loop, set(streams.values()) | split_before)
-        return _Walk(path, loop, end, streams, tuple(f for f, _ in inputs), tuple(p for _, p in inputs),
-                     frozenset(fresh), after, tuple(rebuilt), tuple(sides), offset, last)
-
-    def block_input(self, param: str, arg: str, streams: dict[str, str], loop: Loop,
-                    annotation: str | None = None, bl: BlockList | None = None,
-                    path: str | None = None) -> tuple[BlockInputFact, Producer]:
-        """The block parameter `param`, passed `arg`: its role, what produced it, the forward parameters it
-        derives from and the sequence lengths read on the way. A module named like a position producer makes
-        an otherwise unrecognised input a position. `path`: the walked list's module path (`bl.attr`, or a
-        ModuleDict entry under it)."""
-        role = "stream" if param in streams else "mask" if "mask" in param.lower() else (
-            "position" if is_position(param) or is_position(arg) else "other")
-        producer, in_loop = self.producer_of(arg, loop)
-        params, lengths = self.derivation(arg, loop.line)
-        tokens = self.token_params(arg, loop.line)
-        if role == "other" and producer.kind == "module" and is_position(producer.name or ""):
-            role = "position"
-        at = Evidence(str(self.src.path), producer.line, producer.code[:80]) if producer.line else None
-        table = None if role == "stream" or bl is None else indexed_by_position(self.tree, f"{path or bl.attr}.0", param)
-        fact = BlockInputFact(param=param, arg=arg, role=role, producer_kind=producer.kind, producer=producer.name,
-                              producer_at=at, producer_outputs=producer.outputs, producer_ndims=producer.ndims,
-                              in_loop=in_loop,
-                              leading_flatten=producer.leading,
-                              from_params=tuple(sorted(params)), local_length=tuple(lengths),
-                              token_params=tuple(sorted(tokens)), annotation=annotation, table=table,
-                              ndim=self.rank_of(arg, loop.line) if role != "stream" else None)
-        return fact, producer
-
-    def rank_of(self, arg: str, line: int) -> int | None:
-        """The rank of a plain name passed to the blocks, read from the code that builds it."""
-        if not arg.isidentifier():
-            return None
-        from .ndim import ndim_of
-
-        try:
-            return ndim_of(self.ws, self.src, self.fwd, cst.Name(arg), self.cls, before=line)
-        except (RecursionError, ValueError):
-            return None
-
-    def unmasked(self, bl: BlockList, fact: BlockInputFact, producer: Producer, streams: dict[str, str],
-                 loop: Loop) -> tuple[BlockInputFact, Producer]:
-        """A mask-named input read as one value per token is no mask: role "other", with why."""
-        per_token = self.per_token_mask(bl, fact, streams, loop)
-        return (dataclasses.replace(fact, role="other", per_token=per_token) if per_token else fact), producer
-
-    def per_token_mask(self, bl: BlockList, fact: BlockInputFact, streams: dict[str, str],
-                       loop: Loop) -> Evidence | None:
-        """A mask-named block input that is one value per token, not an attention mask: forward builds it as
-        `torch.zeros(batch, <stream>.shape[1])` (the stream's length as its last dim) and the block never hands
-        it to a call as a `*mask*` keyword (BriaFibo2's `noise_mask`, which picks each token's modulation)."""
-        defs = self.defs_before(fact.arg, loop.line)
-        call = _unwrap(defs[-1][2]) if defs else None
-        if not (isinstance(call, cst.Call) and dotted(call.func) in ("torch.zeros", "torch.ones", "torch.full",
-                                                                       "torch.empty")):
-            return None
-        sizes = [a.value for a in call.args if a.keyword is None]
-        if dotted(call.func) == "torch.full":
-            sizes = sizes[:1]
-            sizes = list(sizes[0].elements) if sizes and isinstance(sizes[0], cst.Tuple | cst.List) else []
-            sizes = [e.value for e in sizes]
-        last = sizes[-1] if len(sizes) == 2 else None
-        length = (isinstance(last, cst.Subscript) and isinstance(last.value, cst.Attribute)
-                  and last.value.attr.value == "shape" and dotted(last.value.value) in set(streams.values())
-                  and self.src.code(last.slice[0].slice).strip() == "1")
-        if not length or _hands_to_mask(self.ws, bl, fact.param) is not False:
-            return None
-        return Evidence(str(self.src.path), defs[-1][0], f"`{fact.arg}` is built one value per token of "
-                        f"`{dotted(last.value.value)}` (`{self.src.code(call)[:60]}`) and the block uses it as such, "
-                        "never as an attention mask")
-
-    # -- producers ----------------------------------------------------------------------
 
     def in_loop(self, line: int) -> bool:
         return any(a <= line <= b for a, b in self.loop_spans)
@@ -329,6 +232,10 @@ class _Flow:
         inside = lo > 0 and self.in_loop(lo)
         return [(ln, names, value) for ln, names, value, _ in self.assigns
                 if name in names and lo <= ln < line and (inside or not self.in_loop(ln))]
+
+    def reach(self, name: str, line: int):
+        """What fed `name` at `line`, walked back through forward's definitions outside the block loops."""
+        return self.index.reach(name, line, keep=lambda d: not self.in_loop(d.line))
 
     def producer_of(self, arg: str, loop: Loop) -> tuple[Producer, bool]:
         if arg in self.params and not self.defs_before(arg, loop.line):
@@ -375,55 +282,51 @@ class _Flow:
                    and isinstance(call.args[0].value, cst.Integer) and call.args[0].value.value == "0")
         return Producer("expression", target, line, code, reads, outputs, leading, ndims)
 
-    def derivation(self, arg: str, line: int, depth: int = 0) -> tuple[set[str], list[Evidence]]:
+    def rank_of(self, arg: str, line: int) -> int | None:
+        """The rank of a plain name passed to the blocks, read from the code that builds it."""
+        if not arg.isidentifier():
+            return None
+        from .ndim import ndim_of
+
+        try:
+            return ndim_of(self.ws, self.src, self.fwd, cst.Name(arg), self.cls, before=line)
+        except (RecursionError, ValueError):
+            return None
+
+
+class _Derivation:
+    """Where a value forward hands the blocks comes from: the forward parameters it is built from and the
+    sequence lengths read on the way (each would drift once the sequence is split)."""
+
+    def __init__(self, f: _Forward):
+        self.f = f
+
+    def derivation(self, arg: str, line: int) -> tuple[set[str], list[Evidence]]:
         """Forward parameters `arg` derives from, and reads of a sequence length on the way."""
         params: set[str] = set()
         lengths: list[Evidence] = []
-        seen: set[tuple[str, int]] = set()
-        stack = [(arg, line)]
-        while stack:
-            name, before = stack.pop()
-            if (name, before) in seen or len(seen) > 200:
-                continue
-            seen.add((name, before))
-            defs = self.defs_before(name, before)
-            if not defs:
-                if name in self.params:
-                    params.add(name)
-                continue
-            ln, _, value = defs[-1]
-            lengths += self.length_reads(value, ln)
-            for n in sorted(names_read(value) - {"self"}):  # sorted: the evidence order must not follow hashing
-                stack.append((n, ln))
+        for name, _, found in self.f.reach(arg, line):
+            if found is not None:
+                lengths += self.length_reads(found.whole, found.line)
+            elif name in self.f.params:
+                params.add(name)
         return params, lengths
 
     def token_params(self, arg: str, line: int) -> set[str]:
         """Forward parameters `arg` derives from whose `.shape[1]` is read on the way (a per-token axis)."""
         out: set[str] = set()
-        seen: set[tuple[str, int]] = set()
-        stack = [(arg, line)]
-        while stack and len(seen) < 200:
-            name, before = stack.pop()
-            if (name, before) in seen:
-                continue
-            seen.add((name, before))
-            defs = self.defs_before(name, before)
-            if not defs:
-                continue
-            ln, _, value = defs[-1]
-            for n in names_read(value) - {"self"}:
-                stack.append((n, ln))
-        for ln, _, value, node in self.assigns:
-            if ln >= line or self.in_loop(ln):
+        fed = {name for name, _, _ in self.f.reach(arg, line)}
+        for ln, _, value, node in self.f.assigns:
+            if ln >= line or self.f.in_loop(ln):
                 continue
             for sub in find_all(value, cst.Subscript):
                 base = sub.value
                 if (isinstance(base, cst.Attribute) and base.attr.value == "shape" and isinstance(base.value, cst.Name)
-                        and base.value.value in self.params and len(sub.slice) == 1
+                        and base.value.value in self.f.params and len(sub.slice) == 1
                         and isinstance(sub.slice[0].slice, cst.Index)
                         and isinstance(sub.slice[0].slice.value, cst.Integer) and sub.slice[0].slice.value.value == "1"
-                        and any(n == base.value.value for n, _ in seen)):
-                    if not self.defs_before(base.value.value, ln):
+                        and base.value.value in fed):
+                    if not self.f.defs_before(base.value.value, ln):
                         out.add(base.value.value)
         return out
 
@@ -442,22 +345,263 @@ class _Flow:
                 batch_only.add(id(call.func))
         for attr in find_all(value, cst.Attribute):
             if attr.attr.value in ("shape", "size") and isinstance(attr.value, cst.Name) and id(attr) not in batch_only:
-                out.append(Evidence(str(self.src.path), line, f"reads the length of `{attr.value.value}` "
-                                    f"(`{self.src.code(value)[:70]}`)"))
+                out.append(Evidence(str(self.f.src.path), line, f"reads the length of `{attr.value.value}` "
+                                    f"(`{self.f.src.code(value)[:70]}`)"))
         for call in find_all(value, cst.Call):
             name = dotted(call.func) or ""
             if name == "len" and call.args and isinstance(call.args[0].value, cst.Name):
-                out.append(Evidence(str(self.src.path), line, f"`{self.src.code(call)}`"))
+                out.append(Evidence(str(self.f.src.path), line, f"`{self.f.src.code(call)}`"))
             elif name and "." not in name and name not in ("len", "int", "max", "min"):
-                found = self.ws.resolve(self.src, name)
+                found = self.f.ws.resolve(self.f.src, name)
                 if isinstance(found, Resolved) and isinstance(found.node, cst.FunctionDef):
                     reads = [a for a in find_all(found.node.body, cst.Attribute) if a.attr.value == "shape"]
                     if reads:
-                        out.append(Evidence(str(self.src.path), line, f"`{name}(...)` reads `.shape` of its "
+                        out.append(Evidence(str(self.f.src.path), line, f"`{name}(...)` reads `.shape` of its "
                                             f"arguments ({found.src.path.name}:{found.src.line(reads[0])})"))
         return out
 
-    # -- root split ---------------------------------------------------------------------
+    def per_token_mask(self, bl: BlockList, fact: BlockInputFact, streams: dict[str, str],
+                       loop: Loop) -> Evidence | None:
+        """A mask-named block input that is one value per token, not an attention mask: forward builds it as
+        `torch.zeros(batch, <stream>.shape[1])` (the stream's length as its last dim) and the block never hands
+        it to a call as a `*mask*` keyword (BriaFibo2's `noise_mask`, which picks each token's modulation)."""
+        defs = self.f.defs_before(fact.arg, loop.line)
+        call = _unwrap(defs[-1][2]) if defs else None
+        if not (isinstance(call, cst.Call) and dotted(call.func) in ("torch.zeros", "torch.ones", "torch.full",
+                                                                       "torch.empty")):
+            return None
+        sizes = [a.value for a in call.args if a.keyword is None]
+        if dotted(call.func) == "torch.full":
+            sizes = sizes[:1]
+            sizes = list(sizes[0].elements) if sizes and isinstance(sizes[0], cst.Tuple | cst.List) else []
+            sizes = [e.value for e in sizes]
+        last = sizes[-1] if len(sizes) == 2 else None
+        length = (isinstance(last, cst.Subscript) and isinstance(last.value, cst.Attribute)
+                  and last.value.attr.value == "shape" and dotted(last.value.value) in set(streams.values())
+                  and self.f.src.code(last.slice[0].slice).strip() == "1")
+        if not length or _hands_to_mask(self.f.ws, bl, fact.param) is not False:
+            return None
+        return Evidence(str(self.f.src.path), defs[-1][0], f"`{fact.arg}` is built one value per token of "
+                        f"`{dotted(last.value.value)}` (`{self.f.src.code(call)[:60]}`) and the block uses it as such, "
+                        "never as an attention mask")
+
+
+class _SideModules:
+    """The modules a walk's loop body joins into a stream, and the rank of what each returns."""
+
+    def __init__(self, f: _Forward):
+        self.f = f
+
+    def side_modules(self, loop: Loop, streams: set[str]) -> list[SideModule]:
+        """Modules whose output the loop body joins into a stream (`cat([enc, proj_i(...)])`)."""
+        path = str(self.f.src.path)
+        body_assigns = [(ln, names, value) for ln, names, value, _ in self.f.assigns
+                        if loop.line < ln <= self.f.end_line(loop.node)]
+        side: set[str] = set()
+        for ln, names, value in body_assigns:
+            if set(names) & streams and (loop.block_var or "") not in names_read(value):
+                side |= names_read(value) - streams - {"self", loop.index_var or "", loop.block_var or ""}
+        for ln, names, value in body_assigns:  # one step back inside the body: `cur = layers[i]`
+            if set(names) & side:
+                side |= names_read(value) - streams - {"self", loop.index_var or ""}
+        closure = set(side)
+        found: list[SideModule] = []
+        for _ in range(6):
+            grew = False
+            for stmt in walk_statements(body_of(self.f.fwd)):
+                line = self.f.src.line(stmt)
+                if line >= loop.line or self.f.in_loop(line):
+                    continue
+                if isinstance(stmt, cst.SimpleStatementLine):
+                    for small in stmt.body:
+                        targets, value = _targets_value(small)
+                        if value is None or not (targets & closure):
+                            continue
+                        # what flows into a side module's input: not a name read for its device or dtype, and
+                        # not a stream itself (already split; its own producers are no side modules)
+                        new = names_read(value, data_only=True) - {"self"} - closure - streams
+                        if new:
+                            closure |= new
+                            grew = True
+                        for call in find_all(value, cst.Call):
+                            func = call.func
+                            indexed = isinstance(func, cst.Subscript)
+                            member = self_member(func.value if indexed else func)
+                            if member in self.f.tree.nodes:
+                                entry = SideModule(member, indexed, Evidence(
+                                    path, line, f"`{self.f.src.code(small)[:70]}` feeds a tensor the loop body joins "
+                                    "into a stream"), self.output_ndim(f"{member}.0" if indexed else member, call, line))
+                                if all(e.module != entry.module for e in found):
+                                    found.append(entry)
+            if not grew:
+                break
+        return found
+
+    def output_ndim(self, member: str, call: cst.Call, line: int) -> int | None:
+        """How many dims `self.<member>(...)` returns, read statically: a convolution's `N + 2`, a per-token
+        library layer's input rank, a custom module's last return in its forward (an argument returned as it
+        came counts as the call's argument). None: not read."""
+        from .ndim import ndim_of
+
+        node = self.f.tree.nodes.get(member)
+        if node is None:
+            return None
+        short = node.cls.rsplit(".", 1)[-1]
+        first = call.args[0].value if call.args and call.args[0].keyword is None else None
+        arg_ndim = (lambda: ndim_of(self.f.ws, self.f.src, self.f.fwd, first, self.f.cls, before=line)
+                    if first is not None else None)
+        if short in _CONV_NDIM:
+            return _CONV_NDIM[short]
+        if node.kind == "linear" or (node.kind == "library" and short in _TOKENWISE_LIBRARY):
+            return arg_ndim()
+        if node.kind != "module" or node.cls_node is None:
+            return None
+        m_src, m_cls = node.cls_node
+        fwd = find_method(m_cls, "forward")
+        returns = [r for r in find_all(fwd, cst.Return) if r.value is not None] if fwd is not None else []
+        if not returns:
+            return None
+        value = returns[-1].value
+        params = [p.name.value for p in params_of(fwd) if p.name.value != "self"]
+        if isinstance(value, cst.Name) and params and value.value == params[0] and not [
+                d for d in defuse(m_src, fwd).statements(ASSIGNS) if value.value in d[1]]:
+            return arg_ndim()  # returned as it came
+        return ndim_of(self.f.ws, m_src, fwd, value, m_cls, before=m_src.line(returns[-1]) + 1)
+
+
+class _Walker:
+    """Reads one walk over a block list: its streams, each block input with its producer and derivation,
+    how it continues the walk before it, the blocks it visits and the side modules its body joins in."""
+
+    def __init__(self, f: _Forward):
+        self.f, self.lengths, self.sides = f, _Derivation(f), _SideModules(f)
+
+    def walk(self, bl: BlockList, loop: Loop, earlier: list[_Walk]) -> _Walk:
+        """One walk over `bl`: the streams it carries, each block input and what produced it, whether it
+        continues the walk before it (`earlier`: the walks read so far) and the modules its body joins in."""
+        end = self.f.end_line(loop.node)
+        path = ".".join((bl.attr, *loop.keys))  # `self.mode_blocks["image"]`: the ModuleList at `mode_blocks.image`
+        args = CallArgs.of(self.f.src, loop.call, skip=loop.call_skip, scope=loop.node.body)
+        try:
+            bound = bind(args, bl.forward.params) if bl.forward else {}
+        except Exception:
+            bound = {}
+        streams = {p: bound[p] for p in stream_params(bound, loop.outputs)} or dict(bl.call_site.stream_args)
+        annotated = {q.name: q.annotation for q in bl.forward.params} if bl.forward else {}
+        # a parameter the call leaves at its default (`<default None>`) is no input: a hook planned on it would
+        # look it up among arguments the call never passes (cache-dit's split hook raised IndexError)
+        inputs = [self.block_input(param, arg, streams, loop, annotated.get(param), bl, path) for param, arg in bound.items()
+                  if arg not in ("None", "True", "False") and not arg.startswith("<default ") and param != "self"]
+        inputs = [self.unmasked(bl, f, p, streams, loop) if f.role == "mask" else (f, p) for f, p in inputs]
+        split_before = {v for w in earlier for v in w.streams.values()}
+        fresh, after, rebuilt = set(streams), None, []
+        if earlier:
+            fresh, after, rebuilt = self.continues(earlier[-1], streams, loop, split_before)
+        offset, last = self.slice_span(loop, path)
+        sides = self.sides.side_modules(loop, set(streams.values()) | split_before)
+        return _Walk(path, loop, end, streams, tuple(f for f, _ in inputs), tuple(p for _, p in inputs),
+                     frozenset(fresh), after, tuple(rebuilt), tuple(sides), offset, last)
+
+    def block_input(self, param: str, arg: str, streams: dict[str, str], loop: Loop,
+                    annotation: str | None = None, bl: BlockList | None = None,
+                    path: str | None = None) -> tuple[BlockInputFact, Producer]:
+        """The block parameter `param`, passed `arg`: its role, what produced it, the forward parameters it
+        derives from and the sequence lengths read on the way. A module named like a position producer makes
+        an otherwise unrecognised input a position. `path`: the walked list's module path (`bl.attr`, or a
+        ModuleDict entry under it)."""
+        role = "stream" if param in streams else "mask" if "mask" in param.lower() else (
+            "position" if is_position(param) or is_position(arg) else "other")
+        producer, in_loop = self.f.producer_of(arg, loop)
+        params, lengths = self.lengths.derivation(arg, loop.line)
+        tokens = self.lengths.token_params(arg, loop.line)
+        if role == "other" and producer.kind == "module" and is_position(producer.name or ""):
+            role = "position"
+        at = Evidence(str(self.f.src.path), producer.line, producer.code[:80]) if producer.line else None
+        table = None if role == "stream" or bl is None else indexed_by_position(self.f.tree, f"{path or bl.attr}.0", param)
+        fact = BlockInputFact(param=param, arg=arg, role=role, producer_kind=producer.kind, producer=producer.name,
+                              producer_at=at, producer_outputs=producer.outputs, producer_ndims=producer.ndims,
+                              in_loop=in_loop,
+                              leading_flatten=producer.leading,
+                              from_params=tuple(sorted(params)), local_length=tuple(lengths),
+                              token_params=tuple(sorted(tokens)), annotation=annotation, table=table,
+                              ndim=self.f.rank_of(arg, loop.line) if role != "stream" else None)
+        return fact, producer
+
+    def unmasked(self, bl: BlockList, fact: BlockInputFact, producer: Producer, streams: dict[str, str],
+                 loop: Loop) -> tuple[BlockInputFact, Producer]:
+        """A mask-named input read as one value per token is no mask: role "other", with why."""
+        per_token = self.lengths.per_token_mask(bl, fact, streams, loop)
+        return (dataclasses.replace(fact, role="other", per_token=per_token) if per_token else fact), producer
+
+    def continues(self, prev: _Walk, streams: dict[str, str], loop: Loop,
+                  outputs: set[str]) -> tuple[set[str], str | None, list]:
+        """Block params of this walk whose streams do not come (per token) from split streams of earlier walks
+        (`outputs`: the streams of every earlier walk), and where the sequence is rebuilt since `prev`."""
+        path = str(self.f.src.path)
+        mixing: list[Evidence] = []
+        fresh: set[str] = set()
+        for param, var in streams.items():
+            name, line = var, loop.line
+            for _ in range(10):
+                defs = [d for d in self.f.defs_before(name, line) if d[0] > prev.loop_end and not self.f.in_loop(d[0])]
+                if not defs:
+                    break
+                ln, names, value = defs[-1]
+                p = self.f.classify(value, ln, names, name)
+                if p.kind == "module" and _tokenwise_module(self.f.tree, p.name)[0]:
+                    cands = [a for a in p.args if a in outputs or self.f.defs_before(a, ln)]
+                    if not cands:
+                        break
+                    name, line = cands[0], ln
+                    continue
+                if isinstance(value, cst.Name):
+                    name, line = value.value, ln  # a plain alias
+                    continue
+                joined = _joined(value)
+                if joined and all(j in outputs for j in joined):
+                    name, line = joined[-1], ln  # cat of already split streams: stays local
+                    continue
+                mixing.append(Evidence(path, ln, f"`{self.f.src.code(value)[:70]}` rebuilds the sequence between "
+                                       f"`{prev.attr}` and the next list"))
+                name = None
+                break
+            if name is None or name not in outputs:
+                fresh.add(param)
+        if fresh:
+            return fresh, None, mixing
+        return set(), prev.attr, []
+
+    def slice_span(self, loop: Loop, attr: str) -> tuple[int | None, int | None]:
+        """(first, last) block index a walk visits: `lst[-k:]` -> (n - k, n - 1); (0, n - 1) when not sliced."""
+        node = self.f.tree.nodes.get(attr)
+        length = node.length if node is not None else None
+        n = length if isinstance(length, int) and is_known(length) else None
+        if not loop.sliced:
+            return 0, (n - 1 if n else None)
+        if n is None:
+            return None, None
+        root = self.f.tree.nodes.get("")
+        attrs = dict(root.attrs) if root is not None else {}
+        attrs[attr] = [0] * n
+        env = {name: [0] * n for name in names_read(loop.node.iter)}
+        for sub in find_all(loop.node.iter, cst.Subscript):
+            sl = sub.slice[0].slice if len(sub.slice) == 1 else None
+            if isinstance(sl, cst.Slice):
+                bounds = []
+                for bound, default in ((sl.lower, 0), (sl.upper, n)):
+                    value = default if bound is None else evaluate(bound, env, attrs)
+                    if not (isinstance(value, int) and is_known(value)):
+                        return None, None
+                    bounds.append(value + n if value < 0 else value)
+                return bounds[0], bounds[1] - 1
+        return None, None
+
+
+class _RootSplit:
+    """Whether splitting forward's own inputs commutes with what runs before the first block."""
+
+    def __init__(self, f: _Forward):
+        self.f = f
 
     def root_check(self, first: _Walk) -> tuple[list[Evidence], dict[str, str], list[Evidence]]:
         """Why splitting forward's own inputs would not commute with what runs before the first block; the
@@ -466,7 +610,7 @@ class _Flow:
         blockers: list[Evidence] = []
         origins: dict[str, str] = {}
         risks: list[Evidence] = []
-        path = str(self.src.path)
+        path = str(self.f.src.path)
         loop = first.loop
         for var in first.streams.values():
             chain_ok, origin, why = self.tokenwise_chain(var, loop.line)
@@ -489,7 +633,7 @@ class _Flow:
                     if streams_in:
                         blockers.append(Evidence(path, producer.line or 0, f"`self.{producer.name}` takes the "
                                                  f"sequence tensor `{streams_in[0]}` and derives positions from it"))
-        for line, names, value, _ in self.assigns:
+        for line, names, value, _ in self.f.assigns:
             if line >= loop.line:
                 continue
             for attr in find_all(value, cst.Attribute):
@@ -501,17 +645,17 @@ class _Flow:
 
     def tokenwise_chain(self, var: str, before: int) -> tuple[bool, str | None, list[Evidence]]:
         """Follow `var` back to a forward parameter; every step must be a per-token op."""
-        path = str(self.src.path)
+        path = str(self.f.src.path)
         name, line = var, before
         for _ in range(20):
-            defs = self.defs_before(name, line)
+            defs = self.f.defs_before(name, line)
             if not defs:
-                return (name in self.params), (name if name in self.params else None), (
-                    [] if name in self.params else [Evidence(path, before, f"`{var}` has no traceable origin")])
+                return (name in self.f.params), (name if name in self.f.params else None), (
+                    [] if name in self.f.params else [Evidence(path, before, f"`{var}` has no traceable origin")])
             ln, names, value = defs[-1]
-            p = self.classify(value, ln, names, name)
+            p = self.f.classify(value, ln, names, name)
             if p.kind == "module":
-                ok, why = self.tokenwise_module(p.name)
+                ok, why = _tokenwise_module(self.f.tree, p.name)
                 if not ok:
                     return False, None, [Evidence(path, ln, f"`{var}` comes from `self.{p.name}` ({why}), which does "
                                                   "not act per token")]
@@ -523,100 +667,20 @@ class _Flow:
                 if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
                         and call.func.attr.value in _PASSTHROUGH):
                     return False, None, [Evidence(path, ln, f"`{var}` is reshaped or combined by "
-                                                  f"`{self.src.code(value)[:60]}`")]
-            srcs = [a for a in p.args if a in self.params or self.defs_before(a, ln)]
+                                                  f"`{self.f.src.code(value)[:60]}`")]
+            srcs = [a for a in p.args if a in self.f.params or self.f.defs_before(a, ln)]
             seq = [a for a in srcs if a == name] or srcs[:1]
             if not seq:
                 return False, None, [Evidence(path, ln, f"`{var}` does not come from a forward input")]
             name, line = seq[0], ln
         return False, None, [Evidence(path, before, f"`{var}`: derivation too long to follow")]
 
-    def tokenwise_module(self, attr: str) -> tuple[bool, str]:
-        node = self.tree.nodes.get(attr)
-        if node is None:
-            return False, "unknown module"
-        short = node.cls.rsplit(".", 1)[-1]
-        if node.kind == "linear":
-            return True, "Linear"
-        if node.kind == "library":
-            return short in _TOKENWISE_LIBRARY, short
-        subs = [n for p, n in self.tree.nodes.items() if p.startswith(attr + ".")]
-        for n in subs:
-            s = n.cls.rsplit(".", 1)[-1]
-            if n.kind == "library" and s not in _TOKENWISE_LIBRARY:
-                return False, f"{short} holds {s}"
-            if n.kind == "module" and ("Attention" in s or "Attn" in s or "Conv" in s):
-                return False, f"{short} holds {s}"
-        if not subs and "Norm" not in short:
-            return False, f"{short} (no sub-modules to judge)"
-        return True, short
 
-    # -- between lists --------------------------------------------------------------------
+class _Gather:
+    """After the last walk: the module to gather behind, and the cuts of the sequence on the way to it."""
 
-    def continues(self, prev: _Walk, streams: dict[str, str], loop: Loop,
-                  outputs: set[str]) -> tuple[set[str], str | None, list]:
-        """Block params of this walk whose streams do not come (per token) from split streams of earlier walks
-        (`outputs`: the streams of every earlier walk), and where the sequence is rebuilt since `prev`."""
-        path = str(self.src.path)
-        mixing: list[Evidence] = []
-        fresh: set[str] = set()
-        for param, var in streams.items():
-            name, line = var, loop.line
-            for _ in range(10):
-                defs = [d for d in self.defs_before(name, line) if d[0] > prev.loop_end and not self.in_loop(d[0])]
-                if not defs:
-                    break
-                ln, names, value = defs[-1]
-                p = self.classify(value, ln, names, name)
-                if p.kind == "module" and self.tokenwise_module(p.name)[0]:
-                    cands = [a for a in p.args if a in outputs or self.defs_before(a, ln)]
-                    if not cands:
-                        break
-                    name, line = cands[0], ln
-                    continue
-                if isinstance(value, cst.Name):
-                    name, line = value.value, ln  # a plain alias
-                    continue
-                joined = _joined(value)
-                if joined and all(j in outputs for j in joined):
-                    name, line = joined[-1], ln  # cat of already split streams: stays local
-                    continue
-                mixing.append(Evidence(path, ln, f"`{self.src.code(value)[:70]}` rebuilds the sequence between "
-                                       f"`{prev.attr}` and the next list"))
-                name = None
-                break
-            if name is None or name not in outputs:
-                fresh.add(param)
-        if fresh:
-            return fresh, None, mixing
-        return set(), prev.attr, []
-
-    def slice_span(self, loop: Loop, attr: str) -> tuple[int | None, int | None]:
-        """(first, last) block index a walk visits: `lst[-k:]` -> (n - k, n - 1); (0, n - 1) when not sliced."""
-        node = self.tree.nodes.get(attr)
-        length = node.length if node is not None else None
-        n = length if isinstance(length, int) and is_known(length) else None
-        if not loop.sliced:
-            return 0, (n - 1 if n else None)
-        if n is None:
-            return None, None
-        root = self.tree.nodes.get("")
-        attrs = dict(root.attrs) if root is not None else {}
-        attrs[attr] = [0] * n
-        env = {name: [0] * n for name in names_read(loop.node.iter)}
-        for sub in find_all(loop.node.iter, cst.Subscript):
-            sl = sub.slice[0].slice if len(sub.slice) == 1 else None
-            if isinstance(sl, cst.Slice):
-                bounds = []
-                for bound, default in ((sl.lower, 0), (sl.upper, n)):
-                    value = default if bound is None else evaluate(bound, env, attrs)
-                    if not (isinstance(value, int) and is_known(value)):
-                        return None, None
-                    bounds.append(value + n if value < 0 else value)
-                return bounds[0], bounds[1] - 1
-        return None, None
-
-    # -- after the last list ------------------------------------------------------------
+    def __init__(self, f: _Forward):
+        self.f = f
 
     def gather(self, last: _Walk, streams: set[str]) -> tuple[Producer | None, list[Evidence], list[Evidence],
                                                                list[Evidence]]:
@@ -626,27 +690,27 @@ class _Flow:
         default hides them (root risks)."""
         stream = next(iter(last.streams.values()), None)
         hidden = last.streams.get("hidden_states", stream)
-        path = str(self.src.path)
+        path = str(self.f.src.path)
         current = {hidden} if hidden else set()
         candidate: Producer | None = None
         blocked: list[Evidence] = []
         blocked_unless_root: list[Evidence] = []
         risks: list[Evidence] = []
-        returns = [(self.src.line(r), ["<return>"], r.value, r) for r in find_all(self.fwd.body, cst.Return)
+        returns = [(self.f.src.line(r), ["<return>"], r.value, r) for r in find_all(self.f.fwd.body, cst.Return)
                    if r.value is not None]
-        for ln, names, value, _ in sorted(self.assigns + returns, key=lambda a: a[0]):
-            if ln <= last.loop_end or self.in_loop(ln) or not (names_read(value) & current):
+        for ln, names, value, _ in sorted(self.f.assigns + returns, key=lambda a: a[0]):
+            if ln <= last.loop_end or self.f.in_loop(ln) or not (names_read(value) & current):
                 continue
             if names == ["<return>"]:
                 inner = _unwrap(value)
                 if isinstance(inner, cst.Call) and self_member(inner.func) is not None:
-                    p = self.classify(inner, ln, names, "<return>")
+                    p = self.f.classify(inner, ln, names, "<return>")
                     if p.kind == "module":
                         candidate = p
                         for kind, ev in self._cut_into(inner, current, last, ln, streams):
                             (blocked if kind == "global" else blocked_unless_root).append(ev)
                 break
-            p = self.classify(value, ln, names, names[0] if names else "")
+            p = self.f.classify(value, ln, names, names[0] if names else "")
             if p.kind == "module":
                 candidate = p
                 for kind, ev in self._cut_into(value, current, last, ln, streams):
@@ -670,7 +734,7 @@ class _Flow:
                     isinstance(c.func, cst.Attribute) and c.func.attr.value in _RESHAPE | {"cat"}
                     for c in find_all(call, cst.Call)):
                 for name in self.snapshots(call, current, streams, last, ln):
-                    blocked_unless_root.append(Evidence(path, ln, f"`{self.src.code(value)[:70]}` joins the stream "
+                    blocked_unless_root.append(Evidence(path, ln, f"`{self.f.src.code(value)[:70]}` joins the stream "
                                                         f"with `{name}`, the sequence as it was before the blocks "
                                                         "(a long skip): whole unless split at the root"))
                 current |= set(names)  # element-wise modulation: h * (1 + scale) + shift
@@ -680,7 +744,7 @@ class _Flow:
                 kind, cut_risks = self.cut_kind(value, last, ln, streams)
                 risks += cut_risks
                 if kind != "local":
-                    ev = Evidence(path, ln, f"`{self.src.code(value)[:70]}` slices or joins the sequence after the "
+                    ev = Evidence(path, ln, f"`{self.f.src.code(value)[:70]}` slices or joins the sequence after the "
                                   f"last block ({kind})")
                     (blocked if kind == "global" else blocked_unless_root).append(ev)
                 current |= set(names)
@@ -695,7 +759,7 @@ class _Flow:
         must be as long."""
         out = []
         for name in sorted(names_read(op) - current - {"self"}):
-            defs = self.defs_before(name, line)
+            defs = self.f.defs_before(name, line)
             if not defs or defs[-1][0] >= last.loop.line:
                 continue
             value = _unwrap(defs[-1][2])
@@ -734,11 +798,11 @@ class _Flow:
             return "global", risks  # `h[:, 1:]`: a fixed position of the whole sequence, not of a rank's chunk
         kinds = set()
         for name in bounds:
-            defs = self.defs_before(name, line)
+            defs = self.f.defs_before(name, line)
             if not defs:
-                default = self.defaults.get(name)
+                default = self.f.defaults.get(name)
                 if default in ("0", "None"):
-                    risks.append(Evidence(str(self.src.path), line, f"the output is cut by `{name}` "
+                    risks.append(Evidence(str(self.f.src.path), line, f"the output is cut by `{name}` "
                                                     f"(default {default}): with a non-zero value the cut lands in "
                                                     "the wrong place on a local chunk"))
                     continue
@@ -746,7 +810,7 @@ class _Flow:
                 continue
             ln, _, v = defs[-1]
             reads = [a for a in find_all(v, cst.Attribute) if a.attr.value == "shape" and isinstance(a.value, cst.Name)
-                     and (a.value.value in streams or a.value.value in self.params)]
+                     and (a.value.value in streams or a.value.value in self.f.params)]
             if not reads:
                 kinds.add("global")
             elif ln > last.loop_end:
@@ -766,7 +830,7 @@ class _Flow:
             if isinstance(sub.value, cst.Name) and sub.value.value in current and _cuts_sequence(sub):
                 kind, _ = self.cut_kind(sub, last, line, streams | current)
                 if kind != "local":
-                    out.append((kind, Evidence(str(self.src.path), line, f"`{self.src.code(sub)[:70]}` slices the "
+                    out.append((kind, Evidence(str(self.f.src.path), line, f"`{self.f.src.code(sub)[:70]}` slices the "
                                                f"sequence after the last block, inside the output module's call ({kind})")))
         return out
 
@@ -781,118 +845,65 @@ class _Flow:
             return None
         for call in find_all(core, cst.Call):
             member = self_member(call.func)
-            if member in self.tree.nodes and names_read(call) & current:
-                return Producer("module", member, line, self.src.code(value), sorted(names_read(call) - {"self"}))
+            if member in self.f.tree.nodes and names_read(call) & current:
+                return Producer("module", member, line, self.f.src.code(value), sorted(names_read(call) - {"self"}))
         return None
 
-    def side_modules(self, loop: Loop, streams: set[str]) -> list[SideModule]:
-        """Modules whose output the loop body joins into a stream (`cat([enc, proj_i(...)])`)."""
-        path = str(self.src.path)
-        body_assigns = [(ln, names, value) for ln, names, value, _ in self.assigns
-                        if loop.line < ln <= self.end_line(loop.node)]
-        side: set[str] = set()
-        for ln, names, value in body_assigns:
-            if set(names) & streams and (loop.block_var or "") not in names_read(value):
-                side |= names_read(value) - streams - {"self", loop.index_var or "", loop.block_var or ""}
-        for ln, names, value in body_assigns:  # one step back inside the body: `cur = layers[i]`
-            if set(names) & side:
-                side |= names_read(value) - streams - {"self", loop.index_var or ""}
-        closure = set(side)
-        found: list[SideModule] = []
-        for _ in range(6):
-            grew = False
-            for stmt in walk_statements(body_of(self.fwd)):
-                line = self.src.line(stmt)
-                if line >= loop.line or self.in_loop(line):
-                    continue
-                if isinstance(stmt, cst.SimpleStatementLine):
-                    for small in stmt.body:
-                        targets, value = _targets_value(small)
-                        if value is None or not (targets & closure):
-                            continue
-                        # what flows into a side module's input: not a name read for its device or dtype, and
-                        # not a stream itself (already split; its own producers are no side modules)
-                        new = names_read(value, data_only=True) - {"self"} - closure - streams
-                        if new:
-                            closure |= new
-                            grew = True
-                        for call in find_all(value, cst.Call):
-                            func = call.func
-                            indexed = isinstance(func, cst.Subscript)
-                            member = self_member(func.value if indexed else func)
-                            if member in self.tree.nodes:
-                                entry = SideModule(member, indexed, Evidence(
-                                    path, line, f"`{self.src.code(small)[:70]}` feeds a tensor the loop body joins "
-                                    "into a stream"), self.output_ndim(f"{member}.0" if indexed else member, call, line))
-                                if all(e.module != entry.module for e in found):
-                                    found.append(entry)
-            if not grew:
-                break
-        return found
 
-    def output_ndim(self, member: str, call: cst.Call, line: int) -> int | None:
-        """How many dims `self.<member>(...)` returns, read statically: a convolution's `N + 2`, a per-token
-        library layer's input rank, a custom module's last return in its forward (an argument returned as it
-        came counts as the call's argument). None: not read."""
-        from .ndim import ndim_of
-
-        node = self.tree.nodes.get(member)
-        if node is None:
-            return None
-        short = node.cls.rsplit(".", 1)[-1]
-        first = call.args[0].value if call.args and call.args[0].keyword is None else None
-        arg_ndim = (lambda: ndim_of(self.ws, self.src, self.fwd, first, self.cls, before=line)
-                    if first is not None else None)
-        if short in _CONV_NDIM:
-            return _CONV_NDIM[short]
-        if node.kind == "linear" or (node.kind == "library" and short in _TOKENWISE_LIBRARY):
-            return arg_ndim()
-        if node.kind != "module" or node.cls_node is None:
-            return None
-        m_src, m_cls = node.cls_node
-        fwd = find_method(m_cls, "forward")
-        returns = [r for r in find_all(fwd, cst.Return) if r.value is not None] if fwd is not None else []
-        if not returns:
-            return None
-        value = returns[-1].value
-        params = [p.name.value for p in params_of(fwd) if p.name.value != "self"]
-        if isinstance(value, cst.Name) and params and value.value == params[0] and not [
-                d for d in defuse(m_src, fwd).statements(ASSIGNS) if value.value in d[1]]:
-            return arg_ndim()  # returned as it came
-        return ndim_of(self.ws, m_src, fwd, value, m_cls, before=m_src.line(returns[-1]) + 1)
-
-    def batch_dropped(self) -> dict[str, Evidence]:
-        """Parameters forward reduces to 2-D by dropping a batch axis (`if ids.ndim == 3: ids = ids[0]`)."""
-        out: dict[str, Evidence] = {}
-        for stmt in walk_statements(body_of(self.fwd)):
-            if not isinstance(stmt, cst.If):
+def _batch_dropped(f: _Forward) -> dict[str, Evidence]:
+    """Parameters forward reduces to 2-D by dropping a batch axis (`if ids.ndim == 3: ids = ids[0]`)."""
+    out: dict[str, Evidence] = {}
+    for stmt in walk_statements(body_of(f.fwd)):
+        if not isinstance(stmt, cst.If):
+            continue
+        test = f.src.code(stmt.test).replace(" ", "")
+        for small in (s for line in body_of(stmt) if isinstance(line, cst.SimpleStatementLine) for s in line.body):
+            if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.Subscript)):
                 continue
-            test = self.src.code(stmt.test).replace(" ", "")
-            for small in (s for line in body_of(stmt) if isinstance(line, cst.SimpleStatementLine) for s in line.body):
-                if not (isinstance(small, cst.Assign) and isinstance(small.value, cst.Subscript)):
-                    continue
-                base = small.value.value
-                names = [n for t in small.targets for n in target_names(t.target)]
-                if (isinstance(base, cst.Name) and base.value in self.params and names == [base.value]
-                        and (f"{base.value}.ndim==3" in test or f"len({base.value}.shape)==3" in test)):
-                    out[base.value] = Evidence(str(self.src.path), self.src.line(stmt),
-                                               f"`{self.src.code(stmt.test)}` drops the batch axis of `{base.value}`")
-        return out
+            base = small.value.value
+            names = [n for t in small.targets for n in target_names(t.target)]
+            if (isinstance(base, cst.Name) and base.value in f.params and names == [base.value]
+                    and (f"{base.value}.ndim==3" in test or f"len({base.value}.shape)==3" in test)):
+                out[base.value] = Evidence(str(f.src.path), f.src.line(stmt),
+                                           f"`{f.src.code(stmt.test)}` drops the batch axis of `{base.value}`")
+    return out
 
-    def masks(self) -> list[MaskFact]:
-        """Masks forward takes or builds, with their layout where the expression that builds one says."""
-        out = []
-        path = str(self.src.path)
-        for p in self.params:
-            if "mask" in p.lower():
-                out.append(MaskFact(p, "forward", None, Evidence(path, self.src.line(self.fwd),
-                                                                 f"forward takes `{p}`")))
-        for ln, names, value, _ in self.assigns:
-            for n in names:
-                if "mask" in n.lower() and len(names) == 1:
-                    out.append(MaskFact(n, "forward", mask_kind(value),
-                                        Evidence(path, ln, f"`{n} = {self.src.code(value)[:60]}`")))
-        return out
+
+def _masks(f: _Forward) -> list[MaskFact]:
+    """Masks forward takes or builds, with their layout where the expression that builds one says."""
+    out = []
+    path = str(f.src.path)
+    for p in f.params:
+        if "mask" in p.lower():
+            out.append(MaskFact(p, "forward", None, Evidence(path, f.src.line(f.fwd),
+                                                             f"forward takes `{p}`")))
+    for ln, names, value, _ in f.assigns:
+        for n in names:
+            if "mask" in n.lower() and len(names) == 1:
+                out.append(MaskFact(n, "forward", mask_kind(value),
+                                    Evidence(path, ln, f"`{n} = {f.src.code(value)[:60]}`")))
+    return out
+
+
+def _tokenwise_module(tree: Tree, attr: str) -> tuple[bool, str]:
+    node = tree.nodes.get(attr)
+    if node is None:
+        return False, "unknown module"
+    short = node.cls.rsplit(".", 1)[-1]
+    if node.kind == "linear":
+        return True, "Linear"
+    if node.kind == "library":
+        return short in _TOKENWISE_LIBRARY, short
+    subs = [n for p, n in tree.nodes.items() if p.startswith(attr + ".")]
+    for n in subs:
+        s = n.cls.rsplit(".", 1)[-1]
+        if n.kind == "library" and s not in _TOKENWISE_LIBRARY:
+            return False, f"{short} holds {s}"
+        if n.kind == "module" and ("Attention" in s or "Attn" in s or "Conv" in s):
+            return False, f"{short} holds {s}"
+    if not subs and "Norm" not in short:
+        return False, f"{short} (no sub-modules to judge)"
+    return True, short
 
 
 def _cuts_sequence(sub: cst.Subscript) -> bool:

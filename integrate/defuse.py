@@ -18,6 +18,8 @@ Nested functions, classes and lambdas are their own scopes and are not entered. 
 statement runs. Querying `at(name, line)` gives the tags of the last definition strictly before `line`,
 and `final(name)` those of the last definition; a name never defined gets `initial(name)`.
 
+`reach(name, line)` walks the other way: from one use back through every definition that fed it.
+
 libcst's ScopeProvider answers "which assignments can reach this name" too, but builds a metadata
 wrapper (a deep copy of the module) and every scope of the file; the analysers need only one function's
 straight-line order, and ask it thousands of times per model (docs/architecture.md has the measurement).
@@ -111,6 +113,28 @@ class DefUse:
     def last_before(self, name: str, line: int, kinds: frozenset[Kind] = ASSIGNS) -> Def | None:
         found = self.before(name, line, kinds)
         return found[-1] if found else None
+
+    def reach(self, name: str, line: int, keep: Callable[[Def], bool] = lambda d: True,
+              limit: int = 200) -> list[tuple[str, int, Def | None]]:
+        """What fed `name` as the statement on `line` sees it, walked back: its last definition before that line
+        (of any kind, among those `keep` accepts), then each name that definition's right-hand side reads, but
+        `self`, as of the definition's line; depth first, names in sorted order. Each (name, line) comes once,
+        with the definition found, or None where there is none (a parameter, a global, a name `keep` hides);
+        the walk stops taking new pairs once it holds more than `limit`."""
+        out: list[tuple[str, int, Def | None]] = []
+        seen: set[tuple[str, int]] = set()
+        stack = [(name, line)]
+        while stack:
+            n, before = stack.pop()
+            if (n, before) in seen or len(seen) > limit:
+                continue
+            seen.add((n, before))
+            found = [d for d in self.before(n, before, ALL) if keep(d)]
+            d = found[-1] if found else None
+            out.append((n, before, d))
+            if d is not None:
+                stack += [(r, d.line) for r in sorted(names_read(d.whole) - {"self"})]
+        return out
 
     def statements(self, kinds: frozenset[Kind] = ALL) -> list[tuple[int, tuple[str, ...], cst.BaseExpression,
                                                                      cst.CSTNode]]:
