@@ -18,7 +18,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from integrate.defuse import ASSIGNS, defuse
+from integrate.defuse import ALL, ASSIGNS, Def, defuse
 from integrate.records import Evidence
 from integrate.resolve import Resolved, Workspace
 from integrate.source import SourceFile, dotted, find_method, iter_methods
@@ -227,11 +227,11 @@ class _Forward:
     def in_loop(self, line: int) -> bool:
         return any(a <= line <= b for a, b in self.loop_spans)
 
-    def defs_before(self, name: str, line: int, lo: int = 0) -> list[tuple[int, list[str], cst.BaseExpression]]:
-        """Assignments to `name` in [lo, line); outside block loops unless the range is inside one."""
+    def defs_before(self, name: str, line: int, lo: int = 0) -> list[Def]:
+        """Definitions of `name` in [lo, line) (a `for` target's is its iterable), in order; outside block loops
+        unless the range is inside one."""
         inside = lo > 0 and self.in_loop(lo)
-        return [(ln, names, value) for ln, names, value, _ in self.assigns
-                if name in names and lo <= ln < line and (inside or not self.in_loop(ln))]
+        return [d for d in self.index.before(name, line, ALL) if lo <= d.line and (inside or not self.in_loop(d.line))]
 
     def reach(self, name: str, line: int):
         """What fed `name` at `line`, walked back through forward's definitions outside the block loops."""
@@ -242,13 +242,11 @@ class _Forward:
             return Producer("param", arg, None), False
         in_body = self.defs_before(arg, self.end_line(loop.node) + 1, lo=loop.line + 1)
         if in_body:
-            ln, names, value = in_body[-1]
-            return self.classify(value, ln, names, arg), True
+            return self.classify(in_body[-1].whole, in_body[-1].line, list(in_body[-1].bound), arg), True
         defs = self.defs_before(arg, loop.line)
         if not defs:
             return Producer("unknown", arg, None), False
-        ln, names, value = defs[-1]
-        return self.classify(value, ln, names, arg), False
+        return self.classify(defs[-1].whole, defs[-1].line, list(defs[-1].bound), arg), False
 
     def classify(self, value: cst.BaseExpression, line: int, names: list[str], target: str) -> Producer:
         code = self.src.code(value)
@@ -366,7 +364,7 @@ class _Derivation:
         `torch.zeros(batch, <stream>.shape[1])` (the stream's length as its last dim) and the block never hands
         it to a call as a `*mask*` keyword (BriaFibo2's `noise_mask`, which picks each token's modulation)."""
         defs = self.f.defs_before(fact.arg, loop.line)
-        call = _unwrap(defs[-1][2]) if defs else None
+        call = _unwrap(defs[-1].whole) if defs else None
         if not (isinstance(call, cst.Call) and dotted(call.func) in ("torch.zeros", "torch.ones", "torch.full",
                                                                        "torch.empty")):
             return None
@@ -381,7 +379,7 @@ class _Derivation:
                   and self.f.src.code(last.slice[0].slice).strip() == "1")
         if not length or _hands_to_mask(self.f.ws, bl, fact.param) is not False:
             return None
-        return Evidence(str(self.f.src.path), defs[-1][0], f"`{fact.arg}` is built one value per token of "
+        return Evidence(str(self.f.src.path), defs[-1].line, f"`{fact.arg}` is built one value per token of "
                         f"`{dotted(last.value.value)}` (`{self.f.src.code(call)[:60]}`) and the block uses it as such, "
                         "never as an attention mask")
 
@@ -543,10 +541,10 @@ class _Walker:
         for param, var in streams.items():
             name, line = var, loop.line
             for _ in range(10):
-                defs = [d for d in self.f.defs_before(name, line) if d[0] > prev.loop_end and not self.f.in_loop(d[0])]
+                defs = [d for d in self.f.defs_before(name, line) if d.line > prev.loop_end]
                 if not defs:
                     break
-                ln, names, value = defs[-1]
+                ln, names, value = defs[-1].line, list(defs[-1].bound), defs[-1].whole
                 p = self.f.classify(value, ln, names, name)
                 if p.kind == "module" and _tokenwise_module(self.f.tree, p.name)[0]:
                     cands = [a for a in p.args if a in outputs or self.f.defs_before(a, ln)]
@@ -652,7 +650,7 @@ class _RootSplit:
             if not defs:
                 return (name in self.f.params), (name if name in self.f.params else None), (
                     [] if name in self.f.params else [Evidence(path, before, f"`{var}` has no traceable origin")])
-            ln, names, value = defs[-1]
+            ln, names, value = defs[-1].line, list(defs[-1].bound), defs[-1].whole
             p = self.f.classify(value, ln, names, name)
             if p.kind == "module":
                 ok, why = _tokenwise_module(self.f.tree, p.name)
@@ -760,9 +758,9 @@ class _Gather:
         out = []
         for name in sorted(names_read(op) - current - {"self"}):
             defs = self.f.defs_before(name, line)
-            if not defs or defs[-1][0] >= last.loop.line:
+            if not defs or defs[-1].line >= last.loop.line:
                 continue
-            value = _unwrap(defs[-1][2])
+            value = _unwrap(defs[-1].whole)
             arms = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]  # `x.clone() if s else None`
             for arm in arms:
                 while isinstance(arm, cst.Call) and isinstance(arm.func, cst.Attribute) \
@@ -808,7 +806,7 @@ class _Gather:
                     continue
                 kinds.add("global")
                 continue
-            ln, _, v = defs[-1]
+            ln, v = defs[-1].line, defs[-1].whole
             reads = [a for a in find_all(v, cst.Attribute) if a.attr.value == "shape" and isinstance(a.value, cst.Name)
                      and (a.value.value in streams or a.value.value in self.f.params)]
             if not reads:

@@ -38,6 +38,7 @@ from integrate.source import SourceFile
 from integrate.syntax import body_of, names_read, target_names, walk_statements
 
 Kind = Literal["assign", "annassign", "for"]
+PLAIN: frozenset[Kind] = frozenset({"assign"})  # `=` alone
 ASSIGNS: frozenset[Kind] = frozenset({"assign", "annassign"})
 ALL: frozenset[Kind] = frozenset({"assign", "annassign", "for"})
 T = TypeVar("T")
@@ -53,38 +54,42 @@ class Def:
     unpacked: bool  # the target is a tuple or list
     kind: Kind
     node: cst.CSTNode  # the Assign / AnnAssign, or the For
+    bound: tuple[str, ...]  # every name the statement binds (`a = b = f()`: a and b)
 
 
 class DefUse:
     """The definitions of one function, in source order."""
 
     def __init__(self, src: SourceFile, fn: cst.FunctionDef | cst.BaseSuite | cst.CSTNode) -> None:
+        """`fn`: a function, or any statement with a body (a loop's own body, without its `else`), or a block."""
         self.src = src
         self.defs: list[Def] = []
         self._by_name: dict[str, list[Def]] = {}
         self._statements: list[tuple[int, tuple[str, ...], cst.BaseExpression, cst.CSTNode, Kind]] = []
-        stmts = body_of(fn) if isinstance(fn, cst.FunctionDef) else list(getattr(fn, "body", ()))
+        stmts = list(fn.body) if isinstance(fn, cst.IndentedBlock) else body_of(fn)
         for stmt in walk_statements(stmts):
             line = src.line(stmt)
             if isinstance(stmt, cst.SimpleStatementLine):
                 for small in stmt.body:
                     if isinstance(small, cst.Assign):
-                        for t in small.targets:
-                            self._bind(line, t.target, small.value, small.value, "assign", small)
                         names = tuple(n for t in small.targets for n in target_names(t.target))
+                        for t in small.targets:
+                            self._bind(line, t.target, small.value, small.value, "assign", small, names)
                         self._statements.append((line, names, small.value, small, "assign"))
                     elif isinstance(small, cst.AnnAssign) and small.value is not None:
-                        self._bind(line, small.target, small.value, small.value, "annassign", small)
-                        self._statements.append((line, tuple(target_names(small.target)), small.value, small,
-                                                 "annassign"))
+                        names = tuple(target_names(small.target))
+                        self._bind(line, small.target, small.value, small.value, "annassign", small, names)
+                        self._statements.append((line, names, small.value, small, "annassign"))
             elif isinstance(stmt, cst.For):
-                self._bind(line, stmt.target, None, stmt.iter, "for", stmt)
-                self._statements.append((line, tuple(target_names(stmt.target)), stmt.iter, stmt, "for"))
+                names = tuple(target_names(stmt.target))
+                self._bind(line, stmt.target, None, stmt.iter, "for", stmt, names)
+                self._statements.append((line, names, stmt.iter, stmt, "for"))
 
-    def _bind(self, line: int, target: cst.BaseExpression, value, whole, kind: Kind, node, names=None) -> None:
+    def _bind(self, line: int, target: cst.BaseExpression, value, whole, kind: Kind, node, bound: tuple[str, ...],
+              names=None) -> None:
         names = names if names is not None else tuple(target_names(target))
         if isinstance(target, cst.Name):
-            d = Def(target.value, line, value if kind != "for" else whole, whole, names, False, kind, node)
+            d = Def(target.value, line, value if kind != "for" else whole, whole, names, False, kind, node, bound)
             self.defs.append(d)
             self._by_name.setdefault(d.name, []).append(d)
         elif isinstance(target, (cst.Tuple, cst.List)):
@@ -95,11 +100,11 @@ class DefUse:
                 inner = el.value.value if starred else el.value
                 if isinstance(inner, cst.Name):
                     held = None if kind == "for" or starred else sub
-                    d = Def(inner.value, line, held, whole, names, True, kind, node)
+                    d = Def(inner.value, line, held, whole, names, True, kind, node, bound)
                     self.defs.append(d)
                     self._by_name.setdefault(d.name, []).append(d)
                 else:
-                    self._bind(line, inner, sub, whole, kind, node, names)
+                    self._bind(line, inner, sub, whole, kind, node, bound, names)
 
     # -- questions -------------------------------------------------------------------------------
 
@@ -187,8 +192,9 @@ _INDEX: OrderedDict[int, tuple[cst.CSTNode, DefUse]] = OrderedDict()
 _INDEX_SIZE = 512
 
 
-def defuse(src: SourceFile, fn: cst.FunctionDef) -> DefUse:
-    """The def-use index of `fn` (built once, then shared by every analyser that asks)."""
+def defuse(src: SourceFile, fn: cst.FunctionDef | cst.For) -> DefUse:
+    """The def-use index of `fn`, a function or a loop's body (built once, then shared by every analyser that
+    asks)."""
     entry = _INDEX.get(id(fn))
     if entry is not None and entry[0] is fn and entry[1].src is src:
         _INDEX.move_to_end(id(fn))
@@ -200,4 +206,4 @@ def defuse(src: SourceFile, fn: cst.FunctionDef) -> DefUse:
     return index
 
 
-__all__ = ["ALL", "ASSIGNS", "Def", "DefUse", "Lineage", "defuse"]
+__all__ = ["ALL", "ASSIGNS", "PLAIN", "Def", "DefUse", "Lineage", "defuse"]
