@@ -8,6 +8,13 @@ with them); where a value is derived from the *local* length of a sequence tenso
 `len`, a helper that reads `.shape`) and would drift under a root split; whether one list's
 output is mixed (concatenated, rebuilt by a method) before the next list; and the module calls
 after the last list up to the first reshape (the gather candidate).
+
+`sequence_facts` reads the walks in order and asks one reader per concern, each over the same
+`_Forward` (forward's parameters, its block loops and its def-use index; who produced a value):
+`_Walker` (one walk: its inputs, how it continues the walk before it, the blocks it visits),
+`_Derivation` (the forward parameters and sequence lengths an input derives from), `_SideModules`
+(modules the loop body joins into a stream), `_RootSplit` (whether a split at forward's inputs
+commutes with what runs before the first block) and `_Gather` (the module to gather behind).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from integrate.defuse import ALL, ASSIGNS, Def, defuse
+from integrate.defuse import ALL, ASSIGNS, GROWS, Def, defuse
 from integrate.records import Evidence
 from integrate.resolve import Resolved, Workspace
 from integrate.source import SourceFile, dotted, find_method, iter_methods
@@ -406,31 +413,26 @@ class _SideModules:
         found: list[SideModule] = []
         for _ in range(6):
             grew = False
-            for stmt in walk_statements(body_of(self.f.fwd)):
-                line = self.f.src.line(stmt)
-                if line >= loop.line or self.f.in_loop(line):
+            # every `=` and `xs.append(v)` before the loop, outside block loops, that feeds the closure
+            for line, names, value, small in self.f.index.statements(ASSIGNS | GROWS):
+                if line >= loop.line or self.f.in_loop(line) or not (set(names) & closure):
                     continue
-                if isinstance(stmt, cst.SimpleStatementLine):
-                    for small in stmt.body:
-                        targets, value = _targets_value(small)
-                        if value is None or not (targets & closure):
-                            continue
-                        # what flows into a side module's input: not a name read for its device or dtype, and
-                        # not a stream itself (already split; its own producers are no side modules)
-                        new = names_read(value, data_only=True) - {"self"} - closure - streams
-                        if new:
-                            closure |= new
-                            grew = True
-                        for call in find_all(value, cst.Call):
-                            func = call.func
-                            indexed = isinstance(func, cst.Subscript)
-                            member = self_member(func.value if indexed else func)
-                            if member in self.f.tree.nodes:
-                                entry = SideModule(member, indexed, Evidence(
-                                    path, line, f"`{self.f.src.code(small)[:70]}` feeds a tensor the loop body joins "
-                                    "into a stream"), self.output_ndim(f"{member}.0" if indexed else member, call, line))
-                                if all(e.module != entry.module for e in found):
-                                    found.append(entry)
+                # what flows into a side module's input: not a name read for its device or dtype, and
+                # not a stream itself (already split; its own producers are no side modules)
+                new = names_read(value, data_only=True) - {"self"} - closure - streams
+                if new:
+                    closure |= new
+                    grew = True
+                for call in find_all(value, cst.Call):
+                    func = call.func
+                    indexed = isinstance(func, cst.Subscript)
+                    member = self_member(func.value if indexed else func)
+                    if member in self.f.tree.nodes:
+                        entry = SideModule(member, indexed, Evidence(
+                            path, line, f"`{self.f.src.code(small)[:70]}` feeds a tensor the loop body joins "
+                            "into a stream"), self.output_ndim(f"{member}.0" if indexed else member, call, line))
+                        if all(e.module != entry.module for e in found):
+                            found.append(entry)
             if not grew:
                 break
         return found
@@ -987,20 +989,6 @@ def _joined(value: cst.BaseExpression) -> list[str]:
         if isinstance(seq, cst.List | cst.Tuple) and all(isinstance(e.value, cst.Name) for e in seq.elements):
             return [e.value.value for e in seq.elements]
     return []
-
-
-def _targets_value(small: cst.CSTNode) -> tuple[set[str], cst.BaseExpression | None]:
-    """Names a small statement defines and the value it reads; `xs.append(v)` defines xs from v."""
-    if isinstance(small, cst.Assign):
-        return {n for t in small.targets for n in target_names(t.target)}, small.value
-    if isinstance(small, cst.AnnAssign):
-        return set(target_names(small.target)), small.value
-    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-        func = small.value.func
-        if isinstance(func, cst.Attribute) and func.attr.value in ("append", "extend") and isinstance(
-                func.value, cst.Name) and small.value.args:
-            return {func.value.value}, small.value.args[0].value
-    return set(), None
 
 
 def mask_kind(value: cst.BaseExpression) -> str | None:

@@ -6,6 +6,8 @@ answers both from one pass over the function, built the first time a function is
 for as long as the function node lives (the same policy as `syntax.find_all`'s walk index).
 
 A definition is one name bound by an assignment (`=`, annotated `=`) or a `for` target, in source order.
+`statements(GROWS)` also lists each `xs.append(v)` / `xs.extend(v)` as a statement that feeds `xs` from `v`
+(it binds nothing: no definition, and no step of `lineage`).
 Nested functions, classes and lambdas are their own scopes and are not entered. What a definition holds:
 
 - `value`: the expression this very name receives (`a` in `a, b = x, y` holds `x`); None when the
@@ -37,10 +39,11 @@ import libcst as cst
 from integrate.source import SourceFile
 from integrate.syntax import body_of, names_read, target_names, walk_statements
 
-Kind = Literal["assign", "annassign", "for"]
+Kind = Literal["assign", "annassign", "for", "append"]
 PLAIN: frozenset[Kind] = frozenset({"assign"})  # `=` alone
 ASSIGNS: frozenset[Kind] = frozenset({"assign", "annassign"})
-ALL: frozenset[Kind] = frozenset({"assign", "annassign", "for"})
+ALL: frozenset[Kind] = frozenset({"assign", "annassign", "for"})  # every kind that binds a name
+GROWS: frozenset[Kind] = frozenset({"append"})  # `xs.append(v)`, `xs.extend(v)`: statements only
 T = TypeVar("T")
 
 
@@ -80,6 +83,8 @@ class DefUse:
                         names = tuple(target_names(small.target))
                         self._bind(line, small.target, small.value, small.value, "annassign", small, names)
                         self._statements.append((line, names, small.value, small, "annassign"))
+                    elif isinstance(small, cst.Expr) and (grown := _grown(small.value)) is not None:
+                        self._statements.append((line, (grown[0],), grown[1], small, "append"))
             elif isinstance(stmt, cst.For):
                 names = tuple(target_names(stmt.target))
                 self._bind(line, stmt.target, None, stmt.iter, "for", stmt, names)
@@ -187,6 +192,16 @@ class Lineage(Generic[T]):
         return frozenset(out)
 
 
+def _grown(call: cst.BaseExpression) -> tuple[str, cst.BaseExpression] | None:
+    """`xs.append(v)` / `xs.extend(v)` -> ("xs", v)."""
+    if not (isinstance(call, cst.Call) and call.args and isinstance(call.func, cst.Attribute)):
+        return None
+    func = call.func
+    if func.attr.value in ("append", "extend") and isinstance(func.value, cst.Name):
+        return func.value.value, call.args[0].value
+    return None
+
+
 # One index per function node, kept while the node lives (least recently used dropped past the bound).
 _INDEX: OrderedDict[int, tuple[cst.CSTNode, DefUse]] = OrderedDict()
 _INDEX_SIZE = 512
@@ -206,4 +221,4 @@ def defuse(src: SourceFile, fn: cst.FunctionDef | cst.For) -> DefUse:
     return index
 
 
-__all__ = ["ALL", "ASSIGNS", "PLAIN", "Def", "DefUse", "Lineage", "defuse"]
+__all__ = ["ALL", "ASSIGNS", "GROWS", "PLAIN", "Def", "DefUse", "Lineage", "defuse"]
