@@ -21,7 +21,7 @@ from typing import Any
 
 import libcst as cst
 from integrate.analyzers.forward import is_length
-from integrate.analyzers.sequence import is_position
+from integrate.analyzers.sequence_forward import is_position
 from integrate.verify.tiny import TEXT_TOKENS
 
 from integrate.defuse import PLAIN, defuse
