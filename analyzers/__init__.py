@@ -9,8 +9,9 @@ The readers, one question each: `blocks.py` (where the ModuleLists are built and
 `loops.py` (how forward walks them), `binding.py` (call sites bound through cache-dit's wrapper),
 `patterns.py` (ForwardPattern), `forward.py` (a block's signature and returns), `cfg.py` (CFG style),
 `support.py` (what cache-dit already registers), `modules.py` (the module tree a class builds),
-`attention.py`, `sequence.py`, `structure.py`, `ndim.py`, `encoders.py` (parallelism facts),
-`values.py` (constant arithmetic, UNKNOWN when not computable).
+`attention.py`, `sequence.py` (with `sequence_forward.py`, `sequence_walks.py`, `sequence_split.py`),
+`structure.py`, `ndim.py`, `encoders.py` (parallelism facts), `values.py` (constant arithmetic, UNKNOWN
+when not computable).
 
 This package file imports nothing: reading a record type (`integrate.analyzers.records`) must not load
 every reader.

@@ -196,6 +196,30 @@ def _call_site(ctx: rules.ListContext, found: list[Finding], call_code: str, str
         walk=walk,
     )
     return call_site, notes, [*ctx.forward.evidence, *(Evidence(path, line, w) for w in pv.why), *pitfall_c]
+def _verdict(d: ListDef, is_blocks: bool | None, why: str, **kw) -> BlockList:
+    """The record on list `d`: `kw` over the defaults (the first element's class, unknown confidence when
+    `is_blocks` is, no pattern, no call site)."""
+    names = tuple(e.name for e in d.elements)
+    fields = dict(block_class=names[0] if names else None, block_file=None, forward_pattern=None, alternatives=(),
+                  confidence="unknown" if is_blocks is None else "high", check_forward_pattern=None, roles={},
+                  forward=None, call_site=None, evidence=(), notes=())
+    fields.update(kw)
+    return BlockList(is_blocks=is_blocks, why=why, attr=d.attr, container=d.container, block_classes=names,
+                     length=d.length, length_config_fields=d.length_fields, **fields)
+
+
+def _untraced(d: ListDef) -> tuple[bool | None, str]:
+    """(is_blocks, why) for a list none of whose elements resolves to a block class."""
+    externals = [e for e in d.elements if isinstance(e.target, External)]
+    if not d.elements and d.container == "ModuleDict of ModuleList":
+        return None, "a ModuleDict of ModuleLists built by a comprehension whose keys are not known statically"
+    if not d.elements:
+        return None, "its elements could not be traced to a class"
+    if externals:
+        kinds = ", ".join(sorted({e.target.qualname for e in externals}))
+        return False, f"holds library modules ({kinds}): projections, embedders or norms, not blocks"
+    reasons = "; ".join(getattr(e.target, "reason", "unresolved") for e in d.elements)
+    return None, f"block class not traced: {reasons}"
 
 
 def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
@@ -207,30 +231,14 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
     if d.traced:
         evidence.append(Evidence(path, d.line, f"block class {', '.join(e.name for e in d.elements)} from {d.traced}"))
     names = tuple(e.name for e in d.elements)
-    externals = [e for e in d.elements if isinstance(e.target, External)]
     resolved = [(e, _resolve_block(ws, e.target)) for e in d.elements]
     first = next(((e, r) for e, r in resolved if r is not None), None)
-    base = dict(attr=d.attr, container=d.container, block_classes=names, length=d.length,
-                length_config_fields=d.length_fields)
 
-    def verdict(is_blocks, why, **kw):
-        fields = dict(block_class=names[0] if names else None, block_file=None, forward_pattern=None, alternatives=(),
-                      confidence="unknown" if is_blocks is None else "high", check_forward_pattern=None, roles={},
-                      forward=None, call_site=None, evidence=tuple(evidence), notes=())
-        fields.update(kw)
-        return BlockList(is_blocks=is_blocks, why=why, **base, **fields)
+    def verdict(is_blocks, why, **kw):  # the evidence gathered so far, unless given
+        return _verdict(d, is_blocks, why, **{"evidence": tuple(evidence), **kw})
 
-    if not d.elements and d.container == "ModuleDict of ModuleList":
-        return verdict(None, "a ModuleDict of ModuleLists built by a comprehension whose keys are not known "
-                             "statically"), []
-    if not d.elements:
-        return verdict(None, "its elements could not be traced to a class"), []
-    if externals and first is None:
-        kinds = ", ".join(sorted({e.target.qualname for e in externals}))
-        return verdict(False, f"holds library modules ({kinds}): projections, embedders or norms, not blocks"), []
     if first is None:
-        reasons = "; ".join(getattr(e.target, "reason", "unresolved") for e in d.elements)
-        return verdict(None, f"block class not traced: {reasons}"), []
+        return verdict(*_untraced(d)), []
     ctx = rules.ListContext(ws, src, d.attr, d, use, optional_inputs=optional)
     walk = rules.run("list", ctx)
     walk_text = tuple(f.message for f in walk)

@@ -15,7 +15,7 @@ from typing import Any
 
 import libcst as cst
 
-from integrate.defuse import ASSIGNS, defuse
+from integrate.defuse import ASSIGNS, DefUse, Lineage, defuse
 from integrate.records import Evidence
 from integrate.resolve import Resolved, Workspace
 from integrate.source import SourceFile, base_names, dotted, find_method
@@ -341,23 +341,67 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
                     fn: cst.FunctionDef, owner: str, depth: int = 0) -> None:
     """Collect projection calls, reshapes, the kernel call, mask and rope use in `fn`."""
     modules = {p[len(node.path) + 1:]: n for p, n in tree.nodes.items() if p.startswith(node.path + ".")}
-    params = [p.name.value for p in params_of(fn)]
     calls = sorted(find_all(fn, cst.Call), key=lambda c: src.line(c))
     index = defuse(src, fn)
     # local -> the attention attributes (`attn.heads`, ...) its value is computed from
     aliases = index.lineage(seed=lambda value: _attn_attrs(value, owner) - set(modules), reads=_names)
-
     called = {p.split(".")[0] for p in (_projection(c, owner, modules) for c in calls) if p} | {
         c.func.attr.value for c in calls if isinstance(c.func, cst.Attribute) and dotted(c.func.value) == owner}
-    kernel_line = None
-    kernel_lines: list[int] = []  # every kernel call: a projection is an input to the next one after it
-    inside_kernel: set[int] = set()  # calls in a kernel call's arguments (`sdpa(heads(self.q), ...)`): its inputs
+    kernel_lines, inside_kernel = _read_kernels(reading, src, calls, owner)
+    proc = _Processor(ws, reading, tree, node, src, fn, owner, depth, modules, index, aliases, frozenset(called),
+                      tuple(kernel_lines), frozenset(inside_kernel), _callers_of_params(fn))
+    for call in calls:
+        line = src.line(call)
+        if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "prepare_attention_mask"
+                and dotted(call.func.value) == owner and reading.prepared_line is None):
+            reading.prepared_line = line
+        _note_projections(proc, call, line)
+        _note_reshape(proc, call, line)
+        if depth < 2 and call.args and any(isinstance(a.value, cst.Name) and a.value.value == owner for a in call.args):
+            _follow_helper(proc, call, line)
+    if depth == 0:
+        _read_params(reading, src, fn, calls, kernel_lines)
+        if reading.kernel is None:
+            _split_by_flow(reading, src, fn, calls, owner, modules, index)
+
+
+@dataclass(frozen=True)
+class _Processor:
+    """One processor function being read (or a helper it hands the attention module to), with what the
+    passes over its calls share: its sub-modules, def-use index, and the lines of its kernel calls."""
+
+    ws: Workspace
+    reading: _Reading
+    tree: Tree
+    node: Node
+    src: SourceFile
+    fn: cst.FunctionDef
+    owner: str  # the name the attention module has here (`attn`, `self`)
+    depth: int
+    modules: dict[str, Node]  # sub-modules by their path under the attention module
+    index: DefUse
+    aliases: Lineage  # local -> the attention attributes its value is computed from
+    called: frozenset[str]  # sub-modules and methods of the attention module that `fn` calls
+    kernel_lines: tuple[int, ...]  # every kernel call: a projection is an input to the next one after it
+    inside_kernel: frozenset[int]  # calls in a kernel call's arguments (`sdpa(heads(self.q), ...)`): its inputs
+    nested: dict[str, set[int]]  # nested functions that call a parameter of theirs (`_callers_of_params`)
+
+    @property
+    def kernel_line(self) -> int | None:
+        return self.kernel_lines[0] if self.kernel_lines else None
+
+
+def _read_kernels(reading: _Reading, src: SourceFile, calls: list[cst.Call], owner: str) -> tuple[list[int], set[int]]:
+    """The kernel calls (what the first one is and how it is reached; causal, GQA and backend arguments of any),
+    and dispatch_attention_fn's cross-attention CP arguments: every kernel call's line, and the calls inside a
+    kernel call's arguments."""
+    kernel_lines: list[int] = []
+    inside_kernel: set[int] = set()
     for call in calls:
         name = dotted(call.func) or ""
         last = name.rsplit(".", 1)[-1].lower()
         # a kernel takes at least query, key and value: `_get_current_attention_backend(self)` is not one
         if any(w in last for w in _KERNEL_WORDS) and not name.startswith(owner + ".") and len(call.args) >= 3:
-            kernel_lines.append(src.line(call))
             inside_kernel.update(id(c) for a in call.args for c in find_all(a.value, cst.Call))
             causal = next((a.value for a in call.args if a.keyword and a.keyword.value == "is_causal"), None)
             if causal is not None and not (isinstance(causal, cst.Name) and causal.value in ("False", "None")) \
@@ -372,84 +416,103 @@ def _read_processor(ws: Workspace, reading: _Reading, tree: Tree, node: Node, sr
             if backend is not None and not (isinstance(backend, cst.Name) and backend.value == "None") \
                     and reading.backend is None:
                 reading.backend = (src.line(call), src.code(backend))
-            if kernel_line is None:
-                kernel_line = src.line(call)
-                reading.kernel = (name, kernel_line)
+            if not kernel_lines:
+                reading.kernel = (name, src.line(call))
                 reading.kernel_global = _module_global(src, name)
                 reading.sdpa_global = _sdpa_global(src, name)
+            kernel_lines.append(src.line(call))
         if last == "dispatch_attention_fn":
             reading.cross_cp.append((_cross_cp(call), src.line(call)))
-    nested = _callers_of_params(fn)
-    for call in calls:
-        line = src.line(call)
-        if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "prepare_attention_mask"
-                and dotted(call.func.value) == owner and reading.prepared_line is None):
-            reading.prepared_line = line
-        proj = _projection(call, owner, modules)
-        projs = [proj] if proj is not None and call.func is not None and _is_direct(call, owner) else []
-        projs += _passed_projections(call, owner, modules, nested)
-        for proj in projs:
-            if modules.get(proj) is not None and modules[proj].kind == "linear":
-                # before a kernel call (the arms of an if / else each call one): it feeds the attention
-                side = reading.in_projs if kernel_line is None or any(k > line for k in kernel_lines) \
-                    or id(call) in inside_kernel else reading.out_projs
-                full = f"{reading.path}.{proj}"
-                if full not in side:
-                    side.append(full)
-        method = call.func.attr.value if isinstance(call.func, cst.Attribute) else dotted(call.func) or ""
-        method = method.rsplit(".", 1)[-1]
-        qualified = ws.qualname(src, call.func) or dotted(call.func) or ""
-        einops_parts = einops_split(call, qualified)
-        if method in _RESHAPES or (dotted(call.func) or "").startswith(("torch.split", "torch.chunk", "einops.")):
-            used = set()
-            for arg in call.args:
-                used |= _attn_attrs(arg.value, owner) - set(modules)
-                used |= aliases.reads(arg.value, line + 1)
-            sizes = {a for a in used & set(node.attrs) - called if not is_known(node.attrs[a]) or (
-                isinstance(node.attrs[a], int) and not isinstance(node.attrs[a], bool))}
-            for attr in sorted(sizes):
-                reading.reshape_attrs.setdefault(attr, line)
-            if method in _SPLITS or (dotted(call.func) or "") in ("torch.split", "torch.chunk") or einops_parts:
-                qual = dotted(call.func) or ""
-                if qual.startswith(("torch.", "einops.")) or not isinstance(call.func, cst.Attribute):
-                    target = call.args[0].value if call.args else None
-                else:
-                    target = call.func.value
-                src_proj = _projection(target, owner, modules) if target is not None else None
-                if src_proj is None and isinstance(target, cst.Name):  # the projection the local last held
-                    held = [d for d in index.of(target.value, ASSIGNS) if not d.unpacked and d.line <= line]
-                    src_proj = _projection(held[-1].whole, owner, modules) if held else None
-                if src_proj is not None and modules.get(src_proj) is not None and modules[src_proj].kind == "linear":
-                    reading.fused.setdefault(f"{reading.path}.{src_proj}", f"`{src.code(call)[:80]}` (line {line})")
-                    if not (einops_parts or equal_parts(call, method, qual)):
-                        reading.unequal.add(f"{reading.path}.{src_proj}")
-        # helpers called with the attention module: follow one level
-        if depth < 2 and call.args and any(isinstance(a.value, cst.Name) and a.value.value == owner for a in call.args):
-            name = dotted(call.func) or ""
-            found = ws.resolve(src, name) if name and "." not in name else None
-            if isinstance(found, Resolved) and isinstance(found.node, cst.FunctionDef):
-                idx = next(i for i, a in enumerate(call.args) if isinstance(a.value, cst.Name) and a.value.value == owner)
-                h_params = [p.name.value for p in params_of(found.node)]
-                if idx < len(h_params):
-                    before = len(reading.in_projs)
-                    _read_processor(ws, reading, tree, node, found.src, found.node, h_params[idx], depth + 1)
-                    if kernel_line is not None and not any(k > line for k in kernel_lines):
-                        moved = reading.in_projs[before:]
-                        del reading.in_projs[before:]
-                        reading.out_projs.extend(moved)
-    if depth == 0:
-        for p in params:
-            used = any(isinstance(n, cst.Name) and n.value == p for c in calls for a in c.args for n in [a.value])
-            low = p.lower()
-            if "mask" in low and used:
-                reading.mask_line = src.line(fn)
-            if any(w in low for w in ("rotary", "rope", "freqs", "pos_emb")) and _reads(fn, p):
-                reading.rope_line = src.line(fn)
-        reading.mask_after = _mask_after_kernel(src, fn, params, calls, kernel_lines)
-        reading.joins = _joined_keys(src, calls)
-        if reading.kernel is None:
-            reading.unknowns.append(f"no attention kernel call found in {dotted(fn.name)}")
-            _split_by_flow(reading, src, fn, calls, owner, modules, index)
+    return kernel_lines, inside_kernel
+
+
+def _note_projections(proc: _Processor, call: cst.Call, line: int) -> None:
+    """A linear projection the call makes (or hands to a helper): an input projection before a kernel call (the
+    arms of an if / else each call one) or inside its arguments, else an output projection."""
+    reading, modules, owner = proc.reading, proc.modules, proc.owner
+    proj = _projection(call, owner, modules)
+    projs = [proj] if proj is not None and call.func is not None and _is_direct(call, owner) else []
+    projs += _passed_projections(call, owner, modules, proc.nested)
+    for proj in projs:
+        if modules.get(proj) is not None and modules[proj].kind == "linear":
+            side = reading.in_projs if proc.kernel_line is None or any(k > line for k in proc.kernel_lines) \
+                or id(call) in proc.inside_kernel else reading.out_projs
+            full = f"{reading.path}.{proj}"
+            if full not in side:
+                side.append(full)
+
+
+def _note_reshape(proc: _Processor, call: cst.Call, line: int) -> None:
+    """A reshape, split or einops call: the attention attributes sizing it, and the fused projection a split
+    cuts into parts (equal or not)."""
+    reading, modules, owner, src = proc.reading, proc.modules, proc.owner, proc.src
+    method = call.func.attr.value if isinstance(call.func, cst.Attribute) else dotted(call.func) or ""
+    method = method.rsplit(".", 1)[-1]
+    qualified = proc.ws.qualname(src, call.func) or dotted(call.func) or ""
+    einops_parts = einops_split(call, qualified)
+    if not (method in _RESHAPES or (dotted(call.func) or "").startswith(("torch.split", "torch.chunk", "einops."))):
+        return
+    used = set()
+    for arg in call.args:
+        used |= _attn_attrs(arg.value, owner) - set(modules)
+        used |= proc.aliases.reads(arg.value, line + 1)
+    attrs = proc.node.attrs
+    sizes = {a for a in used & set(attrs) - proc.called if not is_known(attrs[a]) or (
+        isinstance(attrs[a], int) and not isinstance(attrs[a], bool))}
+    for attr in sorted(sizes):
+        reading.reshape_attrs.setdefault(attr, line)
+    if not (method in _SPLITS or (dotted(call.func) or "") in ("torch.split", "torch.chunk") or einops_parts):
+        return
+    qual = dotted(call.func) or ""
+    if qual.startswith(("torch.", "einops.")) or not isinstance(call.func, cst.Attribute):
+        target = call.args[0].value if call.args else None
+    else:
+        target = call.func.value
+    src_proj = _projection(target, owner, modules) if target is not None else None
+    if src_proj is None and isinstance(target, cst.Name):  # the projection the local last held
+        held = [d for d in proc.index.of(target.value, ASSIGNS) if not d.unpacked and d.line <= line]
+        src_proj = _projection(held[-1].whole, owner, modules) if held else None
+    if src_proj is not None and modules.get(src_proj) is not None and modules[src_proj].kind == "linear":
+        reading.fused.setdefault(f"{reading.path}.{src_proj}", f"`{src.code(call)[:80]}` (line {line})")
+        if not (einops_parts or equal_parts(call, method, qual)):
+            reading.unequal.add(f"{reading.path}.{src_proj}")
+
+
+def _follow_helper(proc: _Processor, call: cst.Call, line: int) -> None:
+    """A module-level helper called with the attention module: read one level into it. Input projections it
+    makes after the last kernel call here are output projections."""
+    name = dotted(call.func) or ""
+    found = proc.ws.resolve(proc.src, name) if name and "." not in name else None
+    if not (isinstance(found, Resolved) and isinstance(found.node, cst.FunctionDef)):
+        return
+    idx = next(i for i, a in enumerate(call.args) if isinstance(a.value, cst.Name) and a.value.value == proc.owner)
+    h_params = [p.name.value for p in params_of(found.node)]
+    if idx < len(h_params):
+        reading = proc.reading
+        before = len(reading.in_projs)
+        _read_processor(proc.ws, reading, proc.tree, proc.node, found.src, found.node, h_params[idx], proc.depth + 1)
+        if proc.kernel_line is not None and not any(k > line for k in proc.kernel_lines):
+            moved = reading.in_projs[before:]
+            del reading.in_projs[before:]
+            reading.out_projs.extend(moved)
+
+
+def _read_params(reading: _Reading, src: SourceFile, fn: cst.FunctionDef, calls: list[cst.Call],
+                 kernel_lines: list[int]) -> None:
+    """The processor's own parameters: a mask it passes on, rotary embeddings it reads, a mask applied after the
+    kernel; and the text joined into the sequence."""
+    params = [p.name.value for p in params_of(fn)]
+    for p in params:
+        used = any(isinstance(n, cst.Name) and n.value == p for c in calls for a in c.args for n in [a.value])
+        low = p.lower()
+        if "mask" in low and used:
+            reading.mask_line = src.line(fn)
+        if any(w in low for w in ("rotary", "rope", "freqs", "pos_emb")) and _reads(fn, p):
+            reading.rope_line = src.line(fn)
+    reading.mask_after = _mask_after_kernel(src, fn, params, calls, kernel_lines)
+    reading.joins = _joined_keys(src, calls)
+    if reading.kernel is None:
+        reading.unknowns.append(f"no attention kernel call found in {dotted(fn.name)}")
 
 
 _TEXT_SIDE = ("encoder", "added", "context", "txt", "text")

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from integrate.defuse import PLAIN, defuse
 from integrate.records import Evidence
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method, iter_methods
-from integrate.syntax import body_of, find_all, self_attr, walk_statements
+from integrate.syntax import body_of, find_all, self_attr
 
 from .records import PipelineFacts
 
@@ -121,29 +122,7 @@ def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry
     if fn is None:
         return PipelineFacts(cls_name, entry, path, None, "unknown", None,
                              (Evidence(path, 0, f"entry `{entry}` not defined here (inherited?): CFG style unknown"),))
-    params = {p.name.value: p.default for p in (*fn.params.params, *fn.params.kwonly_params) if p.default is not None}
-    env = _Env(src, params, {}, {}, {})
-    if cls is not None:
-        for m in iter_methods(cls):
-            if any(dotted(d.decorator) == "property" for d in m.decorators):
-                rets = find_all(m.body, cst.Return)
-                if len(rets) == 1 and rets[0].value is not None:
-                    env.properties[m.name.value] = rets[0].value
-    aliases: set[str] = set()
-    for stmt in walk_statements(fn.body.body):
-        if isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if isinstance(small, cst.Assign) and len(small.targets) == 1:
-                    target = small.targets[0].target
-                    if isinstance(target, cst.Name):
-                        env.locals.setdefault(target.value, small.value)
-                        values = [small.value.body, small.value.orelse] if isinstance(small.value, cst.IfExp) \
-                            else [small.value]
-                        if any(self_attr(v) and any(w in self_attr(v).lower() for w in MODEL_WORDS) for v in values):
-                            aliases.add(target.value)
-                    elif (attr := self_attr(target)) is not None:
-                        env.self_values.setdefault(attr, small.value)
-
+    env, aliases = _env_of(src, cls, fn)
     methods = {m.name.value: m for m in iter_methods(transformer[1])} if transformer is not None else {}
     stepped = [lp for lp in find_all(fn.body, cst.For) if _method_calls(lp.body, aliases, methods)]
     if stepped and not any(_model_calls(lp.body, aliases) for lp in find_all(fn.body, cst.For)):
@@ -156,7 +135,39 @@ def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry
     # loop that calls the transformer (find_all yields parents first). A loop around the step loop (AnyFlowFAR's
     # chunks of frames) is not a loop over guidance conditions.
     stepping = [lp for lp in loops if _over_schedule(lp.iter)]
-    loop = (stepping or loops)[0]
+    return _step_facts(src, cls_name, entry, fn, (stepping or loops)[0], env, aliases, transformer)
+
+
+def _env_of(src: SourceFile, cls: cst.ClassDef | None, fn: cst.FunctionDef) -> tuple[_Env, set[str]]:
+    """What `_eval` reads in `fn`: its parameters' defaults, each local's first `=` value, each `self.x = ...`
+    and the class's one-return properties; and the locals bound to a model (`transformer = self.transformer`)."""
+    params = {p.name.value: p.default for p in (*fn.params.params, *fn.params.kwonly_params) if p.default is not None}
+    env = _Env(src, params, {}, {}, {})
+    if cls is not None:
+        for m in iter_methods(cls):
+            if any(dotted(d.decorator) == "property" for d in m.decorators):
+                rets = find_all(m.body, cst.Return)
+                if len(rets) == 1 and rets[0].value is not None:
+                    env.properties[m.name.value] = rets[0].value
+    aliases: set[str] = set()
+    for _, _, value, node in defuse(src, fn).statements(PLAIN):
+        if len(node.targets) != 1:
+            continue
+        target = node.targets[0].target
+        if isinstance(target, cst.Name):
+            env.locals.setdefault(target.value, value)
+            values = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+            if any(self_attr(v) and any(w in self_attr(v).lower() for w in MODEL_WORDS) for v in values):
+                aliases.add(target.value)
+        elif (attr := self_attr(target)) is not None:
+            env.self_values.setdefault(attr, value)
+    return env, aliases
+
+
+def _step_facts(src: SourceFile, cls_name: str | None, entry: str, fn: cst.FunctionDef, loop: cst.For, env: _Env,
+                aliases: set[str], transformer: tuple[SourceFile, cst.ClassDef] | None) -> PipelineFacts:
+    """The CFG style read from the step loop: how many transformer calls one step runs with the defaults."""
+    path = str(src.path)
     evidence = [Evidence(path, src.line(loop), f"denoising loop `for {src.code(loop.target)} in "
                                                f"{src.code(loop.iter)}`")]
     calls = _model_calls(loop.body, aliases)
@@ -193,6 +204,15 @@ def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry
         why = f"{count} transformer calls can run in one step: cond and uncond are separate forwards"
         evidence.append(Evidence(path, src.line(loop), why))
         return PipelineFacts(cls_name, entry, path, True, "high", count, tuple(evidence), other_models=others)
+    return _one_call(src, cls_name, entry, fn, loop, count, mine, evidence, others, transformer)
+
+
+def _one_call(src: SourceFile, cls_name: str | None, entry: str, fn: cst.FunctionDef, loop: cst.For, count: int,
+              mine: list[cst.Call], evidence: list[Evidence], others: tuple[Evidence, ...],
+              transformer: tuple[SourceFile, cst.ClassDef] | None) -> PipelineFacts:
+    """At most one call per step with the defaults: batched CFG, unless the called model is a parameter of the
+    entry that a guidance wrapper in this file could stand for."""
+    path = str(src.path)
     why = "one transformer call per step"
     if len(mine) > count:
         why += f" by default ({len(mine) - count} more only run when their condition holds)"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from integrate.defuse import PLAIN, defuse
 from integrate.source import SourceFile, dotted, iter_methods
 from integrate.syntax import assigned_names, body_of, find_all, names_read, self_attr, target_names, walk_statements
 
@@ -88,6 +89,18 @@ def _refers(expr: cst.BaseExpression, attr: str, aliases: set[str]) -> tuple[boo
     return False, False, ()
 
 
+def _list_aliases(src: SourceFile, fn: cst.FunctionDef, attrs: list[str]) -> dict[str, set[str]]:
+    """For each list attribute, the local names `fn` binds to the whole list (`blocks = self.blocks`; a slice
+    `self.blocks[1:]` is no alias)."""
+    aliases: dict[str, set[str]] = {a: set() for a in attrs}
+    for _, names, value, _ in defuse(src, fn).statements(PLAIN):
+        for attr in attrs:
+            refers, sliced, _ = _refers(value, attr, set())
+            if refers and not sliced:
+                aliases[attr].update(names)
+    return aliases
+
+
 def _unwrap_iter(it: cst.BaseExpression):
     """enumerate(x) / zip(a, b) / reversed(x) -> (iterables, enumerated)."""
     name = dotted(it.func) if isinstance(it, cst.Call) else None
@@ -104,12 +117,7 @@ def find_list_uses(src: SourceFile, cls: cst.ClassDef, attrs: list[str]) -> dict
     for fn in iter_methods(cls):
         if fn.name.value == "__init__":
             continue
-        aliases: dict[str, set[str]] = {a: set() for a in attrs}
-        for assign in find_all(fn.body, cst.Assign):
-            for attr in attrs:
-                if _refers(assign.value, attr, set())[0] and not _refers(assign.value, attr, set())[1]:
-                    for t in assign.targets:
-                        aliases[attr].update(target_names(t.target))
+        aliases = _list_aliases(src, fn, attrs)
         in_loop_iter: set[int] = set()
         arms = _arms(fn)
         for loop in find_all(fn.body, cst.For):
@@ -230,15 +238,16 @@ def _find_call(src: SourceFile, loop: Loop) -> None:
         if any(id(c) in calls for c in find_all(stmt, cst.Call)):
             loop.call_stmt = loop.call_stmt or stmt
     # outputs: the assignment whose value holds the chosen call
-    for assign in find_all(loop.node.body, cst.Assign):
-        if any(c is chosen for c in find_all(assign.value, cst.Call)):
-            loop.outputs = tuple(n for t in assign.targets for n in target_names(t.target))
+    body = defuse(src, loop.node).statements(PLAIN)
+    for _, names, value, _ in body:
+        if any(c is chosen for c in find_all(value, cst.Call)):
+            loop.outputs = names
             break
     if len(loop.outputs) == 1:  # `layer_outputs = layer(h, ...)` then `h = layer_outputs[0]`
-        for assign in find_all(loop.node.body, cst.Assign):
-            v = assign.value
-            if isinstance(v, cst.Subscript) and isinstance(v.value, cst.Name) and v.value.value == loop.outputs[0]:
-                loop.indexed = src.code(assign).strip()
+        for _, _, value, node in body:
+            if isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name) \
+                    and value.value.value == loop.outputs[0]:
+                loop.indexed = src.code(node).strip()
                 break
 
 

@@ -7,6 +7,8 @@ unsqueeze / squeeze / indexing, cat and a few constructors. Anything else is Non
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
 from integrate.defuse import ASSIGNS, defuse
@@ -25,93 +27,135 @@ _CONSTRUCT = {"zeros", "ones", "randn", "rand", "empty", "full"}
 
 def ndim_of(ws: Workspace, src: SourceFile, fn: cst.FunctionDef, expr: cst.BaseExpression,
             cls: cst.ClassDef | None = None, depth: int = 0, before: int | None = None) -> int | None:
+    """The rank of `expr` as `fn` has it before line `before` (`cls`: the class whose methods `self.m(...)`
+    names); None when the code does not say."""
     if depth > MAX_DEPTH:
         return None
-    again = lambda e, b=before: ndim_of(ws, src, fn, e, cls, depth + 1, b)  # noqa: E731
+    at = _At(ws, src, fn, cls, depth, before)
     if isinstance(expr, cst.Name):
-        value, index, line = last_assignment(src, fn, expr.value, before)
-        if value is None:
-            return None
-        guard = _guarded_ndim(src, fn, expr.value, line)
-        if guard is not None and isinstance(value, cst.Subscript):
-            dropped = sum(1 for el in value.slice if isinstance(el.slice, cst.Index)
-                          and dotted(el.slice.value) != "None" and not isinstance(el.slice.value, cst.Ellipsis))
-            return guard - dropped  # `if x.ndim == 3: x = x[0]`: 2-D whichever way the branch goes
-        if index is not None:
-            return _element(ws, src, fn, value, index, cls, depth, line)
-        return again(value, line)
+        return _name_ndim(at, expr.value)
     if isinstance(expr, cst.Subscript):
-        base = again(expr.value)
-        if base is None:
-            return None
-        dropped = sum(1 for el in expr.slice if isinstance(el.slice, cst.Index)
-                      and dotted(el.slice.value) != "None" and not isinstance(el.slice.value, cst.Ellipsis))
+        base = at.again(expr.value)
         added = sum(1 for el in expr.slice if isinstance(el.slice, cst.Index) and dotted(el.slice.value) == "None")
-        return base - dropped + added
+        return base - _dropped(expr) + added if base is not None else None
     if not isinstance(expr, cst.Call):
         return None
     func = expr.func
     name = dotted(func) or ""
     if isinstance(func, cst.Name) and ws is not None:  # a module-level helper: the return this call takes
         return _function_return(ws, src, expr, None, depth)
-    if isinstance(func, cst.Attribute):
-        method = func.attr.value
-        plain = [a for a in expr.args if a.keyword is None]
-        if name.startswith("torch.") and name.count(".") == 1:
-            op = method
-            if op in ("cat", "concat") and expr.args:
-                seq = expr.args[0].value
-                if isinstance(seq, cst.List | cst.Tuple) and seq.elements:
-                    return again(seq.elements[0].value)
-                return None
-            if op == "stack" and expr.args:
-                seq = expr.args[0].value
-                first = None
-                if isinstance(seq, cst.List | cst.Tuple) and seq.elements:
-                    first = seq.elements[0].value
-                elif isinstance(seq, cst.Name):  # a list built by `seq.append(x)`
-                    for call in find_all(fn, cst.Call):
-                        if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "append"
-                                and dotted(call.func.value) == seq.value and call.args):
-                            first, before = call.args[0].value, src.line(call) + 1
-                            break
-                inner = ndim_of(ws, src, fn, first, cls, depth + 1, before) if first is not None else None
-                return inner + 1 if inner is not None else None
-            if op in ("cartesian_prod", "outer"):
-                return 2
-            if op in ("arange", "linspace", "logspace"):
-                return 1
-            if op in _CONSTRUCT and plain and not any(a.star for a in plain):
-                sizes = plain[:1] if op == "full" else plain
-                first = sizes[0].value
-                if len(sizes) == 1 and isinstance(first, cst.Name):  # `torch.randn(shape)`: the tuple it names
-                    first, _, _ = last_assignment(src, fn, first.value, before)
-                if isinstance(first, cst.Tuple | cst.List):
-                    return len(first.elements)
-                if len(sizes) == 1 and not isinstance(first, cst.Integer):
-                    return None  # one size that is not a literal: a shape or a count, the code does not say
-                return len(plain) - (1 if op == "full" else 0)
+    if not isinstance(func, cst.Attribute):
+        return None
+    if name.startswith("torch.") and name.count(".") == 1:
+        return _torch_ndim(at, func.attr.value, expr)
+    if name.startswith("self.") and name.count(".") == 1 and cls is not None:
+        return _method_return(ws, src, cls, func.attr.value, None, depth)
+    return _method_ndim(at, func.attr.value, expr)
+
+
+@dataclass(frozen=True)
+class _At:
+    """Where `ndim_of` reads: the function, its class, the recursion depth and the line it reads before."""
+
+    ws: Workspace
+    src: SourceFile
+    fn: cst.FunctionDef
+    cls: cst.ClassDef | None
+    depth: int
+    before: int | None
+
+    def again(self, expr: cst.BaseExpression) -> int | None:
+        """`ndim_of` one level deeper, before the same line."""
+        return self.before_line(expr, self.before)
+
+    def before_line(self, expr: cst.BaseExpression | None, before: int | None) -> int | None:
+        """`ndim_of` one level deeper, before line `before`; None for no expression."""
+        if expr is None:
             return None
-        if name.startswith("self.") and name.count(".") == 1 and cls is not None:
-            return _method_return(ws, src, cls, method, None, depth)
-        base = again(func.value)
-        if method in _SAME:
+        return ndim_of(self.ws, self.src, self.fn, expr, self.cls, self.depth + 1, before)
+
+
+def _dropped(sub: cst.Subscript) -> int:
+    """Axes an index drops: each plain index (`x[0]`), not a `None` (new axis), a slice or an ellipsis."""
+    return sum(1 for el in sub.slice if isinstance(el.slice, cst.Index)
+               and dotted(el.slice.value) != "None" and not isinstance(el.slice.value, cst.Ellipsis))
+
+
+def _name_ndim(at: _At, name: str) -> int | None:
+    """A local: the rank of its last assignment (an element of a tuple, for an unpacking)."""
+    value, index, line = last_assignment(at.src, at.fn, name, at.before)
+    if value is None:
+        return None
+    guard = _guarded_ndim(at.src, at.fn, name, line)
+    if guard is not None and isinstance(value, cst.Subscript):
+        return guard - _dropped(value)  # `if x.ndim == 3: x = x[0]`: 2-D whichever way the branch goes
+    if index is not None:
+        return _element(at.ws, at.src, at.fn, value, index, at.cls, at.depth, line)
+    return at.before_line(value, line)
+
+
+def _torch_ndim(at: _At, op: str, call: cst.Call) -> int | None:
+    """`torch.<op>(...)`: cat keeps its first element's rank, stack adds one, the constructors count sizes."""
+    plain = [a for a in call.args if a.keyword is None]
+    if op in ("cat", "concat") and call.args:
+        seq = call.args[0].value
+        if isinstance(seq, cst.List | cst.Tuple) and seq.elements:
+            return at.again(seq.elements[0].value)
+        return None
+    if op == "stack" and call.args:
+        return _stack_ndim(at, call.args[0].value)
+    if op in ("cartesian_prod", "outer"):
+        return 2
+    if op in ("arange", "linspace", "logspace"):
+        return 1
+    if op in _CONSTRUCT and plain and not any(a.star for a in plain):
+        sizes = plain[:1] if op == "full" else plain
+        first = sizes[0].value
+        if len(sizes) == 1 and isinstance(first, cst.Name):  # `torch.randn(shape)`: the tuple it names
+            first, _, _ = last_assignment(at.src, at.fn, first.value, at.before)
+        if isinstance(first, cst.Tuple | cst.List):
+            return len(first.elements)
+        if len(sizes) == 1 and not isinstance(first, cst.Integer):
+            return None  # one size that is not a literal: a shape or a count, the code does not say
+        return len(plain) - (1 if op == "full" else 0)
+    return None
+
+
+def _stack_ndim(at: _At, seq: cst.BaseExpression) -> int | None:
+    """`torch.stack(seq)`: one more than an element's rank (a list literal's first, or the first `seq.append(x)`)."""
+    first, before = None, at.before
+    if isinstance(seq, cst.List | cst.Tuple) and seq.elements:
+        first = seq.elements[0].value
+    elif isinstance(seq, cst.Name):  # a list built by `seq.append(x)`
+        for call in find_all(at.fn, cst.Call):
+            if (isinstance(call.func, cst.Attribute) and call.func.attr.value == "append"
+                    and dotted(call.func.value) == seq.value and call.args):
+                first, before = call.args[0].value, at.src.line(call) + 1
+                break
+    inner = at.before_line(first, before)
+    return inner + 1 if inner is not None else None
+
+
+def _method_ndim(at: _At, method: str, call: cst.Call) -> int | None:
+    """`x.<method>(...)`: the rank of x through a same-rank op, reshape / view / expand / repeat's sizes, or
+    unsqueeze / squeeze."""
+    plain = [a for a in call.args if a.keyword is None]
+    base = at.again(call.func.value)
+    if method in _SAME:
+        return base
+    if method in _SHAPE_ARGS and plain and not any(a.star for a in plain):
+        if method == "repeat" and base is not None and len(plain) < base:
             return base
-        if method in _SHAPE_ARGS and plain and not any(a.star for a in plain):
-            if method == "repeat" and base is not None and len(plain) < base:
-                return base
-            first = plain[0].value
-            if len(plain) == 1 and isinstance(first, cst.Tuple | cst.List):
-                return len(first.elements)
-            return len(plain)
-        if base is None:
-            return None
-        if method == "unsqueeze":
-            return base + 1
-        if method == "squeeze":
-            return base - 1 if plain else None
-        if method in ("flatten",):
-            return None
+        first = plain[0].value
+        if len(plain) == 1 and isinstance(first, cst.Tuple | cst.List):
+            return len(first.elements)
+        return len(plain)
+    if base is None:
+        return None
+    if method == "unsqueeze":
+        return base + 1
+    if method == "squeeze":
+        return base - 1 if plain else None
     return None
 
 

@@ -63,28 +63,13 @@ def decide(fwd: ForwardSummary, args: CallArgs, outputs: tuple[str, ...],
     except Exception as exc:  # the original call does not bind: nothing to decide from
         return PatternVerdict(None, (), "unknown", {}, None, (), None, (f"call site does not bind: {exc}",))
     streams = stream_params(direct, outputs)
-    named = [p.name for p in fwd.params]
-    confidence = "high"
     if not streams:
         why.append("no loop-carried variable reaches the block: the call's output is not fed back")
         return PatternVerdict(None, (), "unknown", {}, None, (), None, tuple(why))
     if len(streams) > 2:
         why.append(f"{len(streams)} loop-carried streams ({', '.join(streams)}); cache-dit carries at most two")
         return PatternVerdict(None, (), "unknown", {}, None, (), None, tuple(why))
-
-    if len(streams) == 2:
-        a, b = streams
-        hidden, encoder = (a, b) if _rank(a, HIDDEN_NAMES) <= _rank(b, HIDDEN_NAMES) else (b, a)
-        if _rank(hidden, HIDDEN_NAMES) == len(HIDDEN_NAMES):
-            confidence = "medium"
-            why.append(f"stream names `{a}`/`{b}` are not known names: the first in call order is taken as hidden")
-            hidden, encoder = a, b
-        encoder_is_stream = True
-    else:
-        hidden = streams[0]
-        candidates = [p for p in named if p != hidden and _rank(p, ENCODER_NAMES) < len(ENCODER_NAMES)]
-        encoder = min(candidates, key=lambda p: _rank(p, ENCODER_NAMES)) if candidates else None
-        encoder_is_stream = False
+    hidden, encoder, encoder_is_stream, confidence = _streams(streams, [p.name for p in fwd.params], why)
     roles = {"hidden_states": hidden}
     if encoder:
         roles["encoder_hidden_states"] = encoder
@@ -95,14 +80,8 @@ def decide(fwd: ForwardSummary, args: CallArgs, outputs: tuple[str, ...],
     if ret is None:
         why.append("what the block returns could not be traced to its inputs")
         return PatternVerdict(None, (), "unknown", roles, None, (), None, tuple(why))
-    slots = tuple("H" if r == hidden else "E" if r == encoder else "?" for r in ret)
-    if slots == ("H", "E"):
-        family = ("Pattern_0", "Pattern_4")
-    elif slots == ("E", "H"):
-        family = ("Pattern_1", "Pattern_5")
-    elif slots == ("H",):
-        family = ("Pattern_2", "Pattern_3")
-    else:
+    family = _FAMILIES.get(tuple("H" if r == hidden else "E" if r == encoder else "?" for r in ret))
+    if family is None:
         why.append(f"returns {ret}: not the hidden stream alone nor a (hidden, encoder) pair")
         return PatternVerdict(None, (), "unknown", roles, None, (), None, tuple(why))
 
@@ -122,28 +101,52 @@ def decide(fwd: ForwardSummary, args: CallArgs, outputs: tuple[str, ...],
     if not valid:
         chosen = family[0] if (encoder_given or encoder_is_stream) else family[1]
         why.append(f"no pattern binds as is; {chosen} is the block's contract, reached through a PatchFunctor")
-        mismatch = True
     else:
-        mismatch = False
-        with_enc = [p for p in valid if p not in HIDDEN_ONLY]
-        hidden_only = [p for p in valid if p in HIDDEN_ONLY]
-        if with_enc and (encoder_given or encoder_is_stream):
-            chosen = with_enc[0]
-        elif hidden_only:
-            chosen = hidden_only[0]
-            if with_enc:
-                why.append(
-                    f"`{encoder}` is passed as {encoder_value or 'nothing'}: no text stream reaches the block, "
-                    "so the hidden-only pattern is preferred"
-                )
-        else:
-            chosen = with_enc[0]
+        chosen = _preferred(valid, encoder, encoder_value, encoder_given or encoder_is_stream, why)
     alternatives = tuple(p for p in valid if p != chosen)
 
     check = _check_ok(fwd, chosen, roles, why)
     if check is False:
         confidence = "medium" if confidence == "high" else confidence
-    return PatternVerdict(chosen, alternatives, confidence, roles, check, bindings, mismatch, tuple(why))
+    return PatternVerdict(chosen, alternatives, confidence, roles, check, bindings, not valid, tuple(why))
+
+
+# the patterns a block's returns allow: (with the encoder stream, hidden only), by return slots
+_FAMILIES = {("H", "E"): ("Pattern_0", "Pattern_4"), ("E", "H"): ("Pattern_1", "Pattern_5"),
+             ("H",): ("Pattern_2", "Pattern_3")}
+
+
+def _streams(streams: list[str], named: list[str], why: list[str]) -> tuple[str, str | None, bool, str]:
+    """(hidden, encoder, whether the encoder is a loop-carried stream, confidence) from one or two streams: of
+    two, the one named most like a hidden state; of one, the encoder is the parameter named most like one."""
+    if len(streams) == 2:
+        a, b = streams
+        hidden, encoder = (a, b) if _rank(a, HIDDEN_NAMES) <= _rank(b, HIDDEN_NAMES) else (b, a)
+        if _rank(hidden, HIDDEN_NAMES) == len(HIDDEN_NAMES):
+            why.append(f"stream names `{a}`/`{b}` are not known names: the first in call order is taken as hidden")
+            return a, b, True, "medium"
+        return hidden, encoder, True, "high"
+    hidden = streams[0]
+    candidates = [p for p in named if p != hidden and _rank(p, ENCODER_NAMES) < len(ENCODER_NAMES)]
+    return hidden, (min(candidates, key=lambda p: _rank(p, ENCODER_NAMES)) if candidates else None), False, "high"
+
+
+def _preferred(valid: list[str], encoder: str | None, encoder_value: str | None, text_reaches: bool,
+               why: list[str]) -> str:
+    """Of the patterns that bind: one with the encoder stream when text reaches the block, else a hidden-only
+    one (saying why where both bind)."""
+    with_enc = [p for p in valid if p not in HIDDEN_ONLY]
+    hidden_only = [p for p in valid if p in HIDDEN_ONLY]
+    if with_enc and text_reaches:
+        return with_enc[0]
+    if hidden_only:
+        if with_enc:
+            why.append(
+                f"`{encoder}` is passed as {encoder_value or 'nothing'}: no text stream reaches the block, "
+                "so the hidden-only pattern is preferred"
+            )
+        return hidden_only[0]
+    return with_enc[0]
 
 
 def _arg_value(text: str | None):

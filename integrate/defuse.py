@@ -6,6 +6,8 @@ answers both from one pass over the function, built the first time a function is
 for as long as the function node lives (the same policy as `syntax.find_all`'s walk index).
 
 A definition is one name bound by an assignment (`=`, annotated `=`) or a `for` target, in source order.
+`statements(GROWS)` also lists each `xs.append(v)` / `xs.extend(v)` as a statement that feeds `xs` from `v`
+(it binds nothing: no definition, and no step of `lineage`).
 Nested functions, classes and lambdas are their own scopes and are not entered. What a definition holds:
 
 - `value`: the expression this very name receives (`a` in `a, b = x, y` holds `x`); None when the
@@ -17,6 +19,8 @@ Nested functions, classes and lambdas are their own scopes and are not entered. 
 `seed` says of its right-hand side plus the tags of every name that side reads, as they stand when the
 statement runs. Querying `at(name, line)` gives the tags of the last definition strictly before `line`,
 and `final(name)` those of the last definition; a name never defined gets `initial(name)`.
+
+`reach(name, line)` walks the other way: from one use back through every definition that fed it.
 
 libcst's ScopeProvider answers "which assignments can reach this name" too, but builds a metadata
 wrapper (a deep copy of the module) and every scope of the file; the analysers need only one function's
@@ -35,9 +39,11 @@ import libcst as cst
 from integrate.source import SourceFile
 from integrate.syntax import body_of, names_read, target_names, walk_statements
 
-Kind = Literal["assign", "annassign", "for"]
+Kind = Literal["assign", "annassign", "for", "append"]
+PLAIN: frozenset[Kind] = frozenset({"assign"})  # `=` alone
 ASSIGNS: frozenset[Kind] = frozenset({"assign", "annassign"})
-ALL: frozenset[Kind] = frozenset({"assign", "annassign", "for"})
+ALL: frozenset[Kind] = frozenset({"assign", "annassign", "for"})  # every kind that binds a name
+GROWS: frozenset[Kind] = frozenset({"append"})  # `xs.append(v)`, `xs.extend(v)`: statements only
 T = TypeVar("T")
 
 
@@ -51,38 +57,44 @@ class Def:
     unpacked: bool  # the target is a tuple or list
     kind: Kind
     node: cst.CSTNode  # the Assign / AnnAssign, or the For
+    bound: tuple[str, ...]  # every name the statement binds (`a = b = f()`: a and b)
 
 
 class DefUse:
     """The definitions of one function, in source order."""
 
     def __init__(self, src: SourceFile, fn: cst.FunctionDef | cst.BaseSuite | cst.CSTNode) -> None:
+        """`fn`: a function, or any statement with a body (a loop's own body, without its `else`), or a block."""
         self.src = src
         self.defs: list[Def] = []
         self._by_name: dict[str, list[Def]] = {}
         self._statements: list[tuple[int, tuple[str, ...], cst.BaseExpression, cst.CSTNode, Kind]] = []
-        stmts = body_of(fn) if isinstance(fn, cst.FunctionDef) else list(getattr(fn, "body", ()))
+        stmts = list(fn.body) if isinstance(fn, cst.IndentedBlock) else body_of(fn)
         for stmt in walk_statements(stmts):
             line = src.line(stmt)
             if isinstance(stmt, cst.SimpleStatementLine):
                 for small in stmt.body:
                     if isinstance(small, cst.Assign):
-                        for t in small.targets:
-                            self._bind(line, t.target, small.value, small.value, "assign", small)
                         names = tuple(n for t in small.targets for n in target_names(t.target))
+                        for t in small.targets:
+                            self._bind(line, t.target, small.value, small.value, "assign", small, names)
                         self._statements.append((line, names, small.value, small, "assign"))
                     elif isinstance(small, cst.AnnAssign) and small.value is not None:
-                        self._bind(line, small.target, small.value, small.value, "annassign", small)
-                        self._statements.append((line, tuple(target_names(small.target)), small.value, small,
-                                                 "annassign"))
+                        names = tuple(target_names(small.target))
+                        self._bind(line, small.target, small.value, small.value, "annassign", small, names)
+                        self._statements.append((line, names, small.value, small, "annassign"))
+                    elif isinstance(small, cst.Expr) and (grown := _grown(small.value)) is not None:
+                        self._statements.append((line, (grown[0],), grown[1], small, "append"))
             elif isinstance(stmt, cst.For):
-                self._bind(line, stmt.target, None, stmt.iter, "for", stmt)
-                self._statements.append((line, tuple(target_names(stmt.target)), stmt.iter, stmt, "for"))
+                names = tuple(target_names(stmt.target))
+                self._bind(line, stmt.target, None, stmt.iter, "for", stmt, names)
+                self._statements.append((line, names, stmt.iter, stmt, "for"))
 
-    def _bind(self, line: int, target: cst.BaseExpression, value, whole, kind: Kind, node, names=None) -> None:
+    def _bind(self, line: int, target: cst.BaseExpression, value, whole, kind: Kind, node, bound: tuple[str, ...],
+              names=None) -> None:
         names = names if names is not None else tuple(target_names(target))
         if isinstance(target, cst.Name):
-            d = Def(target.value, line, value if kind != "for" else whole, whole, names, False, kind, node)
+            d = Def(target.value, line, value if kind != "for" else whole, whole, names, False, kind, node, bound)
             self.defs.append(d)
             self._by_name.setdefault(d.name, []).append(d)
         elif isinstance(target, (cst.Tuple, cst.List)):
@@ -93,11 +105,11 @@ class DefUse:
                 inner = el.value.value if starred else el.value
                 if isinstance(inner, cst.Name):
                     held = None if kind == "for" or starred else sub
-                    d = Def(inner.value, line, held, whole, names, True, kind, node)
+                    d = Def(inner.value, line, held, whole, names, True, kind, node, bound)
                     self.defs.append(d)
                     self._by_name.setdefault(d.name, []).append(d)
                 else:
-                    self._bind(line, inner, sub, whole, kind, node, names)
+                    self._bind(line, inner, sub, whole, kind, node, bound, names)
 
     # -- questions -------------------------------------------------------------------------------
 
@@ -111,6 +123,28 @@ class DefUse:
     def last_before(self, name: str, line: int, kinds: frozenset[Kind] = ASSIGNS) -> Def | None:
         found = self.before(name, line, kinds)
         return found[-1] if found else None
+
+    def reach(self, name: str, line: int, keep: Callable[[Def], bool] = lambda d: True,
+              limit: int = 200) -> list[tuple[str, int, Def | None]]:
+        """What fed `name` as the statement on `line` sees it, walked back: its last definition before that line
+        (of any kind, among those `keep` accepts), then each name that definition's right-hand side reads, but
+        `self`, as of the definition's line; depth first, names in sorted order. Each (name, line) comes once,
+        with the definition found, or None where there is none (a parameter, a global, a name `keep` hides);
+        the walk stops taking new pairs once it holds more than `limit`."""
+        out: list[tuple[str, int, Def | None]] = []
+        seen: set[tuple[str, int]] = set()
+        stack = [(name, line)]
+        while stack:
+            n, before = stack.pop()
+            if (n, before) in seen or len(seen) > limit:
+                continue
+            seen.add((n, before))
+            found = [d for d in self.before(n, before, ALL) if keep(d)]
+            d = found[-1] if found else None
+            out.append((n, before, d))
+            if d is not None:
+                stack += [(r, d.line) for r in sorted(names_read(d.whole) - {"self"})]
+        return out
 
     def statements(self, kinds: frozenset[Kind] = ALL) -> list[tuple[int, tuple[str, ...], cst.BaseExpression,
                                                                      cst.CSTNode]]:
@@ -158,13 +192,24 @@ class Lineage(Generic[T]):
         return frozenset(out)
 
 
+def _grown(call: cst.BaseExpression) -> tuple[str, cst.BaseExpression] | None:
+    """`xs.append(v)` / `xs.extend(v)` -> ("xs", v)."""
+    if not (isinstance(call, cst.Call) and call.args and isinstance(call.func, cst.Attribute)):
+        return None
+    func = call.func
+    if func.attr.value in ("append", "extend") and isinstance(func.value, cst.Name):
+        return func.value.value, call.args[0].value
+    return None
+
+
 # One index per function node, kept while the node lives (least recently used dropped past the bound).
 _INDEX: OrderedDict[int, tuple[cst.CSTNode, DefUse]] = OrderedDict()
 _INDEX_SIZE = 512
 
 
-def defuse(src: SourceFile, fn: cst.FunctionDef) -> DefUse:
-    """The def-use index of `fn` (built once, then shared by every analyser that asks)."""
+def defuse(src: SourceFile, fn: cst.FunctionDef | cst.For) -> DefUse:
+    """The def-use index of `fn`, a function or a loop's body (built once, then shared by every analyser that
+    asks)."""
     entry = _INDEX.get(id(fn))
     if entry is not None and entry[0] is fn and entry[1].src is src:
         _INDEX.move_to_end(id(fn))
@@ -176,4 +221,4 @@ def defuse(src: SourceFile, fn: cst.FunctionDef) -> DefUse:
     return index
 
 
-__all__ = ["ALL", "ASSIGNS", "Def", "DefUse", "Lineage", "defuse"]
+__all__ = ["ALL", "ASSIGNS", "GROWS", "PLAIN", "Def", "DefUse", "Lineage", "defuse"]

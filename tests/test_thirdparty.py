@@ -390,7 +390,7 @@ def test_a_slice_of_a_table_is_no_lookup(tmp_path):
     """`freqs[: x.shape[1]]` takes the first rows in token order: one row per token, which is cut with the
     tokens; only an index by a tensor (`freqs[positions]`) makes a table."""
     from integrate.analyzers.modules import module_tree
-    from integrate.analyzers.sequence import indexed_by_position
+    from integrate.analyzers.sequence_walks import indexed_by_position
     from integrate.resolve import Workspace
 
     text = (ROOT / "tests" / "fixtures" / "ropetable" / "model.py").read_text()

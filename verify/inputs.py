@@ -21,9 +21,10 @@ from typing import Any
 
 import libcst as cst
 from integrate.analyzers.forward import is_length
-from integrate.analyzers.sequence import is_position
+from integrate.analyzers.sequence_forward import is_position
 from integrate.verify.tiny import TEXT_TOKENS
 
+from integrate.defuse import PLAIN, defuse
 from integrate.resolve import Workspace
 from integrate.source import dotted, find_method
 from integrate.syntax import find_all, self_member
@@ -478,10 +479,10 @@ def _unpacked_rank(model, param: str) -> int | None:
     """How many dims forward says `param` has where the pipeline's call was not traced: the names its shape is
     unpacked into (`batch, channels, frames, height, width = hidden_states.shape`), read with libcst; None when
     forward unpacks it no such way, or two ways."""
-    _, fn = _forward_of(model)
+    src, fn = _forward_of(model)
     found = set()
-    for node in find_all(fn, cst.Assign) if fn is not None else ():
-        value, (target, *more) = node.value, node.targets
+    for _, _, value, node in defuse(src, fn).statements(PLAIN) if fn is not None else ():
+        target, *more = node.targets
         if (not more and isinstance(target.target, cst.Tuple) and isinstance(value, cst.Attribute)
                 and value.attr.value == "shape" and isinstance(value.value, cst.Name) and value.value.value == param
                 and not any(isinstance(e, cst.StarredElement) for e in target.target.elements)):
