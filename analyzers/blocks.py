@@ -55,6 +55,9 @@ class _Builder:
             self.init_params = {x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)}
             self.init_defaults = name_defaults(init)
         self.local_lists: dict[str, tuple[list, str | None]] = {}  # name -> (element calls, length)
+        # name -> every expression `__init__` binds it to (`block = Block(...)` in a loop, then appended; one per
+        # branch where it is bound in several)
+        self.local_values: dict[str, list[cst.BaseExpression]] = {}
         self.names: dict[str, Any] = {}  # local names of __init__ the evaluator knows (`modes = ["image"]`)
         self.defs: dict[str, ListDef] = {}
 
@@ -107,6 +110,9 @@ class _Builder:
         if isinstance(expr, cst.Name) and expr.value in self.local_lists:
             calls, length = self.local_lists[expr.value]
             return calls, length, None, ()
+        if isinstance(expr, cst.Name) and expr.value in self.local_values:  # `blocks.append(block)`
+            calls = [c for value in self.local_values[expr.value] for c in self.contents(value, depth + 1)[0]]
+            return calls, None, None, ()
         kind = self.kind(expr)
         if kind == "ModuleList":
             arg = expr.args[0].value if expr.args else None
@@ -129,6 +135,9 @@ class _Builder:
                     calls += c if keys else []
             return calls, None, "ModuleDict", tuple(keys)
         if isinstance(expr, cst.Call):
+            built = self._helper_list(expr, depth)
+            if built is not None:  # `blocks.extend(self._make_blocks(n))`: what the helper's list holds
+                return built
             el = self.element(expr)
             return ([el] if el else []), None, None, ()
         return [], None, None, ()
@@ -190,6 +199,8 @@ class _Builder:
                 if isinstance(target, cst.Name) and isinstance(value, (cst.List, cst.ListComp)):
                     calls, length, _, _ = self.contents(value)
                     self.local_lists[target.value] = (calls, length)
+                elif isinstance(target, cst.Name) and value is not None:
+                    self.local_values.setdefault(target.value, []).append(value)
                 elif attr is not None:
                     self._assign_attr(stmt, attr, value, conditional, depth)
         elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
@@ -261,6 +272,30 @@ class _Builder:
                 for small in stmt.body:
                     if isinstance(small, cst.Return) and self.kind(small.value):
                         return small.value
+        return None
+
+    def _helper(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The method of this class, or the function of this module, that `call` calls (None: neither)."""
+        if (m := self_attr(call.func)) is not None:
+            return find_method(self.cls, m)
+        name = dotted(call.func)
+        return self.src.functions.get(name) if name else None
+
+    def _helper_list(self, call: cst.Call, depth: int):
+        """`contents` of the list a helper builds and returns (read with its own locals), or None when `call` is
+        no helper of this class or module, or it returns no list."""
+        fn = self._helper(call)
+        if fn is None or depth > 4:
+            return None
+        inner = _Builder(self.ws, self.src, self.cls, self.given)
+        inner.names = dict(self.names)
+        inner._scan_block(fn.body.body, False, depth + 1, None)
+        for stmt in walk_statements(fn.body.body):
+            for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+                if isinstance(small, cst.Return) and small.value is not None and not self.kind(small.value):
+                    found = inner.contents(small.value, depth + 1)
+                    if found[0]:
+                        return found
         return None
 
     def _make(self, attr, container, keys, calls, length, line, conditional) -> ListDef:

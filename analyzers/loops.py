@@ -16,6 +16,7 @@ from integrate.source import SourceFile, dotted, iter_methods
 from integrate.syntax import assigned_names, body_of, find_all, names_read, self_attr, target_names, walk_statements
 
 from .records import ExtraOp
+from .reach import reached_methods
 
 CHECKPOINT_FUNCS = ("_gradient_checkpointing_func", "checkpoint", "gradient_checkpointing_func")
 
@@ -114,8 +115,9 @@ def _unwrap_iter(it: cst.BaseExpression):
 
 def find_list_uses(src: SourceFile, cls: cst.ClassDef, attrs: list[str]) -> dict[str, ListUse]:
     uses = {a: ListUse() for a in attrs}
+    reached = reached_methods(cls)  # a walk forward never runs happens while the list is whole: not a use
     for fn in iter_methods(cls):
-        if fn.name.value == "__init__":
+        if fn.name.value == "__init__" or (reached is not None and fn.name.value not in reached):
             continue
         aliases = _list_aliases(src, fn, attrs)
         in_loop_iter: set[int] = set()

@@ -20,6 +20,7 @@ from integrate.errors import InputError
 from integrate.source import SourceFile, dotted, parse_source, read_text
 
 MAX_DEPTH = 24
+STAR_BUDGET = 16  # files a star-import search for a followed name may read
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,40 @@ class Workspace:
         src = self.load(path, root)
         if name in src.classes:
             return Resolved(src, name, src.classes[name], (str(path),))
-        return ext
+        if name in src.imports:  # re-exported by name (`from .modeling import Name`)
+            try:
+                found = self._resolve(src, name, "", seen=(), chain=())
+            except CircularImport:
+                return ext
+            return found if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef) else ext
+        return self._through_stars(src, name, root) or ext
+
+    def _through_stars(self, src: SourceFile, name: str, root: Path) -> Resolved | None:
+        """`name` defined in a module `src` re-exports whole (`from .models import *`, as a lazily importing
+        package declares its names for type checkers), searched best first: modules a part of whose name the class
+        name contains (`phi3`, `modeling_phi3` for `Phi3Model`) before the others, at most STAR_BUDGET files read. None: not found
+        within the budget (the name stays external: unknown, never guessed)."""
+        key = name.lower()
+
+        def score(module: str) -> int:  # the longest `_`-separated part of the module's name in the class name
+            return max((len(p) for p in module.rsplit(".", 1)[-1].lower().split("_") if p and p in key), default=0)
+
+        todo = [(-score(m), i, src, m) for i, m in enumerate(src.stars)]
+        seen: set[Path] = {src.path}
+        loaded = 0
+        while todo and loaded < STAR_BUDGET:
+            todo.sort(key=lambda t: (t[0], t[1]))
+            _, _, owner, module = todo.pop(0)
+            path = self._module_path(owner, module)
+            if not isinstance(path, Path) or path in seen:
+                continue
+            seen.add(path)
+            other = self.load(path, root)
+            loaded += 1
+            if name in other.classes:
+                return Resolved(other, name, other.classes[name], (str(src.path), str(path)))
+            todo += [(-score(m), len(todo) + i, other, m) for i, m in enumerate(other.stars)]
+        return None
 
     def qualname(self, src: SourceFile, expr: cst.BaseExpression) -> str | None:
         """Fully qualified dotted name of an expression like `nn.ModuleList`, from imports only."""

@@ -77,6 +77,7 @@ class SourceFile:
     functions: dict[str, cst.FunctionDef] = field(default_factory=dict)
     assigns: dict[str, cst.BaseExpression] = field(default_factory=dict)
     imports: dict[str, Import] = field(default_factory=dict)
+    stars: list[str] = field(default_factory=list)  # modules re-exported whole (`from .models import *`)
 
     @cached_property
     def _starts(self) -> dict[int, int]:
@@ -261,7 +262,9 @@ def _module_name(node: cst.ImportFrom) -> str:
 
 
 def _index_small(src: SourceFile, small: cst.BaseSmallStatement) -> None:
-    if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+    if isinstance(small, cst.ImportFrom) and isinstance(small.names, cst.ImportStar):
+        src.stars.append(_module_name(small))
+    elif isinstance(small, cst.ImportFrom):
         module = _module_name(small)
         for alias in small.names:
             name = dotted(alias.name) or ""
