@@ -8,7 +8,7 @@ default); prompts and other inputs that default to None stay unknown, never assu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -21,6 +21,7 @@ from integrate.syntax import body_of, find_all, self_attr
 from .records import PipelineFacts
 
 MODEL_WORDS = ("transformer", "model", "dit", "denoiser", "unet", "net")
+HELPER_DEPTH = 3  # functions followed from the step loop to the model call (sampler -> step -> model-mean -> model)
 
 
 @dataclass
@@ -30,6 +31,9 @@ class _Env:
     locals: dict[str, cst.BaseExpression]
     self_values: dict[str, cst.BaseExpression]
     properties: dict[str, cst.BaseExpression]
+    # functions a step may call on its way to the model: the entry's nested defs, the module's functions and the
+    # class's methods, by the name a call spells (`model_fn`, `self._step`)
+    helpers: dict[str, cst.FunctionDef] = field(default_factory=dict)
 
 
 def _literal(expr: cst.BaseExpression):
@@ -105,7 +109,9 @@ def _eval(expr: cst.BaseExpression | None, env: _Env, depth: int = 0):
 
 
 def _is_model(expr: cst.BaseExpression, aliases: set[str]) -> bool:
-    """`self.transformer`, `self.transformer_2`, `model`, or a local alias of one of them."""
+    """`self.transformer`, `self.transformer_2`, `model`, or a local alias of one of them (or its `.forward`)."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "forward":
+        return _is_model(expr.value, aliases)
     if isinstance(expr, cst.Name):
         return expr.value in aliases or any(w in expr.value.lower() for w in MODEL_WORDS)
     attr = self_attr(expr)
@@ -122,12 +128,19 @@ def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry
     if fn is None:
         return PipelineFacts(cls_name, entry, path, None, "unknown", None,
                              (Evidence(path, 0, f"entry `{entry}` not defined here (inherited?): CFG style unknown"),))
+    if transformer is not None and cls is transformer[1] and entry not in ("forward", "__call__"):
+        # the transformer's own guidance method given as the entry (Lumina's `NextDiT.forward_with_cfg`, which a
+        # sampler calls once per step): decided from its body, as when a loop calls it
+        return _guidance_read(src, cls_name, entry, fn, transformer,
+                              [Evidence(path, src.line(fn), f"`{cls_name}.{entry}` is the transformer's own method, "
+                                                            "called once per step")])
     env, aliases = _env_of(src, cls, fn)
+    env.helpers = _helpers(src, cls, fn)
     methods = {m.name.value: m for m in iter_methods(transformer[1])} if transformer is not None else {}
     stepped = [lp for lp in find_all(fn.body, cst.For) if _method_calls(lp.body, aliases, methods)]
-    if stepped and not any(_model_calls(lp.body, aliases) for lp in find_all(fn.body, cst.For)):
+    if stepped and not any(_reaches_model(lp.body, env, aliases) for lp in find_all(fn.body, cst.For)):
         return _guidance_method(src, cls_name, entry, stepped[0], aliases, methods, transformer)
-    loops = [lp for lp in find_all(fn.body, cst.For) if _model_calls(lp.body, aliases)]
+    loops = [lp for lp in find_all(fn.body, cst.For) if _reaches_model(lp.body, env, aliases)]
     if not loops:
         return PipelineFacts(cls_name, entry, path, None, "unknown", 0,
                              (Evidence(path, src.line(fn), f"no transformer call inside a loop in `{entry}`"),))
@@ -170,7 +183,7 @@ def _step_facts(src: SourceFile, cls_name: str | None, entry: str, fn: cst.Funct
     path = str(src.path)
     evidence = [Evidence(path, src.line(loop), f"denoising loop `for {src.code(loop.target)} in "
                                                f"{src.code(loop.iter)}`")]
-    calls = _model_calls(loop.body, aliases)
+    calls = _reached_calls(loop.body, env, aliases)
     for call in calls:
         evidence.append(Evidence(path, src.line(call), f"transformer call `{dotted(call.func)}(...)`"))
     for ctx in find_all(loop.body, cst.Call):
@@ -256,23 +269,33 @@ def _guidance_method(src: SourceFile, cls_name, entry: str, loop: cst.For, alias
     condition (True)."""
     path = str(src.path)
     call = _method_calls(loop.body, aliases, methods)[0]
-    method = methods[call.func.attr.value]
-    t_src, t_cls = transformer
-    at = Evidence(str(t_src.path), t_src.line(method), "")
     evidence = [Evidence(path, src.line(loop), f"denoising loop `for {src.code(loop.target)} in {src.code(loop.iter)}`"),
                 Evidence(path, src.line(call), f"the step calls `{dotted(call.func)}(...)`, a method of the transformer")]
+    return _guidance_read(src, cls_name, entry, methods[call.func.attr.value], transformer, evidence)
+
+
+def _guidance_read(src: SourceFile, cls_name, entry: str, method: cst.FunctionDef,
+                   transformer: tuple[SourceFile, cst.ClassDef], evidence: list[Evidence]) -> PipelineFacts:
+    """The CFG style a transformer's guidance method runs: forward once on a doubled batch (False), once per
+    condition (True), else unknown. Calls are counted along one path with the method's defaults (Lumina's
+    `forward_with_cfg` calls forward in each arm of an `if`: once per step)."""
+    path = str(src.path)
+    t_src, t_cls = transformer
+    at = Evidence(str(t_src.path), t_src.line(method), "")
     inner = [c for c in find_all(method.body, cst.Call) if dotted(c.func) in ("self", "self.forward")]
+    env, _ = _env_of(t_src, t_cls, method)
+    count = _path_calls(body_of(method), env, {"self"}, t_src, callee="self")[0]
     doubled = [c for c in find_all(method.body, cst.Call) if dotted(c.func) == "torch.cat" and c.args
                and _doubles(c.args[0].value)]
     where = f"`{t_cls.name.value}.{method.name.value}`"
-    if len(inner) == 1 and doubled:
+    if count == 1 and doubled:
         evidence.append(Evidence(at.file, t_src.line(doubled[0]), f"{where} runs forward once on a batch doubled with "
                                                                   "`torch.cat`: cond and uncond are one batched call"))
         return PipelineFacts(cls_name, entry, path, False, "medium", 1, tuple(evidence))
-    if len(inner) >= 2:
-        evidence.append(Evidence(at.file, t_src.line(inner[1]), f"{where} runs forward {len(inner)} times: cond and "
+    if count >= 2:
+        evidence.append(Evidence(at.file, t_src.line(inner[1]), f"{where} runs forward {count} times: cond and "
                                                                 "uncond are separate forwards"))
-        return PipelineFacts(cls_name, entry, path, True, "medium", len(inner), tuple(evidence))
+        return PipelineFacts(cls_name, entry, path, True, "medium", count, tuple(evidence))
     evidence.append(Evidence(at.file, at.line, f"{where} calls forward {len(inner)} time(s) with no doubled batch "
                                                "read: CFG style unknown"))
     return PipelineFacts(cls_name, entry, path, None, "unknown", len(inner), tuple(evidence))
@@ -312,10 +335,43 @@ def _over_schedule(iterable: cst.BaseExpression) -> bool:
     return any("timestep" in n.lower() or "sigma" in n.lower() for n in names)
 
 
-def _model_calls(node: cst.CSTNode, aliases: set[str], callee: str | None = None) -> list[cst.Call]:
-    """Transformer calls under node (`callee`: only those of that one model, by `_callee`)."""
+def _model_calls(node: cst.CSTNode, aliases: set[str], callee: str | None = None,
+                 helpers: dict | None = None) -> list[cst.Call]:
+    """Transformer calls under node (`callee`: only those of that one model, by `_callee`); a call of one of
+    `helpers` (a function the source defines, `model_fn`) is the function's, never a model's."""
     return [c for c in find_all(node, cst.Call) if _is_model(c.func, aliases)
-            and (callee is None or _callee(c) == callee)]
+            and not (helpers and dotted(c.func) in helpers) and (callee is None or _callee(c) == callee)]
+
+
+def _helpers(src: SourceFile, cls: cst.ClassDef | None, fn: cst.FunctionDef) -> dict[str, cst.FunctionDef]:
+    """The functions a step can call by name: the entry's nested defs, the module's functions, `self.<method>`."""
+    out: dict[str, cst.FunctionDef] = dict(src.functions)
+    out.update({f"self.{m.name.value}": m for m in iter_methods(cls)} if cls is not None else {})
+    out.update({d.name.value: d for d in find_all(fn.body, cst.FunctionDef, skip_functions=False)})
+    return out
+
+
+def _helper_calls(stmt: cst.CSTNode, env: _Env) -> list[cst.FunctionDef]:
+    """The helpers `stmt` calls (each once per call)."""
+    return [env.helpers[name] for c in find_all(stmt, cst.Call) if (name := dotted(c.func)) in env.helpers]
+
+
+def _reached_calls(node: cst.CSTNode, env: _Env, aliases: set[str], depth: int = 0,
+                   seen: frozenset = frozenset()) -> list[cst.Call]:
+    """The model calls `node` runs, its own and those of the helpers it calls (HELPER_DEPTH deep, cycle-safe)."""
+    out = _model_calls(node, aliases, helpers=env.helpers)
+    for h in _helper_calls(node, env) if depth < HELPER_DEPTH else ():
+        if id(h) not in seen:
+            out += [c for c in _reached_calls(h.body, env, aliases, depth + 1, seen | {id(h)}) if c not in out]
+    return out
+
+
+def _reaches_model(node: cst.CSTNode, env: _Env, aliases: set[str], depth: int = 0, seen: frozenset = frozenset()) -> bool:
+    """Does `node` call the model, directly or through helpers (at most HELPER_DEPTH calls deep, cycle-safe)?"""
+    if _model_calls(node, aliases, helpers=env.helpers):
+        return True
+    return depth < HELPER_DEPTH and any(_reaches_model(h.body, env, aliases, depth + 1, seen | {id(h)})
+                                        for h in _helper_calls(node, env) if id(h) not in seen)
 
 
 def _callee(call: cst.Call) -> str:
@@ -325,15 +381,15 @@ def _callee(call: cst.Call) -> str:
     return name[: -len(".forward")] if name.endswith(".forward") else name
 
 
-def _path_calls(stmts, env: _Env, aliases: set[str], src: SourceFile, callee: str | None = None):
+def _path_calls(stmts, env: _Env, aliases: set[str], src: SourceFile, callee: str | None = None, depth: int = 0):
     """(max calls along one path, line of a call inside an inner loop or 0, notes); `callee`: count only the
     calls of that model."""
     total, repeated, notes = 0, 0, []
     for stmt in stmts:
         if isinstance(stmt, cst.If):
             verdict = _eval(stmt.test, env)
-            a = _path_calls(body_of(stmt), env, aliases, src, callee)
-            b = (_path_calls(body_of(stmt.orelse), env, aliases, src, callee) if stmt.orelse is not None
+            a = _path_calls(body_of(stmt), env, aliases, src, callee, depth)
+            b = (_path_calls(body_of(stmt.orelse), env, aliases, src, callee, depth) if stmt.orelse is not None
                  else (0, 0, []))
             notes += a[2] + b[2]
             if verdict is False and a[0]:
@@ -347,15 +403,22 @@ def _path_calls(stmts, env: _Env, aliases: set[str], src: SourceFile, callee: st
             total += pick[0]
             repeated = repeated or pick[1]
         elif isinstance(stmt, (cst.For, cst.While)):
-            inner = _model_calls(stmt.body, aliases, callee)
+            inner = _model_calls(stmt.body, aliases, callee, env.helpers)
             if inner:
                 repeated = repeated or src.line(inner[0])
                 total += len(inner)
         elif isinstance(stmt, (cst.With, cst.Try)):
-            a = _path_calls(body_of(stmt), env, aliases, src, callee)
+            a = _path_calls(body_of(stmt), env, aliases, src, callee, depth)
             total, repeated, notes = total + a[0], repeated or a[1], notes + a[2]
+        elif isinstance(stmt, cst.FunctionDef):
+            continue  # a nested def runs where it is called
         else:
-            total += len(_model_calls(stmt, aliases, callee))
+            total += len(_model_calls(stmt, aliases, callee, env.helpers))
+            for helper in _helper_calls(stmt, env) if depth < HELPER_DEPTH else ():
+                a = _path_calls(body_of(helper), env, aliases, src, callee, depth + 1)  # the step calls the model
+                if a[0]:  # through a function of its own (`pred = model_fn(z=z, ...)`)
+                    notes.append((src.line(helper), f"the step reaches the model through `{helper.name.value}`"))
+                total, repeated, notes = total + a[0], repeated or a[1], notes + a[2]
     return total, repeated, notes
 
 
