@@ -125,7 +125,7 @@ def analyze_transformer(ws: Workspace, src: SourceFile, cls: cst.ClassDef,
     if unknown:
         raise InputError(f"--block-class {unknown[0]}=...: {cls.name.value} builds no ModuleList `self.{unknown[0]}`;"
                          f" it builds: {', '.join(d.attr for d in lists) or 'none'}")
-    uses = find_list_uses(src, cls, [d.attr for d in lists])
+    uses = find_list_uses(src, cls, [d.attr for d in lists], ws)
     forward = find_method(cls, "forward")
     optional = frozenset()
     if forward is not None:
@@ -221,6 +221,10 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
     b_src, b_cls = first[1]
     o_src, o_cls = _forward_owner(ws, b_src, b_cls)
     summary = summarize_forward(ws, o_src, o_cls)
+    opaque = next((lp.opaque for lp in use.loops if lp.opaque is not None), None)
+    if not loops and opaque is not None:  # walked, the block handed to a helper nobody can read: unknown
+        evidence.append(Evidence(path, opaque[0], opaque[1]))
+        return verdict(None, opaque[1], block_file=str(b_src.path), forward=summary, notes=walk_text), walk
     if not loops:
         where = "; ".join(w for _, _, w in use.notes) or "never looped over in the transformer's methods"
         return verdict(False, f"not iterated as a chain of blocks ({where})", block_file=str(b_src.path),
