@@ -183,13 +183,21 @@ def _verdict(d: ListDef, is_blocks: bool | None, why: str, **kw) -> BlockList:
                      length=d.length, length_config_fields=d.length_fields, **fields)
 
 
-def _untraced(d: ListDef) -> tuple[bool | None, str]:
+def _untraced(ws: Workspace, d: ListDef) -> tuple[bool | None, str]:
     """(is_blocks, why) for a list none of whose elements resolves to a block class."""
     externals = [e for e in d.elements if isinstance(e.target, External)]
     if not d.elements and d.container == "ModuleDict of ModuleList":
         return None, "a ModuleDict of ModuleLists built by a comprehension whose keys are not known statically"
     if not d.elements:
         return None, "its elements could not be traced to a class"
+    absent = [e for e in externals if ws.package_root(e.target.qualname.split(".")[0]) is None]
+    if absent:  # an optional library that is not installed: its classes cannot be read, whatever they are
+        e = absent[0]
+        imp = d.src.imports.get(e.name.split(".")[0])
+        where = f" (imported at {d.src.path.name}:{d.src.line(imp.node)})" if imp is not None else ""
+        return None, (f"block class `{e.name}` comes from `{e.target.qualname.rpartition('.')[0]}`, which is not "
+                      f"installed here{where}: it cannot be read; name a source you have with --block-class "
+                      f"{d.attr}=path/to/file.py:Class")
     if externals:
         kinds = ", ".join(sorted({e.target.qualname for e in externals}))
         return False, f"holds library modules ({kinds}): projections, embedders or norms, not blocks"
@@ -213,7 +221,7 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
         return _verdict(d, is_blocks, why, **{"evidence": tuple(evidence), **kw})
 
     if first is None:
-        return verdict(*_untraced(d)), []
+        return verdict(*_untraced(ws, d)), []
     ctx = rules.ListContext(ws, src, d.attr, d, use, optional_inputs=optional)
     walk = rules.run("list", ctx)
     walk_text = tuple(f.message for f in walk)
