@@ -125,7 +125,7 @@ def analyze_transformer(ws: Workspace, src: SourceFile, cls: cst.ClassDef,
     if unknown:
         raise InputError(f"--block-class {unknown[0]}=...: {cls.name.value} builds no ModuleList `self.{unknown[0]}`;"
                          f" it builds: {', '.join(d.attr for d in lists) or 'none'}")
-    uses = find_list_uses(src, cls, [d.attr for d in lists])
+    uses = find_list_uses(src, cls, [d.attr for d in lists], ws)
     forward = find_method(cls, "forward")
     optional = frozenset()
     if forward is not None:
@@ -208,13 +208,21 @@ def _verdict(d: ListDef, is_blocks: bool | None, why: str, **kw) -> BlockList:
                      length=d.length, length_config_fields=d.length_fields, **fields)
 
 
-def _untraced(d: ListDef) -> tuple[bool | None, str]:
+def _untraced(ws: Workspace, d: ListDef) -> tuple[bool | None, str]:
     """(is_blocks, why) for a list none of whose elements resolves to a block class."""
     externals = [e for e in d.elements if isinstance(e.target, External)]
     if not d.elements and d.container == "ModuleDict of ModuleList":
         return None, "a ModuleDict of ModuleLists built by a comprehension whose keys are not known statically"
     if not d.elements:
         return None, "its elements could not be traced to a class"
+    absent = [e for e in externals if ws.package_root(e.target.qualname.split(".")[0]) is None]
+    if absent:  # an optional library that is not installed: its classes cannot be read, whatever they are
+        e = absent[0]
+        imp = d.src.imports.get(e.name.split(".")[0])
+        where = f" (imported at {d.src.path.name}:{d.src.line(imp.node)})" if imp is not None else ""
+        return None, (f"block class `{e.name}` comes from `{e.target.qualname.rpartition('.')[0]}`, which is not "
+                      f"installed here{where}: it cannot be read; name a source you have with --block-class "
+                      f"{d.attr}=path/to/file.py:Class")
     if externals:
         kinds = ", ".join(sorted({e.target.qualname for e in externals}))
         return False, f"holds library modules ({kinds}): projections, embedders or norms, not blocks"
@@ -238,7 +246,7 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
         return _verdict(d, is_blocks, why, **{"evidence": tuple(evidence), **kw})
 
     if first is None:
-        return verdict(*_untraced(d)), []
+        return verdict(*_untraced(ws, d)), []
     ctx = rules.ListContext(ws, src, d.attr, d, use, optional_inputs=optional)
     walk = rules.run("list", ctx)
     walk_text = tuple(f.message for f in walk)
@@ -246,6 +254,10 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
     b_src, b_cls = first[1]
     o_src, o_cls = _forward_owner(ws, b_src, b_cls)
     summary = summarize_forward(ws, o_src, o_cls)
+    opaque = next((lp.opaque for lp in use.loops if lp.opaque is not None), None)
+    if not loops and opaque is not None:  # walked, the block handed to a helper nobody can read: unknown
+        evidence.append(Evidence(path, opaque[0], opaque[1]))
+        return verdict(None, opaque[1], block_file=str(b_src.path), forward=summary, notes=walk_text), walk
     if not loops:
         where = "; ".join(w for _, _, w in use.notes) or "never looped over in the transformer's methods"
         return verdict(False, f"not iterated as a chain of blocks ({where})", block_file=str(b_src.path),

@@ -8,6 +8,7 @@ module-level function returning a list), ModuleDicts of lists and lists of lists
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import libcst as cst
@@ -305,9 +306,15 @@ class _Builder:
             unique.setdefault(c.name, c)
         traced = None
         if attr in self.given:  # named with --block-class: the user's word over the trace
-            name = self.given[attr]
-            unique = {name: Element(name, self.ws.resolve(self.src, name))}
-            traced = f"flag --block-class {attr}={name}"
+            given = self.given[attr]
+            file, _, name = given.rpartition(":")
+            if file:  # `path/to/file.py:Class`: read from a source the user has
+                other = self.ws.load(Path(file))
+                target = Resolved(other, name, other.classes[name], (str(other.path),))
+            else:
+                target = self.ws.resolve(self.src, name)
+            unique = {name: Element(name, target)}
+            traced = f"flag --block-class {attr}={given}"
         elif any(c.name in self.init_defaults.values() for c in unique.values()):
             traced = "the class a constructor parameter defaults to (" + ", ".join(
                 f"`{k}={v}`" for k, v in self.init_defaults.items() if v in unique) + ")"

@@ -7,17 +7,19 @@ the list, several loops over it and lists held in containers all change meaning 
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from integrate.defuse import PLAIN, defuse
-from integrate.source import SourceFile, dotted, iter_methods
+from integrate.source import SourceFile, dotted, find_method, iter_methods
 from integrate.syntax import assigned_names, body_of, find_all, names_read, self_attr, target_names, walk_statements
 
 from .records import ExtraOp
 from .reach import reached_methods
 
+_BUILTINS = frozenset(dir(builtins))
 CHECKPOINT_FUNCS = ("_gradient_checkpointing_func", "checkpoint", "gradient_checkpointing_func")
 
 
@@ -38,6 +40,7 @@ class Loop:
     outputs: tuple[str, ...] = ()
     arms: frozenset[tuple[int, str]] = frozenset()  # (id of an enclosing `if`, "body" | "else") it sits in
     indexed: str | None = None  # `x = out[0]` after `out = block(...)`: the code that picks the stream
+    opaque: tuple[int, str] | None = None  # (line, why): the block is handed to a helper that could not be read
 
     def excludes(self, other: Loop) -> bool:
         """The two loops sit in different arms of one `if` / `else`: a call runs at most one of them."""
@@ -113,7 +116,10 @@ def _unwrap_iter(it: cst.BaseExpression):
     return [it], False
 
 
-def find_list_uses(src: SourceFile, cls: cst.ClassDef, attrs: list[str]) -> dict[str, ListUse]:
+def find_list_uses(src: SourceFile, cls: cst.ClassDef, attrs: list[str], ws=None) -> dict[str, ListUse]:
+    """Every walk over and read of each list in the class's methods. `ws` (a Workspace): to read a helper the
+    block is handed to that another file defines (`auto_grad_checkpoint(block, x)`)."""
+    helpers = _Helpers(ws, src, cls)
     uses = {a: ListUse() for a in attrs}
     reached = reached_methods(cls)  # a walk forward never runs happens while the list is whole: not a use
     for fn in iter_methods(cls):
@@ -133,7 +139,7 @@ def find_list_uses(src: SourceFile, cls: cst.ClassDef, attrs: list[str]) -> dict
                 for n in find_all(loop.iter, (cst.Attribute, cst.Name, cst.Subscript), skip_functions=False):
                     in_loop_iter.add(id(n))
                 others = tuple(src.code(x) for r, x in hits if not r[0])
-                found = _make_loop(src, fn, loop, attr, iterables, expr, enumerated, sliced, keys, others)
+                found = _make_loop(src, fn, loop, attr, iterables, expr, enumerated, sliced, keys, others, helpers)
                 found.arms = arms.get(id(loop), frozenset())
                 uses[attr].loops.append(found)
         # a comprehension over the list that reads its blocks' attributes (`[b.attn.processor for b in
@@ -203,7 +209,7 @@ def _emptiness_tests(fn: cst.FunctionDef) -> set[int]:
     return out
 
 
-def _make_loop(src, fn, loop, attr, iterables, expr, enumerated, sliced, keys, others) -> Loop:
+def _make_loop(src, fn, loop, attr, iterables, expr, enumerated, sliced, keys, others, helpers=None) -> Loop:
     target = loop.target
     index_var = block_var = None
     if enumerated and isinstance(target, cst.Tuple) and len(target.elements) == 2:
@@ -216,21 +222,80 @@ def _make_loop(src, fn, loop, attr, iterables, expr, enumerated, sliced, keys, o
         block_var = target.value
     found = Loop(fn.name.value, loop, src.line(loop), src.code(loop.iter), block_var, index_var, sliced, keys, others)
     if block_var is not None:
-        _find_call(src, found)
+        _find_call(src, found, helpers)
     return found
 
 
-def _find_call(src: SourceFile, loop: Loop) -> None:
-    """The block call in the body: prefer `block(...)` over `checkpoint(block, ...)`."""
+class _Helpers:
+    """Whether a function the block is handed to (`ckpt(block, x, c)`) calls it with the rest of its arguments
+    at inference, as a checkpoint helper does: read from its body (this module's functions, the class's methods,
+    a function imported from a file the Workspace reaches)."""
+
+    def __init__(self, ws, src: SourceFile, cls: cst.ClassDef) -> None:
+        self.ws, self.src, self.cls = ws, src, cls
+
+    def passes_through(self, name: str) -> bool | None:
+        """True: a function that calls its first argument with the rest; False: it does not, or the name is no
+        function of the code (a builtin such as `isinstance`, a local, a sub-module's method); None: a function
+        of the code (the module's, the class's, one imported) whose body cannot be read."""
+        head = name.split(".")[0]
+        if head in _BUILTINS and head not in self.src.imports and head not in self.src.functions:
+            return False
+        if head == "self":
+            fn = find_method(self.cls, name[5:]) if name.count(".") == 1 else None
+            return _calls_first_with_rest(fn) if fn is not None else False
+        if name in self.src.functions:
+            return _calls_first_with_rest(self.src.functions[name])
+        if head not in self.src.imports:
+            return False
+        found = self.ws.resolve(self.src, name) if self.ws is not None else None
+        fn = getattr(found, "node", None)
+        return _calls_first_with_rest(fn) if isinstance(fn, cst.FunctionDef) else None
+
+
+def _calls_first_with_rest(fn: cst.FunctionDef) -> bool:
+    """`def ckpt(module, *args, **kwargs)` whose body calls `module(*args, **kwargs)` or hands module on to a
+    checkpoint function."""
+    p = fn.params
+    positional = [x.name.value for x in (*p.posonly_params, *p.params)]
+    if positional[:1] == ["self"]:
+        positional = positional[1:]
+    if not positional:
+        return False
+    first = positional[0]
+    star = p.star_arg.name.value if isinstance(p.star_arg, cst.Param) else None
+    for call in find_all(fn.body, cst.Call):
+        args = call.args
+        if isinstance(call.func, cst.Name) and call.func.value == first:
+            if star is None or any(a.star == "*" and isinstance(a.value, cst.Name) and a.value.value == star
+                                   for a in args):
+                return True
+        name = (dotted(call.func) or "").split(".")[-1]
+        if name in CHECKPOINT_FUNCS and args and isinstance(args[0].value, cst.Name) and args[0].value.value == first:
+            return True
+    return False
+
+
+def _find_call(src: SourceFile, loop: Loop, helpers: _Helpers | None = None) -> None:
+    """The block call in the body: prefer `block(...)` over `checkpoint(block, ...)` or a helper of the
+    repository's own that calls the block with the rest of its arguments; a helper whose body cannot be read is
+    recorded as opaque (the walk's verdict is then unknown, never "not looped over")."""
     direct, ckpt = [], []
     for call in find_all(loop.node.body, cst.Call):
         if isinstance(call.func, cst.Name) and call.func.value == loop.block_var:
             direct.append(call)
-        else:
-            name = dotted(call.func) or ""
-            first = call.args[0].value if call.args else None
-            if name.split(".")[-1] in CHECKPOINT_FUNCS and isinstance(first, cst.Name) and first.value == loop.block_var:
-                ckpt.append(call)
+            continue
+        name = dotted(call.func) or ""
+        first = call.args[0].value if call.args else None
+        if not (isinstance(first, cst.Name) and first.value == loop.block_var and first is not None):
+            continue
+        through = True if name.split(".")[-1] in CHECKPOINT_FUNCS else (
+            helpers.passes_through(name) if helpers is not None and name else None)
+        if through:
+            ckpt.append(call)
+        elif through is None and loop.opaque is None:
+            loop.opaque = (src.line(call), f"the block is handed to `{name or src.code(call.func)}`, whose body "
+                                           "could not be read: whether it calls the block is unknown")
     chosen = direct[0] if direct else (ckpt[0] if ckpt else None)
     if chosen is None:
         return

@@ -260,19 +260,28 @@ def _check_classes(facts: dict[str, Fact], workspace: Workspace) -> str:
 
 def _check_block_classes(given: tuple[tuple[str, str], ...], facts: dict[str, Fact], workspace: Workspace) -> None:
     """Each `--block-class ATTR=Class`: a list attribute name and a class the transformer's file defines or
-    imports (traced like any name it reads)."""
+    imports (traced like any name it reads); `ATTR=path/to/file.py:Class`: a class that file defines (a source
+    the user has, for a package that is not installed)."""
     t_src = workspace.load(Path(facts["transformer_file"].value))
     seen = set()
-    for attr, cls in given:
-        if not attr.isidentifier() or not all(part.isidentifier() for part in cls.split(".")):
-            raise InputError(f"--block-class {attr}={cls}: expected ATTR=Class (a list attribute and a class name)")
+    for attr, value in given:
+        file, _, cls = value.rpartition(":")
+        if not attr.isidentifier() or not all(part.isidentifier() for part in cls.split(".")) or \
+                (file and ("." in cls or not file.endswith(".py"))):
+            raise InputError(f"--block-class {attr}={value}: expected ATTR=Class or ATTR=path/to/file.py:Class")
         if attr in seen:
             raise InputError(f"--block-class names `{attr}` twice")
         seen.add(attr)
+        if file:
+            if not Path(file).is_file():
+                raise InputError(f"--block-class {attr}={value}: no such file {file}")
+            if cls not in workspace.load(Path(file)).classes:
+                raise InputError(f"--block-class {attr}={value}: {Path(file).name} defines no class `{cls}`")
+            continue
         found = workspace.resolve(t_src, cls)
         if not isinstance(getattr(found, "node", None), cst.ClassDef):
             raise InputError(f"--block-class {attr}={cls}: {t_src.path.name} neither defines nor imports a class "
-                             f"`{cls}` that can be traced")
+                             f"`{cls}` that can be traced (a source you have: {attr}=path/to/file.py:{cls})")
 
 
 def _inherits_method(workspace: Workspace, src, cls: str, method: str, depth: int = 0) -> bool:

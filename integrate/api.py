@@ -49,7 +49,10 @@ def flags_for(target: str | None = None, *, no_pipeline: bool = False, separate_
     for item in block_class:
         attr, sep, cls = item.partition("=")
         if not sep:
-            raise InputError(f"--block-class {item}: expected ATTR=Class")
+            raise InputError(f"--block-class {item}: expected ATTR=Class or ATTR=path/to/file.py:Class")
+        file, colon, name = cls.strip().rpartition(":")
+        if colon and file:  # a source file: absolute, so the plan reads the same file from anywhere
+            cls = f"{Path(file).resolve()}:{name}"
         pairs.append((attr.strip(), cls.strip()))
     values["block_classes"] = tuple(pairs)
     values["separate_cfg"] = {"yes": True, "no": False}.get(separate_cfg, separate_cfg)  # type: ignore[arg-type]

@@ -38,8 +38,9 @@ def gate_options(fn):
         ]
     ):
         fn = click.option(name, default=None, help=help_text)(fn)
-    fn = click.option("--block-class", multiple=True, metavar="ATTR=Class",
-                      help="The class the block list `self.ATTR` holds, where the code does not say (repeatable).")(fn)
+    fn = click.option("--block-class", multiple=True, metavar="ATTR=[FILE.py:]Class",
+                      help="The class the block list `self.ATTR` holds, where the code does not say (repeatable); "
+                           "FILE.py:Class reads it from a source you have (a package that is not installed).")(fn)
     fn = click.option("--config", "config_file", default=None,
                       help="The transformer's config.json, read in place of the model folder's (then --model-path "
                            "is optional).")(fn)
