@@ -306,7 +306,10 @@ def _find_call(src: SourceFile, loop: Loop, helpers: _Helpers | None = None) -> 
             loop.call_stmt = loop.call_stmt or stmt
     # outputs: the assignment whose value holds the chosen call
     body = defuse(src, loop.node).statements(PLAIN)
-    for _, names, value, _ in body:
+    for _, names, value, node in body:
+        if isinstance(value, cst.Subscript) and value.value is chosen:  # `y = block(y, ...)[0]`: the stream is
+            loop.indexed = " ".join(src.code(node).split())  # picked out of the block's output at the call
+            return
         if any(c is chosen for c in find_all(value, cst.Call)):
             loop.outputs = names
             break
