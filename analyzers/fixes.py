@@ -59,10 +59,21 @@ class OutOfPlace:
 
 
 @dataclass(frozen=True)
+class PerBlockKeywords:
+    """The block call of list `attr` at `line` passes `keywords` whose values differ per block (they read the loop
+    index): a forward pre-hook on each block computes each again from that block's own index, from the values
+    forward holds before the loop."""
+
+    attr: str
+    line: int
+    keywords: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Manual:
     """No rewrite answers the finding: it is written by hand, because `why`."""
 
     why: str
 
 
-Fix = SplitSlices | ReadRecordedBlock | StreamsPositional | LoopBody | OutOfPlace | Manual
+Fix = SplitSlices | ReadRecordedBlock | StreamsPositional | LoopBody | OutOfPlace | PerBlockKeywords | Manual

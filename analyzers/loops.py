@@ -16,8 +16,8 @@ from integrate.defuse import PLAIN, defuse
 from integrate.source import SourceFile, dotted, find_method, iter_methods
 from integrate.syntax import assigned_names, body_of, find_all, names_read, self_attr, target_names, walk_statements
 
-from .records import ExtraOp
 from .reach import reached_methods
+from .records import ExtraOp
 
 _BUILTINS = frozenset(dir(builtins))
 CHECKPOINT_FUNCS = ("_gradient_checkpointing_func", "checkpoint", "gradient_checkpointing_func")

@@ -18,11 +18,20 @@ Everything else in `forward` is the model's own code, byte for byte.
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from pathlib import Path
 
 import libcst as cst
-from integrate.analyzers.fixes import Fix, LoopBody, OutOfPlace, ReadRecordedBlock, SplitSlices, StreamsPositional
+from integrate.analyzers.fixes import (
+    Fix,
+    LoopBody,
+    OutOfPlace,
+    PerBlockKeywords,
+    ReadRecordedBlock,
+    SplitSlices,
+    StreamsPositional,
+)
 from integrate.analyzers.records import BlockList
 
 from integrate import escape
@@ -31,6 +40,8 @@ from integrate.source import SourceFile, dotted, find_method
 from integrate.syntax import find_all, names_read, params_of, self_member
 
 from . import signature
+
+_BUILTINS = frozenset(dir(builtins))
 
 
 @dataclass(frozen=True)
@@ -192,6 +203,7 @@ class _Wanted:
         self.positional = {f.attr: f for f in fixes if isinstance(f, StreamsPositional)}
         self.body = {f.attr: f for f in fixes if isinstance(f, LoopBody)}
         self.out_of_place = {f.attr: f for f in fixes if isinstance(f, OutOfPlace)}
+        self.keywords = {f.attr: f for f in fixes if isinstance(f, PerBlockKeywords)}
 
 
 def _splits(src: SourceFile, fwd: cst.FunctionDef, aliases: dict[str, str],
@@ -414,6 +426,44 @@ class _Rewrite(cst.CSTTransformer):
             if positional.rewritten:  # else the finding stays unanswered: written to the manual part, never claimed
                 self.changes.append(Change(attr, f"the `{attr}` block call passes its streams "
                                                               "positionally (pitfall A)", self.wanted.positional[attr]))
+        keywords = self._per_block_keywords(attr, original, target)
+        result = self._loop_body(attr, original, updated)
+        if not keywords:
+            return result
+        nodes = list(result.nodes) if isinstance(result, cst.FlattenSentinel) else [result]
+        return cst.FlattenSentinel([*(_record(f) for f in keywords), *nodes])
+
+    def _per_block_keywords(self, attr: str, loop: cst.For, block: cst.BaseExpression) -> list[PerBlock]:
+        """The block call's keywords that read the loop index (`mask=masks[i]`), each computed again for every
+        block by a pre-hook from its own index and the values forward holds before the loop; all of them or none
+        (then the finding stays manual)."""
+        fix = self.wanted.keywords.get(attr)
+        found = self._index_dependent(attr, loop, need_body=False) if fix is not None else None
+        if found is None or not isinstance(block, cst.Name):
+            return []
+        index_var = found[0]
+        calls = [c for c in find_all(loop.body, cst.Call)
+                 if isinstance(c.func, cst.Name) and c.func.value == block.value]
+        args = {a.keyword.value: a.value for a in calls[0].args if isinstance(a.keyword, cst.Name)} if calls else {}
+        assigned_in_loop = _assigned(loop.body)
+        out = []
+        for keyword in fix.keywords:
+            value = args.get(keyword)
+            reads = names_read(value) - {"self", index_var} if value is not None else set()
+            code = Code(f"{keyword}_of_block = " + cst.Module(body=[]).code_for_node(value.visit(_SelfToTransformer()))
+                        if value is not None else "")
+            if value is None or reads & assigned_in_loop or not reads <= self.locals | _BUILTINS or "\n" in code:
+                return []
+            out.append(PerBlock(attr, f"_per_block_{attr}_{keyword}", f"_integrate_{attr}_{keyword}_env", index_var,
+                                tuple(sorted(reads & self.locals)), keyword, f"{keyword}_of_block", code))
+        self.changes.append(Change(attr, "; ".join(f"`{f.keyword}` computed again for each block of `{attr}` from its "
+                                                   "own index" for f in out) + " (a per-block argument)", fix))
+        self.per_block += out
+        return out
+
+    def _loop_body(self, attr: str, original: cst.For, updated: cst.For):
+        """The loop body's statements the LoopBody fix asks about: hoisted above the loop, or run for each block
+        in hooks; all of them or none (then the finding stays manual)."""
         fix = self.wanted.body.get(attr)
         if fix is None:
             return updated
@@ -447,16 +497,18 @@ class _Rewrite(cst.CSTTransformer):
             return cst.FlattenSentinel([*hoisted, updated])
         return updated
 
-    def _index_dependent(self, attr: str, loop: cst.For) -> tuple[str, str | None, set[int]] | None:
+    def _index_dependent(self, attr: str, loop: cst.For,
+                         need_body: bool = True) -> tuple[str, str | None, set[int]] | None:
         """(index variable, block variable, lines of the list's active index-dependent statements) of a loop
-        `for i, block in enumerate(...)` that has such statements; None for any other loop."""
+        `for i, block in enumerate(...)` that has such statements (`need_body=False`: any such loop, for a caller
+        that needs only its index); None for any other loop."""
         if self.fwd is None or not (isinstance(loop.iter, cst.Call) and dotted(loop.iter.func) == "enumerate"
                                     and isinstance(loop.target, cst.Tuple) and len(loop.target.elements) == 2
                                     and isinstance(loop.target.elements[0].value, cst.Name)):
             return None
         fix = self.wanted.body.get(attr)
         wanted = set(fix.by_index) if fix is not None else set()
-        if not wanted:
+        if not wanted and need_body:
             return None
         block = loop.target.elements[1].value
         return loop.target.elements[0].value.value, block.value if isinstance(block, cst.Name) else None, wanted

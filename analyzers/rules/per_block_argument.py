@@ -5,6 +5,11 @@ cache-dit's wrapper is called once per step in place of the loop: the call's arg
 with the loop's first values, and every block receives block 0's. Nothing fails: the other blocks silently get
 the wrong mask, skip flag or per-layer input. The streams themselves are the wrapper's to carry and are not
 counted; statements before the call that read the index are pitfall B's.
+
+The fix (`PerBlockKeywords`): for keywords of an `enumerate` walk, a forward pre-hook on each block computes the
+keyword's expression again with that block's index, from the values forward holds before the loop (the patched
+forward records them), as pitfall B's per-block statements are. A positional argument or a value zipped with the
+blocks stays manual, with why.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import libcst as cst
 
 from integrate.syntax import names_read, target_names
 
-from ..fixes import Manual
+from ..fixes import Manual, PerBlockKeywords
 from . import Example, Rule, register
 
 _MODEL = '''
@@ -34,7 +39,7 @@ class Model(nn.Module):
     def __init__(self, layers=4):
         super().__init__()
         self.blocks = nn.ModuleList([Block() for _ in range(layers)])
-        self.scales = [1.0] * layers
+        self.scales = [1.0 + k for k in range(layers)]
 
     def forward(self, hidden_states, temb, scales=None):
         {loop}
@@ -63,8 +68,25 @@ class PerBlockArgument(Rule):
         Example(_model(ENUMERATE, "hidden_states = block(hidden_states, temb)")),
     )
     INVALID = (
+        # a keyword of an enumerate walk: each block's pre-hook computes `self.scales[i]` with its own index (the
+        # patched forward records what the hook reads: nothing here besides the transformer)
         Example(_model(ENUMERATE, "hidden_states = block(hidden_states, temb, scale=self.scales[i])"),
-                expect="`scale=self.scales[i]`", line=22),
+                expect="`scale=self.scales[i]`", fixed='''
+                def patched_forward(self, hidden_states, temb, scales=None):
+                    self._integrate_blocks_scale_env = {}
+                    for i, block in enumerate(self.blocks):
+                        hidden_states = block(hidden_states, temb, scale=self.scales[i])
+                    return hidden_states
+                '''),
+        # ... and from a value forward holds: recorded before the loop, indexed in the hook
+        Example(_model(ENUMERATE, "hidden_states = block(hidden_states, temb, scale=scales[i] if scales else 1.0)"),
+                expect="`scale=scales[i] if scales else 1.0`", fixed='''
+                def patched_forward(self, hidden_states, temb, scales=None):
+                    self._integrate_blocks_scale_env = {'scales': scales}
+                    for i, block in enumerate(self.blocks):
+                        hidden_states = block(hidden_states, temb, scale=scales[i] if scales else 1.0)
+                    return hidden_states
+                '''),
         Example(_model("for block, s in zip(self.blocks, self.scales):",
                        "hidden_states = block(hidden_states, temb, scale=s)"),
                 expect="`scale=s`", line=22),
@@ -92,8 +114,14 @@ class PerBlockArgument(Rule):
                 code = ctx.src.code(arg).rstrip(",").strip()
                 yield self.finding(ctx, f"per-block argument `{code}` reads `{sorted(read)[0]}`: cache-dit's wrapper "
                                         "evaluates the call once, so block 0's value reaches every block",
-                                   line=ctx.src.line(loop.call), kind="per_block_argument")
+                                   line=ctx.src.line(loop.call), kind=f"per_block_argument:{keyword or ''}")
 
     def fix(self, ctx, finding):
-        return Manual("each block must receive its own value: pass it from a forward pre-hook that computes it "
-                      "from the block's index (not written for a call argument yet)")
+        """Keywords of an `enumerate` walk: a per-block pre-hook for each; a positional argument or a value zipped
+        with the blocks has no rewrite."""
+        found = list(self.check(ctx))
+        keywords = tuple(f.kind.partition(":")[2] for f in found)
+        if ctx.loop.zipped_with or not all(keywords) or ctx.loop.index_var is None:
+            return Manual("each block must receive its own value: a positional argument, or a value zipped with the "
+                          "blocks, has no per-block hook written for it")
+        return PerBlockKeywords(ctx.attr, finding.line, keywords)
