@@ -19,7 +19,7 @@ from integrate import __version__
 from integrate.errors import InputError
 from integrate.records import Evidence
 from integrate.resolve import External, Resolved, Workspace
-from integrate.source import SourceFile, base_names, find_method
+from integrate.source import SourceFile, assigned_forward, base_names, find_method
 
 from . import rules
 from .bases import diffusion_pipeline
@@ -127,11 +127,14 @@ def analyze_transformer(ws: Workspace, src: SourceFile, cls: cst.ClassDef,
                          f" it builds: {', '.join(d.attr for d in lists) or 'none'}")
     uses = find_list_uses(src, cls, [d.attr for d in lists], ws)
     forward = find_method(cls, "forward")
+    chosen = assigned_forward(cls) if forward is not None and forward.name.value != "forward" else None
+    said = (Evidence(str(src.path), src.line(chosen[1]), f"forward is `{chosen[0].name.value}`: {chosen[2]}"),) \
+        if chosen is not None else ()
     optional = frozenset()
     if forward is not None:
         optional = frozenset(p.name for p in signature(src, forward) if p.default == "None")
     tree = functools.cache(lambda: module_tree(ws, src, cls))  # built only when a block's returns disagree
-    results = [_block_list(ws, src, d, uses[d.attr], optional, tree) for d in lists]
+    results = [_block_list(ws, src, d, uses[d.attr], optional, tree, said) for d in lists]
     findings: list[Finding] = []
     unknowns: list[str] = []
     for bl, found in results:
@@ -231,11 +234,13 @@ def _untraced(ws: Workspace, d: ListDef) -> tuple[bool | None, str]:
 
 
 def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
-                optional: frozenset[str], tree=None) -> tuple[BlockList, list[Finding]]:
+                optional: frozenset[str], tree=None, said: tuple[Evidence, ...] = ()) -> tuple[BlockList, list[Finding]]:
     """The verdict on one list, and the findings of the rules on it (block-list rules, then list rules).
-    `tree`: the transformer's module tree, built on demand (what the block's `self.<x>` guards read)."""
+    `tree`: the transformer's module tree, built on demand (what the block's `self.<x>` guards read); `said`:
+    evidence every list carries (which method serves as forward, where `__init__` chooses it)."""
     path = str(src.path)
     evidence = [Evidence(path, d.line, f"`self.{d.attr}` = {d.container}" + (" (conditional)" if d.conditional else ""))]
+    evidence += said
     if d.traced:
         evidence.append(Evidence(path, d.line, f"block class {', '.join(e.name for e in d.elements)} from {d.traced}"))
     names = tuple(e.name for e in d.elements)

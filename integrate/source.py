@@ -294,9 +294,69 @@ def iter_methods(cls: cst.ClassDef):
 
 
 def find_method(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+    """The method `name` the class defines; for `forward` with no `def forward`, the method `__init__` assigns
+    to `self.forward` on the branch the constructor's defaults take (`assigned_forward`)."""
     for fn in iter_methods(cls):
         if fn.name.value == name:
             return fn
+    if name == "forward":
+        chosen = assigned_forward(cls)
+        return chosen[0] if chosen is not None else None
+    return None
+
+
+def assigned_forward(cls: cst.ClassDef) -> tuple[cst.FunctionDef, cst.Assign, str] | None:
+    """`self.forward = self._a if flag else self._b` at the top of `__init__`: (the method chosen, the assignment,
+    why) where the constructor's defaults decide it (a parameter's literal default, `not`, `is None`, `==` a
+    literal); None where forward is not assigned there or the defaults do not decide it."""
+    init = next((fn for fn in iter_methods(cls) if fn.name.value == "__init__"), None)
+    if init is None:
+        return None
+    defaults = {p.name.value: p.default for p in (*init.params.params, *init.params.kwonly_params)
+                if p.default is not None}
+    for stmt in init.body.body:
+        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1
+                and dotted(small.targets[0].target) == "self.forward"):
+            continue
+        value, why = small.value, "assigned in __init__"
+        if isinstance(value, cst.IfExp):
+            test = _default_truth(value.test, defaults)
+            if test is None:
+                return None
+            value = value.body if test else value.orelse
+            why = f"assigned in __init__; `{cst.Module([]).code_for_node(small.value.test)}` is {test} by default"
+        name = dotted(value) or ""
+        method = next((fn for fn in iter_methods(cls) if f"self.{fn.name.value}" == name), None)
+        return (method, small, why) if method is not None else None
+    return None
+
+
+def _default_truth(test: cst.BaseExpression, defaults: dict[str, cst.BaseExpression]) -> bool | None:
+    """The truth of a condition on `__init__`'s parameters with their literal defaults (None: not decided)."""
+    def literal(expr):
+        try:
+            return True, ast.literal_eval(cst.Module([]).code_for_node(expr))
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return False, None
+
+    if isinstance(test, cst.Name) and test.value in defaults:
+        ok, v = literal(defaults[test.value])
+        return bool(v) if ok else None
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _default_truth(test.expression, defaults)
+        return None if inner is None else not inner
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name) \
+            and test.left.value in defaults:
+        ok, left = literal(defaults[test.left.value])
+        comp = test.comparisons[0]
+        okr, right = literal(comp.comparator)
+        if not (ok and okr):
+            return None
+        ops = {cst.Is: lambda a, b: a is b, cst.IsNot: lambda a, b: a is not b, cst.Equal: lambda a, b: a == b,
+               cst.NotEqual: lambda a, b: a != b}
+        op = ops.get(type(comp.operator))
+        return op(left, right) if op is not None else None
     return None
 
 
