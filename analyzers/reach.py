@@ -19,7 +19,7 @@ from integrate.syntax import find_all, self_attr
 def forward_entries(cls: cst.ClassDef) -> list[str]:
     """The methods that serve as `forward`: the method itself and each one `__init__` assigns to
     `self.forward`."""
-    out = ["forward"] if find_method(cls, "forward") is not None else []
+    out = ["forward"] if any(fn.name.value == "forward" for fn in iter_methods(cls)) else []  # its own def
     init = find_method(cls, "__init__")
     for assign in find_all(init.body, cst.Assign) if init is not None else ():
         if any(self_attr(t.target) == "forward" for t in assign.targets):
