@@ -366,12 +366,9 @@ def _reached_calls(node: cst.CSTNode, env: _Env, aliases: set[str], depth: int =
     return out
 
 
-def _reaches_model(node: cst.CSTNode, env: _Env, aliases: set[str], depth: int = 0, seen: frozenset = frozenset()) -> bool:
-    """Does `node` call the model, directly or through helpers (at most HELPER_DEPTH calls deep, cycle-safe)?"""
-    if _model_calls(node, aliases, helpers=env.helpers):
-        return True
-    return depth < HELPER_DEPTH and any(_reaches_model(h.body, env, aliases, depth + 1, seen | {id(h)})
-                                        for h in _helper_calls(node, env) if id(h) not in seen)
+def _reaches_model(node: cst.CSTNode, env: _Env, aliases: set[str]) -> bool:
+    """Does `node` call the model, directly or through helpers (`_reached_calls`)?"""
+    return bool(_reached_calls(node, env, aliases))
 
 
 def _callee(call: cst.Call) -> str:

@@ -7,19 +7,18 @@ the list, several loops over it and lists held in containers all change meaning 
 
 from __future__ import annotations
 
-import builtins
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from integrate.defuse import PLAIN, defuse
 from integrate.source import SourceFile, dotted, find_method, iter_methods
-from integrate.syntax import assigned_names, body_of, find_all, names_read, self_attr, target_names, walk_statements
+from integrate.syntax import (BUILTINS, assigned_names, body_of, find_all, names_read, self_attr, target_names,
+                              walk_statements)
 
 from .reach import reached_methods
 from .records import ExtraOp
 
-_BUILTINS = frozenset(dir(builtins))
 CHECKPOINT_FUNCS = ("_gradient_checkpointing_func", "checkpoint", "gradient_checkpointing_func")
 
 
@@ -239,7 +238,7 @@ class _Helpers:
         function of the code (a builtin such as `isinstance`, a local, a sub-module's method); None: a function
         of the code (the module's, the class's, one imported) whose body cannot be read."""
         head = name.split(".")[0]
-        if head in _BUILTINS and head not in self.src.imports and head not in self.src.functions:
+        if head in BUILTINS and head not in self.src.imports and head not in self.src.functions:
             return False
         if head == "self":
             fn = find_method(self.cls, name[5:]) if name.count(".") == 1 else None

@@ -5,6 +5,7 @@ Nothing here knows about models; `integrate.defuse` builds the per-function def-
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -13,6 +14,8 @@ import libcst as cst
 
 from integrate.source import dotted
 
+
+BUILTINS = frozenset(dir(builtins))  # names Python binds in every module (`isinstance`, `len`, ...)
 
 # attributes that describe a tensor without reading its values: `x.to(device=y.device)` takes no data from y
 TENSOR_METADATA = frozenset({"device", "dtype", "shape", "ndim"})

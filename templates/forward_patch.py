@@ -18,7 +18,6 @@ Everything else in `forward` is the model's own code, byte for byte.
 
 from __future__ import annotations
 
-import builtins
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,11 +36,9 @@ from integrate.analyzers.records import BlockList
 from integrate import escape
 from integrate.escape import Code
 from integrate.source import SourceFile, dotted, find_method
-from integrate.syntax import find_all, names_read, params_of, self_member
+from integrate.syntax import BUILTINS, find_all, names_read, params_of, self_member
 
 from . import signature
-
-_BUILTINS = frozenset(dir(builtins))
 
 
 @dataclass(frozen=True)
@@ -452,7 +449,7 @@ class _Rewrite(cst.CSTTransformer):
             reads = names_read(value) - {"self", index_var} if value is not None else set()
             code = Code(f"{keyword}_of_block = " + cst.Module(body=[]).code_for_node(value.visit(_SelfToTransformer()))
                         if value is not None else "")
-            if value is None or reads & assigned_in_loop or not reads <= self.locals | _BUILTINS or "\n" in code:
+            if value is None or reads & assigned_in_loop or not reads <= self.locals | BUILTINS or "\n" in code:
                 return []
             out.append(PerBlock(attr, f"_per_block_{attr}_{keyword}", f"_integrate_{attr}_{keyword}_env", index_var,
                                 tuple(sorted(reads & self.locals)), keyword, f"{keyword}_of_block", code))
