@@ -107,6 +107,26 @@ def model_dir(tmp_path):
     return make
 
 
+def source_flags(folder: Path, text: str | None, cls: str = "Model", **flags):
+    """Gate flags for a model source of a test written as `folder`/model.py (None: already there), with an empty
+    model folder beside it: transformer-only with batched CFG unless `flags` name a pipeline."""
+    from integrate import api
+
+    if text is not None:
+        (folder / "model.py").write_text(text)
+    (folder / "m").mkdir(exist_ok=True)
+    if "pipeline_class" not in flags:
+        flags = {"no_pipeline": True, "separate_cfg": False, **flags}
+    return api.flags_for(str(folder / "model.py"), model_path=str(folder / "m"), transformer_class=cls, **flags)
+
+
+def analyse_source(folder: Path, text: str | None, cls: str = "Model", **flags) -> dict:
+    """The analysis JSON of `source_flags`' model (no result cache)."""
+    from integrate import api
+
+    return api.analysis_json(source_flags(folder, text, cls, **flags), use_cache=False)
+
+
 @pytest.fixture(scope="session")
 def analysis():
     """Analysis JSON of an installed diffusers model, memoised for the session."""

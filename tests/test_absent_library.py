@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import textwrap
 
-from conftest import run_cli
+from conftest import run_cli, source_flags
 
 from integrate import api
 
@@ -42,10 +42,7 @@ class FusedBlock(nn.Module):
 
 
 def _flags(tmp_path, *block_class):
-    (tmp_path / "model.py").write_text(textwrap.dedent(MODEL))
-    (tmp_path / "m").mkdir(exist_ok=True)
-    return api.flags_for(str(tmp_path / "model.py"), model_path=str(tmp_path / "m"), transformer_class="Model",
-                         no_pipeline=True, separate_cfg=False, block_class=block_class)
+    return source_flags(tmp_path, textwrap.dedent(MODEL), block_class=block_class)
 
 
 def test_a_block_class_from_a_package_not_installed_is_unknown_with_its_import(tmp_path):

@@ -7,8 +7,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
-from integrate import api
+from conftest import analyse_source
 
 MODEL = '''
 from torch import nn
@@ -53,11 +52,8 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_forward_assigned_in_init(tmp_path, case):
     param, choice, found = CASES[case]
-    (tmp_path / "model.py").write_text(textwrap.dedent(MODEL).replace("{param}", param).replace("{choice}", choice))
-    (tmp_path / "m").mkdir()
-    flags = api.flags_for(str(tmp_path / "model.py"), model_path=str(tmp_path / "m"), transformer_class="Model",
-                          no_pipeline=True, separate_cfg=False)
-    t = api.analysis_json(flags, use_cache=False)["transformer"]
+    text = textwrap.dedent(MODEL).replace("{param}", param).replace("{choice}", choice)
+    t = analyse_source(tmp_path, text)["transformer"]
     (bl,) = t["block_lists"]
     if found:
         assert bl["is_blocks"] and bl["forward_pattern"] == "Pattern_3", bl

@@ -7,8 +7,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
-from integrate import api
+from conftest import analyse_source
 
 HEAD = '''
 import torch
@@ -68,11 +67,7 @@ def test_a_block_handed_to_a_helper(tmp_path, case):
     text = textwrap.dedent(HEAD).format(imports=imports, helper=helper, call=call)
     if "self._run" in call:
         text += METHOD
-    (tmp_path / "model.py").write_text(text)
-    (tmp_path / "m").mkdir()
-    flags = api.flags_for(str(tmp_path / "model.py"), model_path=str(tmp_path / "m"), transformer_class="Model",
-                          no_pipeline=True, separate_cfg=False)
-    (bl,) = api.analysis_json(flags, use_cache=False)["transformer"]["block_lists"]
+    (bl,) = analyse_source(tmp_path, text)["transformer"]["block_lists"]
     assert bl["is_blocks"] is chained, bl
     if chained:
         assert bl["forward_pattern"] == "Pattern_3", bl

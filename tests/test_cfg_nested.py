@@ -8,8 +8,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
-from integrate import api
+from conftest import analyse_source
 
 MODEL = '''
 import torch
@@ -89,12 +88,9 @@ def sample(net, z, timesteps):
 
 
 def _analyse(tmp_path, sampler: str, entry: str):
-    (tmp_path / "model.py").write_text(textwrap.dedent(MODEL))
     (tmp_path / "sampling.py").write_text("import torch\n\n" + textwrap.dedent(sampler))
-    (tmp_path / "m").mkdir()
-    flags = api.flags_for(str(tmp_path / "model.py"), model_path=str(tmp_path / "m"), transformer_class="Net",
-                          pipeline_class=entry, pipeline_file=str(tmp_path / "sampling.py"))
-    return api.analysis_json(flags, use_cache=False)["pipeline"]
+    return analyse_source(tmp_path, textwrap.dedent(MODEL), "Net", pipeline_class=entry,
+                          pipeline_file=str(tmp_path / "sampling.py"))["pipeline"]
 
 
 @pytest.mark.parametrize("case", list(SAMPLERS))
@@ -105,10 +101,7 @@ def test_the_model_call_is_found_through_the_samplers_functions(tmp_path, case):
 
 
 def test_the_transformers_own_guidance_method_as_the_entry(tmp_path):
-    (tmp_path / "model.py").write_text(textwrap.dedent(MODEL))
-    (tmp_path / "m").mkdir()
-    flags = api.flags_for(str(tmp_path / "model.py"), model_path=str(tmp_path / "m"), transformer_class="Net",
-                          pipeline_class="Net.forward_with_cfg", pipeline_file=str(tmp_path / "model.py"))
-    p = api.analysis_json(flags, use_cache=False)["pipeline"]
+    p = analyse_source(tmp_path, textwrap.dedent(MODEL), "Net", pipeline_class="Net.forward_with_cfg",
+                       pipeline_file=str(tmp_path / "model.py"))["pipeline"]
     assert p["has_separate_cfg"] is False, p  # forward once per path, on a doubled batch
     assert any("doubled" in e["why"] for e in p["evidence"]), p["evidence"]

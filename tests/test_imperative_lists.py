@@ -7,8 +7,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
-from integrate import api
+from conftest import analyse_source
 
 _BLOCKS = '''
 import torch
@@ -91,12 +90,7 @@ class Model(nn.Module):
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_list_is_traced_to_its_block_class(case, tmp_path):
     body, classes = CASES[case]
-    path = tmp_path / "model.py"
-    path.write_text(_BLOCKS + textwrap.dedent(body) + _FORWARD)
-    (tmp_path / "m").mkdir()
-    flags = api.flags_for(str(path), model_path=str(tmp_path / "m"), transformer_class="Model", no_pipeline=True,
-                          separate_cfg=False)
-    data = api.analysis_json(flags, use_cache=False)
+    data = analyse_source(tmp_path, _BLOCKS + textwrap.dedent(body) + _FORWARD)
     (bl,) = [b for b in data["transformer"]["block_lists"] if b["attr"] == "blocks"]
     assert bl["is_blocks"], bl
     assert bl["block_class"] in classes, bl
@@ -107,11 +101,7 @@ def test_an_output_indexed_at_the_call_is_unknown_not_a_pattern(tmp_path):
     """`y = block(y, ...)[0]` (diffusers' T5FilmDecoder, traced since its list is built by appends): cache-dit's
     wrapper returns the stream itself, which `[0]` would then slice; no pattern is claimed."""
     body = CASES["bound then appended"][0]
-    path = tmp_path / "model.py"
-    path.write_text(_BLOCKS + textwrap.dedent(body) + _FORWARD.replace("x = block(x, c)", "x = block(x, c)[0]"))
-    (tmp_path / "m").mkdir()
-    flags = api.flags_for(str(path), model_path=str(tmp_path / "m"), transformer_class="Model", no_pipeline=True,
-                          separate_cfg=False)
-    (bl,) = api.analysis_json(flags, use_cache=False)["transformer"]["block_lists"]
+    text = _BLOCKS + textwrap.dedent(body) + _FORWARD.replace("x = block(x, c)", "x = block(x, c)[0]")
+    (bl,) = analyse_source(tmp_path, text)["transformer"]["block_lists"]
     assert bl["is_blocks"] is None and bl["forward_pattern"] is None, bl
     assert "`x = block(x, c)[0]`" in bl["why"], bl["why"]

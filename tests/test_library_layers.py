@@ -9,8 +9,7 @@ import sys
 import textwrap
 
 import pytest
-
-from integrate import api
+from conftest import analyse_source
 
 FILES = {
     "lazylib/__init__.py": '''
@@ -78,23 +77,13 @@ def lazylib(tmp_path, monkeypatch):
 
 
 def test_layers_built_by_a_lazily_exporting_library_are_found(lazylib):
-    path = lazylib / "model.py"
-    path.write_text(MODEL)
-    (lazylib / "m").mkdir()
-    flags = api.flags_for(str(path), model_path=str(lazylib / "m"), transformer_class="Wrapped", no_pipeline=True,
-                          separate_cfg=False)
-    data = api.analysis_json(flags, use_cache=False)
+    data = analyse_source(lazylib, MODEL, "Wrapped")
     (bl,) = [b for b in data["transformer"]["block_lists"] if b["attr"] == "layers"]
     assert bl["is_blocks"] and bl["block_class"] == "BetaLayer", bl
     assert bl["block_file"].endswith("modeling_beta.py") and bl["forward_pattern"] == "Pattern_3", bl
 
 
 def test_the_library_is_read_never_imported(lazylib):
-    path = lazylib / "model.py"
-    path.write_text(MODEL)
-    (lazylib / "m").mkdir()
     sys.modules.pop("lazylib", None)
-    flags = api.flags_for(str(path), model_path=str(lazylib / "m"), transformer_class="Wrapped", no_pipeline=True,
-                          separate_cfg=False)
-    api.analysis_json(flags, use_cache=False)
+    analyse_source(lazylib, MODEL, "Wrapped")
     assert "lazylib" not in sys.modules

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import textwrap
 
+from conftest import source_flags
+
 from integrate import api
 
 MODEL = '''
@@ -49,10 +51,7 @@ def _fixture(out):
 
 
 def test_each_block_gets_its_own_value_and_the_cache_proof_shows_it(tmp_path):
-    (tmp_path / "model.py").write_text(textwrap.dedent(MODEL))
-    (tmp_path / "m").mkdir()
-    flags = api.flags_for(str(tmp_path / "model.py"), model_path=str(tmp_path / "m"), transformer_class="Model",
-                          no_pipeline=True, separate_cfg=False)
+    flags = source_flags(tmp_path, textwrap.dedent(MODEL))
     plan = api.plan(flags, probe=False, trust_code=True)
     assert any("per-block argument `skip=i in self.skip_layers`" in r for r in plan.cache.patch_functor_reasons)
     api.write_plan(plan, tmp_path / "plan")

@@ -8,8 +8,8 @@ import textwrap
 
 import libcst as cst
 import pytest
+from conftest import analyse_source
 
-from integrate import api
 from integrate.analyzers.reach import forward_entries, reached_methods
 
 CLASS = '''
@@ -85,12 +85,7 @@ class Model(nn.Module):
 
 @pytest.mark.parametrize("forward,flagged", [("pass", False), ("n = self.params_count()", True)])
 def test_a_walk_counts_only_where_forward_reaches_it(tmp_path, forward, flagged):
-    path = tmp_path / "model.py"
-    path.write_text(textwrap.dedent(MODEL).replace("{forward}", forward))
-    (tmp_path / "m").mkdir()
-    flags = api.flags_for(str(path), model_path=str(tmp_path / "m"), transformer_class="Model", no_pipeline=True,
-                          separate_cfg=False)
-    t = api.analysis_json(flags, use_cache=False)["transformer"]
+    t = analyse_source(tmp_path, textwrap.dedent(MODEL).replace("{forward}", forward))["transformer"]
     reasons = " ".join(t["patch_functor_reasons"])
     assert ("restructure" in reasons) is flagged, reasons
     assert t["needs_patch_functor"] is flagged
