@@ -366,6 +366,17 @@ def _reached_calls(node: cst.CSTNode, env: _Env, aliases: set[str], depth: int =
     return out
 
 
+def loop_model_calls(src: SourceFile, cls: cst.ClassDef | None, fn: cst.FunctionDef) -> list[cst.Call]:
+    """The model calls the loops of `fn` run, in source order: their own and those of the helpers they call
+    (the sampler's `pred = model(img=img, ...)`), found as the CFG reader finds them."""
+    env, aliases = _env_of(src, cls, fn)
+    env.helpers = _helpers(src, cls, fn)
+    out: list[cst.Call] = []
+    for loop in find_all(fn.body, cst.For):
+        out += [c for c in _reached_calls(loop.body, env, aliases) if c not in out]
+    return out
+
+
 def _reaches_model(node: cst.CSTNode, env: _Env, aliases: set[str]) -> bool:
     """Does `node` call the model, directly or through helpers (`_reached_calls`)?"""
     return bool(_reached_calls(node, env, aliases))

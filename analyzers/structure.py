@@ -25,6 +25,7 @@ from integrate.syntax import find_all, params_of, self_member, target_names
 
 from .attention import attention_facts, int_value, is_attention, is_kernel_call
 from .bases import model_mixin
+from .cfg import loop_model_calls
 from .encoders import text_encoder_facts, vae_facts
 from .forward import documented_ranks, documented_shapes
 from .modules import Node, Tree, module_tree
@@ -755,20 +756,22 @@ def pipeline_call_keywords(ws: Workspace, gate: GateReport) -> list[str]:
     """Keywords the pipeline's entry passes to the transformer, in the order first seen: those written out,
     and the string keys of a dict it spreads into the call (`**model_kwargs`, where the entry builds that
     dict as a literal or with `dict(...)`, or sets its keys one by one)."""
-    _, _, entry = _pipeline_entry(ws, gate)
+    src, cls, entry = _pipeline_entry(ws, gate)
     out: list[str] = []
     positional = None
-    for call in find_all(entry, cst.Call) if entry is not None else ():
-        name = dotted(call.func) or ""
-        if name.startswith("self.transformer") or name == "transformer":
-            for i, a in enumerate(call.args):
-                if a.keyword is None and not a.star:  # passed by position: the forward's parameter there
-                    positional = _forward_positions(ws, gate) if positional is None else positional
-                    keys = positional[i:i + 1]
-                else:
-                    keys = [a.keyword.value] if a.keyword is not None else (
-                        spread_keys(entry, a.value.value) if a.star == "**" and isinstance(a.value, cst.Name) else [])
-                out += [k for k in keys if k not in out]
+    calls = [c for c in find_all(entry, cst.Call) if (dotted(c.func) or "").startswith("self.transformer")
+             or dotted(c.func) == "transformer"] if entry is not None else []
+    if entry is not None and not calls:  # a sampler's own name for the model (`model(img=img, ...)`)
+        calls = loop_model_calls(src, cls, entry)
+    for call in calls:
+        for i, a in enumerate(call.args):
+            if a.keyword is None and not a.star:  # passed by position: the forward's parameter there
+                positional = _forward_positions(ws, gate) if positional is None else positional
+                keys = positional[i:i + 1]
+            else:
+                keys = [a.keyword.value] if a.keyword is not None else (
+                    spread_keys(entry, a.value.value) if a.star == "**" and isinstance(a.value, cst.Name) else [])
+            out += [k for k in keys if k not in out]
     return out
 
 
@@ -819,6 +822,31 @@ def documented_ndims(src: SourceFile, cls: cst.ClassDef) -> dict[str, tuple[int,
     fwd = find_method(cls, "forward")
     return {k: (rank, Evidence(str(src.path), line, f"the forward's docstring documents `{k}` of shape {shape}"))
             for k, (rank, line, shape) in (documented_ranks(src, fwd) if fwd is not None else {}).items()}
+
+
+def joined_id_ndims(src: SourceFile, cls: cst.ClassDef) -> dict[str, tuple[int, Evidence]]:
+    """Dims of the position ids the forward joins along a literal dim (`torch.cat((txt_ids, img_ids), dim=1)`):
+    ids are (..., sequence, axes), so ids joined along dim k have k + 2 dims (2: one row per token, 3: batched)."""
+    fwd = find_method(cls, "forward")
+    if fwd is None:
+        return {}
+    params = {p.name.value for p in params_of(fwd)}
+    out: dict[str, tuple[int, Evidence]] = {}
+    for call in find_all(fwd.body, cst.Call):
+        if dotted(call.func) not in ("torch.cat", "torch.concat", "torch.concatenate") or not call.args:
+            continue
+        seq = call.args[0].value
+        dim = next((a.value for a in call.args[1:] if a.keyword is None or a.keyword.value == "dim"), None)
+        if not isinstance(seq, (cst.Tuple, cst.List)) or not isinstance(dim, cst.Integer):
+            continue
+        names = [e.value.value for e in seq.elements if isinstance(e.value, cst.Name)]
+        joined = [n for n in names if n in params and n.lower().endswith("ids")]
+        if len(joined) >= 2:
+            why = (f"the forward joins {', '.join(f'`{n}`' for n in joined)} along dim {dim.value}: position ids are "
+                   f"(..., sequence, axes), so each has {int(dim.value) + 2} dims")
+            for n in joined:
+                out.setdefault(n, (int(dim.value) + 2, Evidence(str(src.path), src.line(call), why)))
+    return out
 
 
 def documented_dims(src: SourceFile, cls: cst.ClassDef) -> dict[str, tuple[str, ...]]:
@@ -910,4 +938,4 @@ def _hook(value: cst.BaseExpression) -> dict[str, Any] | None:
 
 
 __all__ = ["parallel_facts", "block_structure", "declared_cp_plan", "load_config", "read_model_index",
-           "documented_ndims", "documented_dims", "pipeline_arg_ndims", "pipeline_call_keywords", "pipeline_masks"]
+           "documented_ndims", "joined_id_ndims", "documented_dims", "pipeline_arg_ndims", "pipeline_call_keywords", "pipeline_masks"]

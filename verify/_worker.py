@@ -37,17 +37,14 @@ def _load_class(module: str, name: str, search_path: str | None = None):
 
 def derive(job: dict) -> dict:
     import dataclasses
-    import inspect
 
     import torch
     from integrate.verify.inputs import synthesize
-    from integrate.verify.tiny import WIDTHS
+    from integrate.verify.tiny import WIDTHS, fill_unset, object_defaults
     from integrate.verify.tiny import derive as tiny_derive
-    from integrate.verify.tiny import fill_unset
 
     cls = _load_class(job["transformer_module"], job["transformer_class"], job.get("search_path"))
-    config = job["config"] or {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
-                               if k != "self" and v.default is not inspect.Parameter.empty}
+    config = job["config"] or object_defaults(cls)
     tiny = tiny_derive(cls, config)
     filled_notes: list[str] = []
     filled: dict = {}
@@ -350,9 +347,8 @@ def plain_forward(cls, fx) -> dict | None:
 def full_size(job: dict) -> dict:
     """The real config on the meta device: each cached list's length, each named head count, and cache-dit's
     default Fn / Bn compute blocks."""
-    import inspect
-
     import torch
+    from integrate.verify.tiny import object_defaults
 
     try:
         from cache_dit.caching.cache_contexts.cache_config import BasicCacheConfig
@@ -362,8 +358,7 @@ def full_size(job: dict) -> dict:
     except Exception as exc:  # noqa: BLE001 - an older or newer cache-dit without this class
         return {"error": f"cache-dit's default cache config was not found: {type(exc).__name__}: {exc}"}
     cls = _load_class(job["transformer_module"], job["transformer_class"], job.get("search_path"))
-    config = job["config"] or {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
-                               if k != "self" and v.default is not inspect.Parameter.empty}
+    config = job["config"] or object_defaults(cls)
     try:
         with torch.device("meta"):
             model = build(cls, config)

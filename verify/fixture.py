@@ -237,13 +237,15 @@ class Maker:
 
     def passed(self) -> dict[str, int | None]:
         """What the pipeline passes the transformer: keyword -> dims (None: not read)."""
-        from integrate.analyzers.structure import documented_ndims, pipeline_arg_ndims, pipeline_call_keywords
+        from integrate.analyzers.structure import (documented_ndims, joined_id_ndims, pipeline_arg_ndims,
+                                                   pipeline_call_keywords)
         from integrate.gate import run_gate
 
         gate = run_gate(self.plan.gate_flags, self.ws)
         t_src = self.ws.load(Path(gate.value("transformer_file")))
-        documented = documented_ndims(t_src, t_src.classes[gate.value("transformer_class")])
-        ndims = {k: v[0] for k, v in {**documented, **pipeline_arg_ndims(self.ws, gate)}.items()}
+        t_cls = t_src.classes[gate.value("transformer_class")]
+        read = {**joined_id_ndims(t_src, t_cls), **documented_ndims(t_src, t_cls), **pipeline_arg_ndims(self.ws, gate)}
+        ndims = {k: v[0] for k, v in read.items()}
         passed = {k: ndims.get(k) for k in pipeline_call_keywords(self.ws, gate)}
         # masks the forward takes: pipelines often pass them through `**kwargs`, and they are what a CP
         # mask reorder is about, so the fixture always has them
@@ -289,8 +291,6 @@ class Maker:
 
     def ensure(self) -> FixtureReport:
         """The fixture as it stands when a person edited it; otherwise derived and written anew."""
-        from integrate.analyzers.structure import load_config
-
         from .processes import read, spawn
 
         path = self.path
@@ -299,7 +299,7 @@ class Maker:
             self._report = FixtureReport(str(path), "edited")
             return self._report
         m = self.plan.model
-        config = load_config(m.config_file)
+        config, literal = self.real_config()
         saved = path.with_suffix(".pt")
         job = {"mode": "derive", "transformer_module": self.module, "transformer_class": m.transformer_class,
                "search_path": self.search_path, "config": config, "passed": self.passed(), "shapes": self.shapes(),
@@ -322,7 +322,10 @@ class Maker:
             tail = (err.strip().splitlines() or ["no output"])[-1]
             return FixtureReport(str(path), "error", (f"deriving the fixture failed: {tail}",))
         d = json.loads(out)
-        source = m.config_file if config else "the class defaults"
+        source = m.config_file if m.config_file and config else "the class defaults"
+        if literal is not None:
+            ev = literal.evidence
+            source = f"{ev.file}:{ev.line} ({ev.why}; the model folder gives no config)"
         if d.get("source") == "test-file":
             source = f"the model test {self.fixture_from.name}"
         self._derived = (d, source)
@@ -344,6 +347,22 @@ class Maker:
                                          **origin, **({"masks": masks} if masks else {}))
         _remember(path, key, sources, self._report)
         return self._report
+
+    def real_config(self):
+        """(the transformer's full-size config, the repository literal it came from or None): the model folder's
+        config; where there is none and the transformer takes a config dataclass, the first complete literal of it
+        the model's own repository writes (`FluxParams(...)` in its table of released sizes)."""
+        from integrate.analyzers.config_object import config_literal
+        from integrate.analyzers.structure import load_config
+
+        m = self.plan.model
+        config = load_config(m.config_file)
+        if config or self.search_path is None:
+            return config, None
+        src = self.ws.load(Path(m.transformer_file))
+        cls = src.classes.get(m.transformer_class)
+        literal = config_literal(self.ws, src, cls, Path(self.search_path)) if cls is not None else None
+        return (dict(literal.values), literal) if literal is not None else ({}, None)
 
     def _write(self, d: dict, source: str, mask_dtype: str | None = None, problems: tuple[str, ...] = ()) -> None:
         slots = with_masks(d["slots"], mask_dtype)

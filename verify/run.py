@@ -229,16 +229,15 @@ class Verifier:
 
     def _start_meta(self) -> list:
         """(proof, process) of each requested meta-device proof, started now: they need no fixture."""
-        from integrate.analyzers.structure import load_config
-
         started = []
+        config = self.fixture.real_config()[0]
         for proof in registry.ALL:
             if proof.KIND != "meta" or proof.NAME not in self.proofs:
                 continue
             self.progress(f"{proof.NAME}: {proof.SUMMARY}")
             job = {**proof.job(self.plan), "transformer_module": self.module,
                    "transformer_class": self.plan.model.transformer_class, "search_path": self.search_path,
-                   "config": load_config(self.plan.model.config_file)}
+                   "config": config}
             started.append((proof, processes.spawn(job, self.env, self.search_path, fork=self._proofs_follow)))
         return started
 

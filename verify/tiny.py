@@ -202,10 +202,60 @@ def size_on_meta(cls, config: dict[str, Any]) -> int:
     return _on_meta(cls, config)[0]
 
 
+def config_object(cls) -> tuple[str, type] | None:
+    """(parameter, dataclass) where `cls.__init__` takes its whole config as one dataclass (a reference repository's
+    `def __init__(self, params: FluxParams)`): the one parameter without a default, annotated with a dataclass.
+    The config is then that dataclass's fields, flat, so the tiny derivation shrinks them as it does any config."""
+    import dataclasses
+    import inspect
+    import typing
+
+    if hasattr(cls, "from_config"):
+        return None
+    try:
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        hints = typing.get_type_hints(cls.__init__)
+    except (TypeError, ValueError, NameError):  # an annotation that does not resolve: no config object
+        return None
+    required = [p for p in params if p.default is inspect.Parameter.empty
+                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if len(required) != 1:
+        return None
+    kind = hints.get(required[0].name)
+    return (required[0].name, kind) if isinstance(kind, type) and dataclasses.is_dataclass(kind) else None
+
+
+def object_defaults(cls) -> dict[str, Any]:
+    """The config a class's own defaults give: its constructor's keyword defaults, or, where it takes a config
+    dataclass, that dataclass's fields (None where a field has no default)."""
+    import dataclasses
+    import inspect
+
+    held = config_object(cls)
+    if held is None:
+        return {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
+                if k != "self" and v.default is not inspect.Parameter.empty}
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(held[1]):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+        else:
+            out[f.name] = None
+    return out
+
+
 def build(cls, config: dict[str, Any]):
     """`cls` made from `config`: diffusers' `from_config`, or, for a model of another library's or a plain
-    `nn.Module` (a reference repository's), its constructor with the config's fields as keywords."""
-    return cls.from_config(config) if hasattr(cls, "from_config") else cls(**config)
+    `nn.Module` (a reference repository's), its constructor with the config's fields as keywords, or with them
+    made into the config dataclass the constructor takes."""
+    if hasattr(cls, "from_config"):
+        return cls.from_config(config)
+    held = config_object(cls)
+    if held is not None and held[0] not in config:
+        return cls(**{held[0]: held[1](**config)})
+    return cls(**config)
 
 
 def model_config(model, given: dict[str, Any]) -> dict[str, Any]:
