@@ -39,6 +39,7 @@ class Loop:
     outputs: tuple[str, ...] = ()
     arms: frozenset[tuple[int, str]] = frozenset()  # (id of an enclosing `if`, "body" | "else") it sits in
     indexed: str | None = None  # `x = out[0]` after `out = block(...)`: the code that picks the stream
+    picked: int | None = None  # the constant index `indexed` reads (0: the stream is the output's first item)
     opaque: tuple[int, str] | None = None  # (line, why): the block is handed to a helper that could not be read
 
     def excludes(self, other: Loop) -> bool:
@@ -308,16 +309,30 @@ def _find_call(src: SourceFile, loop: Loop, helpers: _Helpers | None = None) -> 
     for _, names, value, node in body:
         if isinstance(value, cst.Subscript) and value.value is chosen:  # `y = block(y, ...)[0]`: the stream is
             loop.indexed = " ".join(src.code(node).split())  # picked out of the block's output at the call
+            loop.picked = _constant_index(value)
+            loop.outputs = names if loop.picked == 0 else ()
             return
         if any(c is chosen for c in find_all(value, cst.Call)):
             loop.outputs = names
             break
     if len(loop.outputs) == 1:  # `layer_outputs = layer(h, ...)` then `h = layer_outputs[0]`
-        for _, _, value, node in body:
+        for _, names, value, node in body:
             if isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name) \
                     and value.value.value == loop.outputs[0]:
                 loop.indexed = src.code(node).strip()
+                loop.picked = _constant_index(value)
+                if loop.picked == 0:  # the stream is what `[0]` picks: read as the call's output
+                    loop.outputs = names
                 break
+
+
+def _constant_index(sub: cst.Subscript) -> int | None:
+    """`out[0]` -> 0; anything but one constant integer index -> None."""
+    if len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index):
+        value = sub.slice[0].slice.value
+        if isinstance(value, cst.Integer):
+            return int(value.value)
+    return None
 
 
 def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> tuple[ExtraOp, ...]:

@@ -97,11 +97,16 @@ def test_the_list_is_traced_to_its_block_class(case, tmp_path):
     assert bl["forward_pattern"] == "Pattern_3", bl
 
 
-def test_an_output_indexed_at_the_call_is_unknown_not_a_pattern(tmp_path):
-    """`y = block(y, ...)[0]` (diffusers' T5FilmDecoder, traced since its list is built by appends): cache-dit's
-    wrapper returns the stream itself, which `[0]` would then slice; no pattern is claimed."""
+def test_an_output_indexed_at_the_call_is_a_chain_that_needs_a_patch_functor(tmp_path):
+    """`y = block(y, ...)[0]` (diffusers' T5FilmDecoder, traced since its list is built by appends): the stream `[0]`
+    picks gives the pattern; cache-dit's wrapper returns the stream itself, which `[0]` would then slice, so the
+    indexed-output rule asks for a PatchFunctor (by hand). Any other index is no pattern at all."""
     body = CASES["bound then appended"][0]
     text = _BLOCKS + textwrap.dedent(body) + _FORWARD.replace("x = block(x, c)", "x = block(x, c)[0]")
+    data = analyse_source(tmp_path, text)["transformer"]
+    (bl,) = data["block_lists"]
+    assert bl["is_blocks"] is True and bl["forward_pattern"] == "Pattern_3", bl
+    assert any("`x = block(x, c)[0]`" in r and "PatchFunctor" in r for r in data["patch_functor_reasons"]), data
+    text = _BLOCKS + textwrap.dedent(body) + _FORWARD.replace("x = block(x, c)", "x = block(x, c)[1]")
     (bl,) = analyse_source(tmp_path, text)["transformer"]["block_lists"]
-    assert bl["is_blocks"] is None and bl["forward_pattern"] is None, bl
-    assert "`x = block(x, c)[0]`" in bl["why"], bl["why"]
+    assert bl["is_blocks"] is None and bl["forward_pattern"] is None and "`x = block(x, c)[1]`" in bl["why"], bl

@@ -221,18 +221,22 @@ def test_a_sampler_given_any_model_beside_a_guidance_wrapper_is_unknown(tmp_path
     assert any("CFGDenoiser" in e["why"] for e in p["evidence"])
 
 
-def test_a_block_list_built_by_an_installed_base_class_is_found_and_an_indexed_output_is_unknown(tmp_path):
+def test_a_block_list_built_by_an_installed_base_class_is_found_and_an_indexed_output_needs_a_patch(tmp_path):
     """The transformer subclasses transformers' Qwen2Model: its `layers` come from the base's constructor
-    (read from the installed source, never imported). The call site reads `layer_outputs[0]`, which no
-    ForwardPattern binds: unknown, with the reason, never a guessed pattern."""
+    (read from the installed source, never imported). The call site reads `layer_outputs[0]`: the pattern is read
+    from the stream `[0]` picks, and the indexed-output rule asks for a PatchFunctor (the wrapper hands back the
+    stream itself), with the line; never a pattern that binds as is."""
     src = ROOT / "tests" / "fixtures" / "hflayers" / "model.py"
     out = run_cli("analyze", str(src), "--model-path", str(tmp_path), "--transformer-class", "Dit",
                   "--pipeline-class", "sample", "--pipeline-file", str(src), "--no-cache", "--json")
     assert out.returncode == 0, out.stderr
-    layers = {b["attr"]: b for b in json.loads(out.stdout)["transformer"]["block_lists"]}["layers"]
+    data = json.loads(out.stdout)["transformer"]
+    layers = {b["attr"]: b for b in data["block_lists"]}["layers"]
     assert layers["block_class"] == "Qwen2DecoderLayer" and layers["block_file"].endswith("modeling_qwen2.py")
-    assert layers["is_blocks"] is None and layers["forward_pattern"] is None
-    assert "layer_outputs[0]" in layers["why"]
+    assert layers["is_blocks"] is True and layers["forward_pattern"] == "Pattern_3"
+    assert layers["roles"] == {"hidden_states": "hidden_states"}
+    assert any(r.startswith("layers: the call site picks the stream") and "`h = layer_outputs[0]`" in r
+               for r in data["patch_functor_reasons"]), data["patch_functor_reasons"]
 
 
 def test_namespace_linears_einops_fused_qkv_and_a_plain_attention_function(tmp_path):
