@@ -60,7 +60,7 @@ def _planted(motif, tmp_path, edit: tuple[str, str, str]) -> Path:
 def test_motif_video_generated_integration_passes_every_cpu_proof(motif):
     _, out, rc, r = motif
     assert rc == 0, json.dumps({k: r[k] for k in ("cache", "cp", "tp", "state_dict")}, indent=1)[:3000]
-    assert r["schema"] == "integrate.verify" and r["schema_version"] == "1.7"
+    assert r["schema"] == "integrate.verify" and r["schema_version"] == "1.8"
     fx = r["fixture"]
     assert fx["status"] == "derived" and fx["parameters"] < 1_000_000
     assert fx["image_tokens"] != fx["text_tokens"]  # swapped streams cannot hide behind equal shapes

@@ -789,6 +789,7 @@ def _setup_cache(model, rec: dict, fx, recorder, arrays, key) -> int:
     adapter = _adapter_for(model)
     rec["state_dict_patched"] = _signature(model)
     rec["has_separate_cfg"] = bool(adapter.has_separate_cfg)
+    rec["per_block"] = _PerBlockSpy(_lists(adapter)).record  # filled in as the hooks fire, in every run below
     seen, handles = _pattern_hooks(adapter)
     views = []  # does a cached list's last block return a tensor that is not contiguous (a transposed view)?
     handles += [blocks[-1].register_forward_hook(
@@ -810,6 +811,48 @@ def _setup_cache(model, rec: dict, fx, recorder, arrays, key) -> int:
     target = _adapter_for(model) if _Plugin.adapter is not None else model
     cache_dit.enable_cache(target, cache_config=_cache_config(0.0, fx.STEPS, fx.STEPS))
     return calls
+
+
+class _PerBlockSpy:
+    """The PatchFunctor's per-block pre-hooks (a keyword that differs per block, computed again from each block's
+    index), watched: how many there are, how often they ran, and which keywords reached the blocks of one list with
+    more than one value. A hook that never ran, or keywords every block got alike, proves nothing of the fix."""
+
+    def __init__(self, lists: list) -> None:
+        import functools
+
+        self.record: dict = {"hooks": 0, "fired": 0, "varying": []}
+        self.values: dict[tuple[int, str], set] = {}
+        for li, blocks in enumerate(lists):
+            for bi, block in enumerate(blocks):
+                for hid, hook in list(block._forward_pre_hooks.items()):
+                    if isinstance(hook, functools.partial) and \
+                            getattr(hook.func, "__module__", "").rpartition(".")[2] == "patch_functor":
+                        block._forward_pre_hooks[hid] = self._spy(hook, li)
+                        self.record["hooks"] += 1
+
+    def _spy(self, hook, li: int):
+        def spy(module, args, kwargs):
+            result = hook(module, args, kwargs)
+            self.record["fired"] += 1
+            given = result[1] if isinstance(result, tuple) and len(result) == 2 else kwargs
+            for key, value in given.items():
+                self.values.setdefault((li, key), set()).add(_digest(value))
+            self.record["varying"] = sorted({f"{i}:{k}" for (i, k), seen in self.values.items() if len(seen) > 1})
+            return result
+        return spy
+
+
+def _digest(value) -> str:
+    """A value, told apart from another: a tensor by its shape, dtype and bytes, anything else by its repr."""
+    import zlib
+
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        data = value.detach().cpu().contiguous()
+        return f"{tuple(data.shape)}{data.dtype}{zlib.crc32(data.view(-1).view(torch.uint8).numpy().tobytes())}"
+    return repr(value)[:200]
 
 
 def _lists(adapter) -> list:

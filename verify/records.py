@@ -13,7 +13,7 @@ from integrate.records import OMIT, Omit
 
 NOT_REQUESTED = "not requested"  # the `why` of a proof this run was not asked for
 VERIFY_SCHEMA = "integrate.verify"
-VERIFY_SCHEMA_VERSION = "1.7"
+VERIFY_SCHEMA_VERSION = "1.8"
 GPU_SCHEMA = "integrate.verify.gpu"
 GPU_SCHEMA_VERSION = "1.0"
 
@@ -127,6 +127,16 @@ class CachingOn:
 
 
 @dataclass(frozen=True)
+class PerBlockHooks:
+    """The PatchFunctor's per-block pre-hooks in the cache proof: registered, runs, and the keywords (`list:key`)
+    that reached one list's blocks with more than one value."""
+
+    hooks: int
+    fired: int
+    varying: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class TpShard:
     name: str  # a parameter
     full: tuple[int, ...]
@@ -234,6 +244,8 @@ class CacheProof:
     # 1.3: "contiguous" when caching off matches, bit for bit, the plain model with its block outputs made
     # contiguous as cache-dit's wrapper makes them (and not the plain model itself: float rounding of that copy)
     caching_off_reference: str | Omit = OMIT
+    # 1.8: the PatchFunctor's per-block hooks, where it has any: a pass needs them run with per-block values
+    per_block: PerBlockHooks | Omit = OMIT
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..records import CacheProof, CachingOn, PatternCheck, StateDictProof
+from ..records import CacheProof, CachingOn, PatternCheck, PerBlockHooks, StateDictProof
 from . import state_dict
 
 if TYPE_CHECKING:
@@ -57,6 +57,9 @@ def _judged(base: Baseline, rep: dict | None, arrays: dict, tail: str | None) ->
     fields: dict = {"block_counts": v.get("block_counts"), "has_separate_cfg": v.get("has_separate_cfg"),
                     "patterns": tuple(pattern_check(p) for p in v.get("patterns", []))}
     problems = [f"list {p.list}: {p.why}" for p in fields["patterns"] if p.status == "fail"]
+    hooks = v.get("per_block") or {}
+    if hooks.get("hooks"):
+        fields["per_block"] = PerBlockHooks(hooks["hooks"], hooks["fired"], tuple(hooks["varying"]))
     if "cache/patched" in arrays:
         fields["patched_forward"] = compared(compare.figures(base.out, arrays["cache/patched"], rtol=0, atol=0))
     if "error" in v:
@@ -83,7 +86,24 @@ def _judged(base: Baseline, rep: dict | None, arrays: dict, tail: str | None) ->
     if problems:
         return sd, CacheProof("fail", why="; ".join(problems), first_divergence=base.locate([arrays], "cache", None),
                               **fields)
+    unproved = _per_block_unproved(fields.get("per_block"))
+    if unproved:
+        return sd, CacheProof("vacuous", why=unproved, **fields)
     return sd, CacheProof("pass", **fields)
+
+
+def _per_block_unproved(hooks: PerBlockHooks | None) -> str | None:
+    """Why the PatchFunctor's per-block hooks proved nothing (None: they ran, and some block got its own value)."""
+    if hooks is None:
+        return None
+    if not hooks.fired:
+        return (f"the PatchFunctor's {hooks.hooks} per-block hook(s) never ran: the per-block argument fix was not "
+                "exercised")
+    if not hooks.varying:
+        return (f"the PatchFunctor's per-block hooks ran {hooks.fired} times, but every block received the same "
+                "keyword values: the fixture's inputs never make the per-block argument differ (give it a value "
+                "that does, in verify_fixture.py)")
+    return None
 
 
 def _caching_on(base: Baseline, ref: np.ndarray, stats: dict, cached: np.ndarray | None,
@@ -156,7 +176,12 @@ def lines(record: dict) -> list[str]:
     on = record["caching_on"]
     out = [f"  caching off: {'bit-identical' if record['caching_off']['bitwise'] else 'differs'}; caching on: "
            f"steps {on['cached_steps']} cached, max relative drift {on.get('max_rel_l2')}"]
-    return out + [f"  list {p['list']} {p['pattern']}: {p['status']} ({p['why']})" for p in record.get("patterns", [])]
+    out += [f"  list {p['list']} {p['pattern']}: {p['status']} ({p['why']})" for p in record.get("patterns", [])]
+    hooks = record.get("per_block")
+    if hooks:
+        out.append(f"  per-block hooks: {hooks['hooks']} registered, ran {hooks['fired']} times; values differing "
+                   f"per block: {', '.join(hooks['varying']) or 'none'}")
+    return out
 
 
 def details(record: dict) -> list[str]:
