@@ -121,6 +121,10 @@ def decide(fwd: ForwardSummary, args: CallArgs, outputs: tuple[str, ...],
     else:
         chosen = _preferred(valid, encoder, encoder_value, encoder_given or encoder_is_stream, why)
     alternatives = tuple(p for p in valid if p != chosen)
+    if encoder and chosen in HIDDEN_ONLY and not encoder_is_stream and encoder_value in ("None", "<default None>"):
+        del roles["encoder_hidden_states"]  # a parameter given None carries no stream
+        why.append(f"`{encoder}` is {'passed as None' if encoder_value == 'None' else 'left at its default None'}: "
+                   "it carries no stream, so it takes no role")
 
     check = _check_ok(fwd, chosen, roles, why)
     if check is False:

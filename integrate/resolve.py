@@ -288,6 +288,13 @@ class Workspace:
             loaded += 1
             if name in other.classes:
                 return Resolved(other, name, other.classes[name], (str(src.path), str(path)))
+            if name in other.imports:  # re-exported by name there (`from .transformer import TransformerEncoderLayer`)
+                try:
+                    found = self._resolve(other, name, "", seen=(), chain=(str(src.path),))
+                except CircularImport:
+                    found = None
+                if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef):
+                    return found
             todo += [(-score(m), len(todo) + i, other, m) for i, m in enumerate(other.stars)]
         return None
 
