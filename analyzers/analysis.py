@@ -27,6 +27,7 @@ from .binding import CallArgs, bind
 from .blocks import ListDef, find_module_lists
 from .call import call_inputs
 from .holder import held_as
+from .library_block import library_block
 from .cfg import analyze_pipeline
 from .forward import in_place_input_mutations, signature, summarize_forward
 from .loops import ListUse, find_list_uses
@@ -113,7 +114,8 @@ def _pipeline(ws: Workspace, gate: GateReport) -> PipelineFacts:
         pipeline_at = Evidence(str(p_src.path), p_src.line(entry) if entry is not None else 0,
                                f"`{gate.pipeline_entry}` is a function, not a pipeline class")
     return dataclasses.replace(facts, findings=tuple(found), call_inputs=call_inputs(p_src, entry),
-                               transformer_attr=held[0] if held else None, transformer_attr_at=held[1] if held else None,
+                               transformer_attr=held[0] if held else None,
+                               transformer_attr_at=held[1] if held else None,
                                diffusers_pipeline=is_pipeline, diffusers_pipeline_at=pipeline_at)
 
 
@@ -211,6 +213,31 @@ def _verdict(d: ListDef, is_blocks: bool | None, why: str, **kw) -> BlockList:
                      length=d.length, length_config_fields=d.length_fields, **fields)
 
 
+def _library_first(ws: Workspace, d: ListDef, use: ListUse):
+    """(first, evidence, unread) for a list none of whose elements the repository defines, when it is called in a
+    loop: `first` is (element, (its source, its class)) for the first element an installed library defines that is
+    a transformer block (`library_block`), else None; `evidence` says what each class read is; `unread` says why
+    the list is unknown when a class of an installed library could not be read (None: every class was read, or
+    the list is not called in a loop: it is judged as library modules, or not installed)."""
+    if not any(lp.call is not None for lp in use.loops):
+        return None, [], None
+    read: list[Evidence] = []
+    for e in d.elements:
+        if not isinstance(e.target, External) or ws.package_root(e.target.qualname.split(".")[0]) is None:
+            continue
+        found, why = library_block(ws, e.target)
+        if found is not None:
+            return (e, (found.src, found.node)), [why], None
+        if why is None:
+            imp = d.src.imports.get(e.name.split(".")[0])
+            where = f" (imported at {d.src.path.name}:{d.src.line(imp.node)})" if imp is not None else ""
+            return None, read, (f"block class `{e.name}` is `{e.target.qualname}`, whose source the installed "
+                                f"library does not show where it is imported from{where}: a transformer block or "
+                                f"a layer, unknown; name a source with --block-class {d.attr}=path/to/file.py:Class")
+        read.append(why)
+    return None, read, None
+
+
 def _untraced(ws: Workspace, d: ListDef) -> tuple[bool | None, str]:
     """(is_blocks, why) for a list none of whose elements resolves to a block class."""
     externals = [e for e in d.elements if isinstance(e.target, External)]
@@ -234,12 +261,14 @@ def _untraced(ws: Workspace, d: ListDef) -> tuple[bool | None, str]:
 
 
 def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
-                optional: frozenset[str], tree=None, said: tuple[Evidence, ...] = ()) -> tuple[BlockList, list[Finding]]:
+                optional: frozenset[str], tree=None,
+                said: tuple[Evidence, ...] = ()) -> tuple[BlockList, list[Finding]]:
     """The verdict on one list, and the findings of the rules on it (block-list rules, then list rules).
     `tree`: the transformer's module tree, built on demand (what the block's `self.<x>` guards read); `said`:
     evidence every list carries (which method serves as forward, where `__init__` chooses it)."""
     path = str(src.path)
-    evidence = [Evidence(path, d.line, f"`self.{d.attr}` = {d.container}" + (" (conditional)" if d.conditional else ""))]
+    evidence = [Evidence(path, d.line,
+                         f"`self.{d.attr}` = {d.container}" + (" (conditional)" if d.conditional else ""))]
     evidence += said
     if d.traced:
         evidence.append(Evidence(path, d.line, f"block class {', '.join(e.name for e in d.elements)} from {d.traced}"))
@@ -251,7 +280,12 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
         return _verdict(d, is_blocks, why, **{"evidence": tuple(evidence), **kw})
 
     if first is None:
-        return verdict(*_untraced(ws, d)), []
+        first, read, unread = _library_first(ws, d, use)
+        evidence += read
+        if first is None and unread is not None:
+            return verdict(None, unread), []
+        if first is None:
+            return verdict(*_untraced(ws, d)), []
     ctx = rules.ListContext(ws, src, d.attr, d, use, optional_inputs=optional)
     walk = rules.run("list", ctx)
     walk_text = tuple(f.message for f in walk)

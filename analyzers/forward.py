@@ -13,8 +13,9 @@ from integrate.defuse import DefUse, defuse
 from integrate.records import Evidence
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method
-from integrate.syntax import find_all, target_names, walk_statements
+from integrate.syntax import find_all, self_member, target_names, walk_statements
 
+from .binding import BindError, CallArgs, bind
 from .records import ForwardSummary, Param, ReturnSite
 
 UNKNOWN = "?"
@@ -71,7 +72,8 @@ def _trace(expr: cst.BaseExpression | None, params: set[str], assigns: DefUse, l
 
 def _trace_args(expr, params, assigns, line, depth):
     if isinstance(expr, cst.BinaryOperation):
-        return [_trace(expr.left, params, assigns, line, depth + 1), _trace(expr.right, params, assigns, line, depth + 1)]
+        return [_trace(expr.left, params, assigns, line, depth + 1),
+                _trace(expr.right, params, assigns, line, depth + 1)]
     return [_trace(a.value, params, assigns, line, depth + 1) for a in expr.args]
 
 
@@ -118,7 +120,23 @@ def return_guards(src: SourceFile, fn: cst.FunctionDef) -> dict[int, tuple[str, 
     return out
 
 
-def summarize_forward(ws: Workspace, src: SourceFile, cls: cst.ClassDef, method: str = "forward") -> ForwardSummary | None:
+MAX_DELEGATION = 3  # methods followed from forward through `return self.<method>(...)`
+
+
+def summarize_forward(ws: Workspace, src: SourceFile, cls: cst.ClassDef,
+                      method: str = "forward") -> ForwardSummary | None:
+    """`cls.<method>`'s signature and what each of its returns carries. A return that hands the work to another
+    method of the class (`return self._forward(x, c)`, or that method and its arguments handed to a call that
+    runs it, `checkpoint(self._forward, x, c)`) returns what that method returns, its parameters bound to this
+    call's arguments; the evidence says which method and where."""
+    read = _summarize(ws, src, cls, method, ())
+    return read[0] if read is not None else None
+
+
+def _summarize(ws: Workspace, src: SourceFile, cls: cst.ClassDef, method: str,
+               through: tuple[str, ...]) -> tuple[ForwardSummary, list[Evidence]] | None:
+    """The summary, and the evidence of the delegations it followed (`through`: the methods already being read,
+    so a cycle stays unknown)."""
     fn = find_method(cls, method)
     if fn is None:
         return None
@@ -126,12 +144,19 @@ def summarize_forward(ws: Workspace, src: SourceFile, cls: cst.ClassDef, method:
     names = {p.name for p in params}
     assigns = defuse(src, fn)
     sites: list[ReturnSite] = []
+    said: list[Evidence] = []
     guards = return_guards(src, fn)
     for ret in find_all(fn.body, cst.Return):
         line = src.line(ret)
         value = ret.value
         if value is None:
             sites.append(ReturnSite(line, (), (), guards.get(id(ret), ())))
+            continue
+        delegated = _delegated(ws, src, cls, (*through, method), value, names, assigns, line)
+        if delegated is not None:
+            found, why = delegated
+            sites += [ReturnSite(s.line, s.values, s.roles, (*guards.get(id(ret), ()), *s.guards)) for s in found]
+            said += why
             continue
         elements = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
         if len(elements) == 1 and isinstance(value, cst.Name):
@@ -154,7 +179,7 @@ def summarize_forward(ws: Workspace, src: SourceFile, cls: cst.ClassDef, method:
     count = _tensor_count(ws, src, ann) if ann is not None else None
     arity = len(roles) if roles is not None else (len(sites[0].values) if agree and sites else None)
     ann_agrees = None if not count or arity is None else count == arity
-    evidence = [Evidence(str(src.path), src.line(fn), f"{cls.name.value}.{method} signature")]
+    evidence = [Evidence(str(src.path), src.line(fn), f"{cls.name.value}.{method} signature"), *said]
     for s in sites:
         evidence.append(Evidence(str(src.path), s.line, f"returns ({', '.join(s.values)}) -> roles {s.roles}"))
     if not agree:
@@ -167,7 +192,7 @@ def summarize_forward(ws: Workspace, src: SourceFile, cls: cst.ClassDef, method:
                 f"return annotation counts {count} torch.Tensor but the body returns {arity} values",
             )
         )
-    return ForwardSummary(
+    summary = ForwardSummary(
         cls=cls.name.value,
         file=str(src.path),
         line=src.line(fn),
@@ -180,6 +205,115 @@ def summarize_forward(ws: Workspace, src: SourceFile, cls: cst.ClassDef, method:
         annotation_agrees=ann_agrees,
         evidence=tuple(evidence),
     )
+    return summary, said
+
+
+def _delegated(ws: Workspace, src: SourceFile, cls: cst.ClassDef, through: tuple[str, ...],
+               value: cst.BaseExpression, names: set[str], assigns: DefUse,
+               line: int) -> tuple[list[ReturnSite], list[Evidence]] | None:
+    """The return sites of `return <value>` when `value` calls another method of `cls` (`self.<m>(args)`), or
+    hands one with its arguments to a call that runs it (`wrapper(self.<m>, args)`): `m`'s own returns, each
+    role mapped back through the argument bound to it (a parameter left at its default carries no input: `?`),
+    and its guards rewritten the same way. None: not such a return (or `m` is being read already, or is past
+    MAX_DELEGATION). A call whose arguments do not bind to `m` returns one unknown site, saying why."""
+    found = _delegation(src, cls, value, through)
+    if found is None:
+        return None
+    method, params, wrapper, arg_of = found
+    how = (f"`{method}` returns, run by `{src.code(wrapper)}(self.{method}, ...)` (a call handed the method and its "
+           "arguments)" if wrapper is not None else f"`self.{method}(...)` returns")
+    path = str(src.path)
+    if isinstance(arg_of, BindError):
+        return ([ReturnSite(line, (src.code(value),), (UNKNOWN,))],
+                [Evidence(path, line, f"returns what {how}, but the call does not bind to {method}: {arg_of}")])
+    read = _summarize(ws, src, cls, method, through)
+    if read is None:
+        return None
+    inner, nested = read
+    defaults = {p.name: p.default for p in params if p.default is not None}
+
+    def role(r: str) -> str:
+        node = arg_of.get(r)
+        return _trace(node, names, assigns, line) if node is not None else UNKNOWN
+
+    def guard(text: str) -> str:
+        try:
+            expr = cst.parse_expression(text)
+        except cst.ParserSyntaxError:
+            return text
+        swap = {p: (node if node is not None else _default_expr(defaults.get(p))) for p, node in arg_of.items()
+                if not p.startswith("*")}
+        return cst.Module([]).code_for_node(expr.visit(_Rename(swap)))
+
+    found = [ReturnSite(s.line, s.values, tuple(role(r) for r in s.roles), tuple(guard(g) for g in s.guards))
+             for s in inner.returns]
+    carried = dict.fromkeys(r for site in inner.returns for r in site.roles if r != UNKNOWN)
+    bindings = ", ".join(f"its `{r}` is `{src.code(arg_of[r])}`" if arg_of.get(r) is not None else
+                         f"its `{r}` is left at its default" for r in carried)
+    why = [Evidence(path, line, f"returns what {how}; {method} is defined at line {inner.line}, its parameters "
+                                f"bound to this call's arguments: {bindings or 'it returns no input'}"), *nested]
+    return found, why
+
+
+def _delegation(src: SourceFile, cls: cst.ClassDef, value: cst.BaseExpression, through: tuple[str, ...]):
+    """(method, its parameters, the wrapper or None, {parameter: the argument bound to it, None where left at its
+    default} or the BindError) when `value` calls another method of `cls`, `self.<m>(args)`, or hands one with
+    its arguments to a call that runs it, `wrapper(self.<m>, args)`; None otherwise, or when `m` is in
+    `through` (being read already) or `through` is past MAX_DELEGATION. Of a wrapper's keywords, one the method
+    does not take is the wrapper's own (`use_reentrant=False`)."""
+    if not isinstance(value, cst.Call):
+        return None
+    method, args, wrapper = self_member(value.func), list(value.args), None
+    if method is None and args and args[0].keyword is None and not args[0].star:
+        method, args, wrapper = self_member(args[0].value), args[1:], value.func
+    fn = find_method(cls, method) if method is not None else None
+    if fn is None or method in through or len(through) > MAX_DELEGATION:
+        return None
+    params = signature(src, fn)
+    if wrapper is not None:
+        takes = {p.name for p in params if p.kind in ("positional_or_keyword", "keyword_only")}
+        any_kw = any(p.kind == "var_keyword" for p in params)
+        args = [a for a in args if a.keyword is None or a.keyword.value in takes or any_kw]
+    nodes = {f"@{i}": a.value for i, a in enumerate(args)}
+    call = CallArgs(tuple(f"@{i}" for i, a in enumerate(args) if a.keyword is None and not a.star),
+                    tuple((a.keyword.value, f"@{i}") for i, a in enumerate(args) if a.keyword is not None),
+                    opaque=any(a.star for a in args))
+    try:
+        bound = bind(call, params)
+    except BindError as exc:
+        return method, params, wrapper, exc
+    return method, params, wrapper, {p: nodes.get(key) for p, key in bound.items()}
+
+
+def _default_expr(default: str | None) -> cst.BaseExpression | None:
+    try:
+        return cst.parse_expression(default) if default is not None else None
+    except cst.ParserSyntaxError:
+        return None
+
+
+class _Rename(cst.CSTTransformer):
+    """A guard of the delegated method in the caller's terms: each of its parameters replaced by the argument
+    (or default) bound to it; a parameter with neither is left as written. Attribute names and keywords are
+    names of their own, never replaced."""
+
+    def __init__(self, swap: dict[str, cst.BaseExpression | None]) -> None:
+        super().__init__()
+        self.swap = swap
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.Attribute:
+        return updated.with_changes(attr=original.attr)
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+        return updated.with_changes(keyword=original.keyword)
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name) -> cst.BaseExpression:
+        new = self.swap.get(original.value)
+        if new is None:
+            return updated
+        if isinstance(new, (cst.Name, cst.Attribute)) or new.lpar:
+            return new
+        return new.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 # -- pitfall C: a block mutates one of its input tensors in place ----------------------------
@@ -202,7 +336,14 @@ def in_place_input_mutations(src: SourceFile, cls: cst.ClassDef,
     if fn is None:
         return []
     params = [p.name for p in signature(src, fn) if p.kind not in ("var_positional", "var_keyword")]
-    aliases: dict[str, str] = {p: p for p in params}  # local name -> input it aliases
+    return _mutations(src, cls, fn, {p: p for p in params}, (method,), "")
+
+
+def _mutations(src: SourceFile, cls: cst.ClassDef, fn: cst.FunctionDef, aliases: dict[str, str],
+               through: tuple[str, ...], where: str) -> list[tuple[str, Evidence]]:
+    """`in_place_input_mutations` of `fn`, whose locals in `aliases` (local -> the block's input) alias inputs; a
+    method of the class it hands inputs to (`self._forward(x, c)`, see `_delegation`) is read with its parameters
+    aliasing what they were given (`where`: how it was reached, said in the evidence)."""
     found: list[tuple[str, Evidence]] = []
 
     def aliased(expr: cst.BaseExpression | None) -> str | None:
@@ -225,7 +366,7 @@ def in_place_input_mutations(src: SourceFile, cls: cst.ClassDef,
 
     def note(stmt, input_name: str, what: str) -> None:
         found.append((input_name, Evidence(str(src.path), src.line(stmt),
-                                           f"{what} writes into input `{input_name}` in place")))
+                                           f"{what} writes into input `{input_name}` in place{where}")))
 
     for stmt in walk_statements(fn.body.body):
         if not isinstance(stmt, cst.SimpleStatementLine):
@@ -249,6 +390,14 @@ def in_place_input_mutations(src: SourceFile, cls: cst.ClassDef,
                             aliases.pop(name, None)
             for call in find_all(small, cst.Call):
                 func = call.func
+                delegated = _delegation(src, cls, call, through)
+                if delegated is not None and isinstance(delegated[3], dict):
+                    method, _, _, arg_of = delegated
+                    passed = {p: a for p, node in arg_of.items() if node is not None and (a := aliased(node))}
+                    inner = find_method(cls, method)
+                    if passed and inner is not None:
+                        found += _mutations(src, cls, inner, passed, (*through, method),
+                                            f" (in `{method}`, handed it at line {src.line(stmt)})")
                 if isinstance(func, cst.Attribute):
                     meth = func.attr.value
                     if meth.endswith("_") and not meth.endswith("__") and meth not in _NOT_INPLACE:

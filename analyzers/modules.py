@@ -387,8 +387,12 @@ def _range_length(it: cst.BaseExpression, env, attrs) -> Any:
 
 
 def _is_linear_subclass(ws: Workspace, found: Resolved, depth: int = 0) -> bool:
+    """A Linear: a class whose bases reach torch's Linear, or torch's Linear itself where torch's own source is
+    read (a block class another library defines, `nn.TransformerEncoderLayer`, builds its `Linear` by name)."""
     if depth > 4 or not isinstance(found.node, cst.ClassDef):
         return False
+    if found.name in _LINEAR and (found.src.dotted_name or "").startswith("torch.nn."):
+        return True
     for base in base_names(found.node):
         target = ws.resolve(found.src, base)
         if isinstance(target, External) and target.qualname.rsplit(".", 1)[-1] in _LINEAR:

@@ -12,8 +12,9 @@
 The streams are the loop-carried variables (assigned from the block's output and passed
 back in). With two streams, the "encoder" slot is the second one whatever its name (LTX2's
 audio stream travels there). Roles are named, not guessed: canonical diffusers names, then a
-small lexicon for third-party code (`img`/`txt`, `x`/`context`), and otherwise call order,
-with the confidence lowered to say so.
+small lexicon for third-party code (`img`/`txt`, `x`/`context`; an encoder also as a text word
+joined to a stream word, `text_states`), and otherwise call order, with the confidence lowered
+to say so.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ HIDDEN_NAMES = ("hidden_states", "x", "img", "image", "latents", "latent", "hidd
                 "video", "unified", "vision")
 ENCODER_NAMES = ("encoder_hidden_states", "context", "txt", "text", "encoder", "cond", "context_states",
                  "text_embed", "y", "audio_hidden_states", "audio")
+# a name of two parts, what the stream is of and that it is a stream (`text_states`, `txt_tokens`,
+# `context_embeds`): an encoder name after the lexicon's own
+_TEXT_WORDS = ("encoder", "context", "text", "txt", "prompt", "caption")
+_STREAM_WORDS = ("hidden_states", "states", "hidden", "embeds", "embed", "embedding", "embeddings", "emb", "tokens",
+                 "feats", "features")
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,17 @@ class PatternVerdict:
 
 def _rank(name: str, lexicon: tuple[str, ...]) -> int:
     return lexicon.index(name) if name in lexicon else len(lexicon)
+
+
+def _encoder_rank(name: str) -> int | None:
+    """Where `name` stands among encoder names: the lexicon's order, then a compound of a text word and a stream
+    word (`text_states`) after every lexicon name; None: not an encoder name."""
+    if name in ENCODER_NAMES:
+        return ENCODER_NAMES.index(name)
+    head, _, rest = name.partition("_")
+    if head in _TEXT_WORDS and rest in _STREAM_WORDS:
+        return len(ENCODER_NAMES) + _TEXT_WORDS.index(head)
+    return None
 
 
 def stream_params(direct: dict[str, str], outputs: tuple[str, ...]) -> list[str]:
@@ -104,6 +121,10 @@ def decide(fwd: ForwardSummary, args: CallArgs, outputs: tuple[str, ...],
     else:
         chosen = _preferred(valid, encoder, encoder_value, encoder_given or encoder_is_stream, why)
     alternatives = tuple(p for p in valid if p != chosen)
+    if encoder and chosen in HIDDEN_ONLY and not encoder_is_stream and encoder_value in ("None", "<default None>"):
+        del roles["encoder_hidden_states"]  # a parameter given None carries no stream
+        why.append(f"`{encoder}` is {'passed as None' if encoder_value == 'None' else 'left at its default None'}: "
+                   "it carries no stream, so it takes no role")
 
     check = _check_ok(fwd, chosen, roles, why)
     if check is False:
@@ -127,8 +148,8 @@ def _streams(streams: list[str], named: list[str], why: list[str]) -> tuple[str,
             return a, b, True, "medium"
         return hidden, encoder, True, "high"
     hidden = streams[0]
-    candidates = [p for p in named if p != hidden and _rank(p, ENCODER_NAMES) < len(ENCODER_NAMES)]
-    return hidden, (min(candidates, key=lambda p: _rank(p, ENCODER_NAMES)) if candidates else None), False, "high"
+    candidates = [p for p in named if p != hidden and _encoder_rank(p) is not None]
+    return hidden, (min(candidates, key=_encoder_rank) if candidates else None), False, "high"
 
 
 def _preferred(valid: list[str], encoder: str | None, encoder_value: str | None, text_reaches: bool,

@@ -21,6 +21,7 @@ from integrate.source import SourceFile, dotted, parse_source, read_text
 
 MAX_DEPTH = 24
 STAR_BUDGET = 16  # files a star-import search for a followed name may read
+NAMESPACE_UP = 8  # folders above a file searched for the namespace package (no __init__.py) it belongs to
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class Workspace:
         path = path.resolve()
         src = self._files.get(path)
         if src is None:
+            if package_root is not None and not path.is_relative_to(package_root.resolve()):
+                package_root = None  # a root the file is not under names no module of it
             if package_root is None:
                 package_root = self._guess_root(path)
             if self._expect is not None and path not in self._expect:
@@ -81,6 +84,8 @@ class Workspace:
                                  "make the plan again and have it approved")
             text = read_text(path, self._expect.get(path) if self._expect is not None else None)
             src = parse_source(path, text, package_root)
+            if src.package_root is None:  # no regular package: a namespace package's, if its imports say so
+                src.package_root = self._namespace_root_of(src)
             self._files[path] = src
             self._hashes[path] = hashlib.sha256(text.encode("utf-8")).hexdigest()
         return src
@@ -96,6 +101,35 @@ class Workspace:
                 break
             parent = parent.parent
         return root
+
+    @staticmethod
+    def _namespace_root(path: Path, module: str) -> Path | None:
+        """The folder an absolute import `module` (`pkg.sub.mod`) of the file at `path` resolves from when `pkg` is
+        a namespace package (PEP 420: folders without __init__.py) the file itself lies in: the parent of the
+        nearest of the file's own folders named `pkg` (at most NAMESPACE_UP above it) under which the module's file
+        exists. Only the file's own ancestors are candidates, so a repository's `import torch` never lands in
+        another folder's `torch/` (nor in site-packages, unless the file itself is there); None: no such folder."""
+        top = module.split(".")[0]
+        if not top.isidentifier():
+            return None
+        folder = path.parent
+        for _ in range(NAMESPACE_UP):
+            if folder.parent == folder:
+                break
+            if folder.name == top and Workspace.module_file(folder.parent, module) is not None:
+                return folder.parent
+            folder = folder.parent
+        return None
+
+    def _namespace_root_of(self, src: SourceFile) -> Path | None:
+        """The root of the namespace package `src` lies in, found from its own absolute imports of that package
+        (`from allegro.models.block import X` in allegro/models/model.py, no __init__.py on the way); None: none."""
+        for imp in src.imports.values():
+            if not imp.module.startswith("."):
+                root = self._namespace_root(src.path, imp.module)
+                if root is not None:
+                    return root
+        return None
 
     def package_root(self, top: str) -> Path | None:
         """Directory holding the installed top-level package `top` (found, not imported). Only a plain
@@ -117,7 +151,8 @@ class Workspace:
             self._roots[top] = root
         return self._roots[top]
 
-    def module_file(self, root: Path, dotted_name: str) -> Path | None:
+    @staticmethod
+    def module_file(root: Path, dotted_name: str) -> Path | None:
         base = root.joinpath(*dotted_name.split(".")) if dotted_name else root
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
             if candidate.is_file():
@@ -141,6 +176,9 @@ class Workspace:
             sibling = self.module_file(src.path.parent, module)
             if sibling is not None:
                 return sibling
+        root = self._namespace_root(src.path, module)
+        if root is not None:  # a namespace package the file lies in, above its regular package if it has one
+            return self.module_file(root, module)
         return module  # another package: reported as external, not followed
 
     # -- resolution ----------------------------------------------------------------------
@@ -229,8 +267,8 @@ class Workspace:
     def _through_stars(self, src: SourceFile, name: str, root: Path) -> Resolved | None:
         """`name` defined in a module `src` re-exports whole (`from .models import *`, as a lazily importing
         package declares its names for type checkers), searched best first: modules a part of whose name the class
-        name contains (`phi3`, `modeling_phi3` for `Phi3Model`) before the others, at most STAR_BUDGET files read. None: not found
-        within the budget (the name stays external: unknown, never guessed)."""
+        name contains (`phi3`, `modeling_phi3` for `Phi3Model`) before the others, at most STAR_BUDGET files read.
+        None: not found within the budget (the name stays external: unknown, never guessed)."""
         key = name.lower()
 
         def score(module: str) -> int:  # the longest `_`-separated part of the module's name in the class name
@@ -250,6 +288,13 @@ class Workspace:
             loaded += 1
             if name in other.classes:
                 return Resolved(other, name, other.classes[name], (str(src.path), str(path)))
+            if name in other.imports:  # re-exported by name there (`from .transformer import TransformerEncoderLayer`)
+                try:
+                    found = self._resolve(other, name, "", seen=(), chain=(str(src.path),))
+                except CircularImport:
+                    found = None
+                if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef):
+                    return found
             todo += [(-score(m), len(todo) + i, other, m) for i, m in enumerate(other.stars)]
         return None
 
