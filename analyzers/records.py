@@ -16,7 +16,7 @@ from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
 from .fixes import Fix
 
-ANALYSIS_SCHEMA_VERSION = "1.15"
+ANALYSIS_SCHEMA_VERSION = "1.16"
 
 
 @dataclass(frozen=True)

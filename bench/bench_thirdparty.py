@@ -9,10 +9,12 @@ plugin import wherever the repository's own module imports on this CPU.
 The repositories are not shipped: lay each out as ROOT/<dir>/ (its files at the pinned commit) and
 ROOT/<dir>-model/ (empty, or the case's `model_config` as config.json), then
 
-    python bench/bench_thirdparty.py ROOT [--corpus corpus.json] [--import] [--json]
+    python bench/bench_thirdparty.py ROOT [--corpus corpus.json] [--import] [--source-roots] [--json]
 
 `--import` runs the repository's code (its transformer module is imported in a subprocess): only for code you
-trust. Prints one line per case and the totals ("analysis right k/n, adapter written j/n").
+trust. `--source-roots` passes each case's `pkg_root` as `--source-root` (the flag a user of a repository whose
+package root is not the transformer file's folder gives). Prints one line per case and the totals ("analysis right
+k/n, adapter written j/n").
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "thirdparty" / "corpus.json"
 
 
+SOURCE_ROOTS = False  # --source-roots
+
+
 def flags(case: dict, root: Path):
     from integrate import api
 
@@ -36,7 +41,8 @@ def flags(case: dict, root: Path):
     pipeline = entry.get("function") or f"{entry['class']}.{entry['method']}"
     return api.flags_for(str(src / case["transformer_file"]), model_path=str(root / f"{case['dir']}-model"),
                          transformer_class=case["transformer_class"], pipeline_class=pipeline,
-                         pipeline_file=str(src / entry["file"]))
+                         pipeline_file=str(src / entry["file"]),
+                         source_root=(str(src / case.get("pkg_root", "")),) if SOURCE_ROOTS else ())
 
 
 def judge_analysis(case: dict, data: dict) -> list[str]:
@@ -111,8 +117,11 @@ def main() -> int:
     ap.add_argument("root", type=Path)
     ap.add_argument("--corpus", type=Path, default=CORPUS)
     ap.add_argument("--import", dest="run_imports", action="store_true")
+    ap.add_argument("--source-roots", action="store_true", help="pass each case's pkg_root as --source-root")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    global SOURCE_ROOTS
+    SOURCE_ROOTS = args.source_roots
     from integrate import api
 
     cases = json.loads(args.corpus.read_text())["cases"]

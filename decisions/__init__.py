@@ -93,6 +93,7 @@ def make_plan(analysis: Analysis, crosscheck: CrossCheck) -> Plan:
         example_type_guess=_example_type(gate.value("pipeline_class")),
         no_pipeline=gate.no_pipeline,
         config_file=gate.value("config_file"),
+        source_roots=gate.source_roots,
     )
     plan = Plan(
         schema=PLAN_SCHEMA,

@@ -28,7 +28,12 @@ ERROR_LIMIT = 400  # characters of one error line
 
 
 class ProbeError(Exception):
-    """A failure with a message already fit for the caller."""
+    """A failure with a message already fit for the caller; `missing`: a package the model's import needs and
+    does not find, with the imports that lead to it (integrate.missing)."""
+
+    def __init__(self, message: str, missing: dict | None = None) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 def one_line(text: str, limit: int = ERROR_LIMIT) -> str:
@@ -86,9 +91,12 @@ def load_module(module: str | None, file: str | None):
 
 
 def _import_failure(what: str, exc: BaseException) -> ProbeError:
+    from integrate.missing import found
+
+    missing = found(exc, what)
     if isinstance(exc, ModuleNotFoundError) and exc.name in ("diffusers", "transformers", "torch"):
-        return ProbeError(f"{exc.name} not installed (importing {what})")
-    return ProbeError(f"importing {what} failed: {describe_exc(exc)}")
+        return ProbeError(f"{exc.name} not installed (importing {what})", missing)
+    return ProbeError(f"importing {what} failed: {describe_exc(exc)}", missing)
 
 
 def resolve_class(mod, module: str | None, cls: str, torch):
@@ -304,6 +312,8 @@ def main() -> int:
         result = probe(request)
     except ProbeError as exc:
         result = {"ok": False, "error": one_line(str(exc))}
+        if exc.missing is not None:
+            result["missing"] = exc.missing
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - a bug here or an odd model: one line, no traceback
         result = {"ok": False, "error": f"probe worker failed: {describe_exc(exc)}"}
     try:

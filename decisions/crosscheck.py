@@ -13,46 +13,67 @@ from typing import Any
 
 from integrate.analyzers.records import Analysis, ParallelFacts
 
+from integrate.missing import MissingDependency
 from integrate.resolve import Workspace
-from integrate.workers import installed
+from integrate.workers import import_path, installed
 
 from .probe import probe_transformer
 from .records import CrossCheck
 
 SKIPPED = CrossCheck(None, "skipped (--no-probe)", (), 0)
+_INSTEAD = "or plan without building the model: --no-probe"
 
 
 def check_on_meta(analysis: Analysis, ws: Workspace, trust_code: bool = False) -> CrossCheck:
     """The analysis's parallelism facts against the transformer built from its config on the meta device.
     Building runs the model's code: a transformer outside installed packages is built only with
-    `trust_code` (otherwise the check says it was skipped, and why)."""
+    `trust_code` (otherwise the check says it was skipped, and why). Importing it in a worker needs packages this
+    environment may not have: a missing one is a MissingDependency (exit 2), never a finding about the model."""
     gate = analysis.gate
     t_file = gate.value("transformer_file")
     if not trust_code and not installed(Path(t_file)):
         return CrossCheck(None, f"skipped: {t_file} is not part of an installed package and building it would run "
                                 "its code (pass --trust-code to build it on the meta device)", (), 0)
     t_src = ws.load(Path(t_file))
+    paths = import_path(None if installed(t_src.path) else t_src.package_root, gate.roots)
     return crosscheck(analysis.parallel, t_file, gate.value("transformer_class"), t_src.dotted_name,
-                      gate.value("config_file"), package_root=t_src.package_root)
+                      gate.value("config_file"), paths=paths)
 
 
 def crosscheck(facts: ParallelFacts, transformer_file: str, transformer_class: str, dotted_module: str | None,
-               config_file: str | None, timeout: float = 180, package_root: Path | None = None) -> CrossCheck:
+               config_file: str | None, timeout: float = 180, paths: tuple[str, ...] = ()) -> CrossCheck:
+    """The probe's build against the static facts. `paths`: the workers' import path (integrate.workers.import_path).
+    A package the model's import needs and does not find raises MissingDependency: the package, and the imports
+    from the model's module that lead to it."""
     config = Path(config_file) if config_file else None
     if config is not None and not config.is_file():
         config = None
     lists = [b.attr for b in facts.blocks]
-    result = None
+    result = first = None
     if dotted_module:
-        result = probe_transformer(dotted_module, transformer_class, config, lists, timeout=timeout,
-                                   search_path=package_root)
+        result = probe_transformer(dotted_module, transformer_class, config, lists, timeout=timeout, paths=paths)
+        missing = result.get("missing")
+        if missing and not _own(missing["package"], dotted_module):
+            raise MissingDependency(missing, paths, transformer_file, _INSTEAD)
         if not result.get("ok") and str(result.get("error", "")).startswith("importing"):
-            result = None  # not importable by name (a source checkout): load the file itself
+            # not importable by name (the model's own package is not where its name says): load the file itself
+            result, first = None, result
     if result is None:
-        result = probe_transformer("", transformer_class, config, lists, timeout=timeout, file=Path(transformer_file))
+        result = probe_transformer("", transformer_class, config, lists, timeout=timeout, file=Path(transformer_file),
+                                   paths=paths)
+        if result.get("missing"):
+            raise MissingDependency(result["missing"], paths, transformer_file, _INSTEAD)
     if not result.get("ok"):
-        return CrossCheck(False, result.get("error", "probe failed"), (), 0)
+        # loading a package's module as a loose file fails on its relative imports: the import by name says why
+        stuck = first is not None and str(result.get("error", "")).startswith("importing")
+        error = (first if stuck else result).get("error", "probe failed")
+        return CrossCheck(False, error, (), 0)
     return compare(facts, result)
+
+
+def _own(package: str, module: str) -> bool:
+    """Is the missing `package` the model's module itself, or a package above it (its own package off the path)?"""
+    return module == package or module.startswith(f"{package}.")
 
 
 def compare(facts: ParallelFacts, probe: dict[str, Any]) -> CrossCheck:

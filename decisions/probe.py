@@ -2,8 +2,10 @@
 
 :func:`probe_transformer` builds the transformer class from its ``config.json`` with
 ``torch.device("meta")`` (no weights, no memory) in a worker subprocess
-(:mod:`integrate.decisions._probe_worker`) and reports its structure. This process never imports torch or
-diffusers; every failure comes back as ``{"ok": False, "error": "<one line>"}``.
+(:mod:`integrate.decisions._probe_worker`, run in a scratch folder of its own: see integrate.workers) and reports
+its structure. This process never imports torch or diffusers; every failure comes back as
+``{"ok": False, "error": "<one line>"}``, with ``"missing"`` (integrate.missing) where importing the model needs a
+package that is not installed.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from integrate.workers import worker_command, worker_env
+from integrate.workers import run_worker
 
 WORKER = "integrate.decisions._probe_worker"
 DEFAULT_TIMEOUT = 120.0
@@ -35,7 +37,7 @@ def probe_transformer(
     timeout: float = DEFAULT_TIMEOUT,
     *,
     file: Path | None = None,
-    search_path: Path | None = None,
+    paths: Sequence[str] = (),
 ) -> dict:
     """Build ``module.cls`` from ``config_path`` on the meta device and describe it.
 
@@ -44,10 +46,13 @@ def probe_transformer(
     class is loaded from that file instead and ``module`` only names it. ``config_path`` is the
     transformer's ``config.json`` (keys starting with ``_`` dropped; ``None``: the class's defaults).
     ``list_attrs`` names the block lists to describe (dotted paths allowed; empty: every top-level
-    ``nn.ModuleList``). ``search_path`` is added to the worker's import path (the folder holding a
-    source checkout's top-level package), so a model outside site-packages imports by its dotted name.
+    ``nn.ModuleList``). ``paths`` go on the worker's import path (`integrate.workers.import_path`: the
+    --source-root folders, the folder holding a source checkout's top-level package, the user's PYTHONPATH), so a
+    model outside site-packages imports by its dotted name.
 
-    Never raises for model problems. Failure: ``{"ok": False, "error": "<one line>"}``. Success::
+    Never raises for model problems. Failure: ``{"ok": False, "error": "<one line>"}``, and ``"missing"``
+    (``{"module", "package", "chain", "via"?}``, integrate.missing) where a package the import needs is not
+    installed. Success::
 
         {"ok": True, "class": "FluxTransformer2DModel", "module": "<defining module>",
          "lists": {attr: {"length": int, "block_classes": [unique class names, in order]}},
@@ -72,15 +77,8 @@ def probe_transformer(
         "file": str(Path(file).resolve()) if file is not None else None,
     }
     try:
-        proc = subprocess.run(
-            worker_command(WORKER, search_path),
-            check=False,
-            input=json.dumps(request),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=worker_env(),
-        )
+        proc = run_worker(WORKER, paths, check=False, input=json.dumps(request), capture_output=True, text=True,
+                          timeout=timeout)
     except subprocess.TimeoutExpired:
         return _fail(f"probing {cls} timed out after {timeout:g}s")
     except OSError as exc:
@@ -94,7 +92,10 @@ def probe_transformer(
     if "ok" not in result:
         return _fail(f"probe worker for {cls} returned an answer without 'ok'")
     if not result["ok"]:
-        return _fail(str(result.get("error") or "probe failed"))
+        failed = _fail(str(result.get("error") or "probe failed"))
+        if isinstance(result.get("missing"), dict):
+            failed["missing"] = result["missing"]
+        return failed
     return result
 
 

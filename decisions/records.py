@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.16"
+PLAN_SCHEMA_VERSION = "1.17"
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,14 @@ class PlanModel:
     example_type_guess: str
     no_pipeline: bool = False  # a transformer-only integration (--no-pipeline): no pipeline was read
     config_file: str | None = None  # 1.6: the transformer's config the gate found (None: the class defaults)
+    # 1.17: each --source-root the plan was made with (absent: none): verify's workers and the generated launcher
+    # put them on the import path
+    source_roots: tuple[str, ...] | Omit = OMIT
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        """The --source-root folders (none: ())."""
+        return () if self.source_roots is OMIT else self.source_roots
 
 
 # -- cache -----------------------------------------------------------------------------------------
@@ -449,7 +457,8 @@ class Plan:
         m = self.model
         return GateFlags(m.model_path, m.pipeline_class, m.transformer_class, m.pipeline_file, m.transformer_file,
                          m.config_file, no_pipeline=m.no_pipeline,
-                         separate_cfg=self.cache.has_separate_cfg if m.no_pipeline else None)
+                         separate_cfg=self.cache.has_separate_cfg if m.no_pipeline else None,
+                         source_roots=m.roots)
 
 
 # -- approval ---------------------------------------------------------------------------------------

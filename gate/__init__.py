@@ -14,6 +14,7 @@ import libcst as cst
 
 from integrate import jsonfile
 from integrate.errors import InputError
+from integrate.records import OMIT
 from integrate.resolve import Workspace
 from integrate.source import base_names, find_method
 
@@ -69,9 +70,28 @@ def _no_pipeline(flags: GateFlags, facts: dict[str, Fact]) -> None:
         facts[name] = Fact(None, NO_PIPELINE_SOURCE)
 
 
+def source_roots(given: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Each `--source-root DIR`, checked to be a folder, absolute and resolved, each once."""
+    out: list[str] = []
+    for root in given:
+        path = Path(root)
+        if not str(root).strip():
+            raise InputError("--source-root must name a folder, not an empty string")
+        if not path.exists():
+            raise InputError(f"--source-root {root}: no such folder")
+        if not path.is_dir():
+            raise InputError(f"--source-root {root}: not a folder (the folder that holds the model's top-level "
+                             "package)")
+        if str(path.resolve()) not in out:
+            out.append(str(path.resolve()))
+    return tuple(out)
+
+
 def run_gate(flags: GateFlags, workspace: Workspace) -> GateReport:
     facts: dict[str, Fact] = {}
     notes: list[str] = []
+    roots = source_roots(flags.source_roots)
+    workspace.use_source_roots(roots)  # before any file is read: a module's name comes from the folder it is under
 
     for name in FACTS:
         value = getattr(flags, name)
@@ -118,7 +138,7 @@ def run_gate(flags: GateFlags, workspace: Workspace) -> GateReport:
                      f"{'separate' if flags.separate_cfg else 'batched'} with --separate-cfg")
     return GateReport(inputs={n: facts[n] for n in FACTS}, pipeline_entry=entry, notes=tuple(notes),
                       separate_cfg=flags.separate_cfg if flags.no_pipeline else None,
-                      block_classes=tuple(flags.block_classes))
+                      block_classes=tuple(flags.block_classes), source_roots=roots or OMIT)
 
 
 def _read_config(path: Path, facts: dict[str, Fact], source: str, label: str, notes: list[str],

@@ -40,10 +40,15 @@ def _quiet(message: str) -> None:
 
 
 def flags_for(target: str | None = None, *, no_pipeline: bool = False, separate_cfg: str | bool | None = None,
-              block_class: tuple[str, ...] = (), **flags: str | None) -> GateFlags:
+              block_class: tuple[str, ...] = (), source_root: tuple[str, ...] = (), **flags: str | None) -> GateFlags:
     """The gate flags, with a positional TARGET (a model folder or a transformer source file) folded in;
-    `separate_cfg` as the CLI spells it ("yes" / "no") or a bool; `block_class` as `ATTR=Class` strings."""
+    `separate_cfg` as the CLI spells it ("yes" / "no") or a bool; `block_class` as `ATTR=Class` strings;
+    `source_root` as folders (made absolute here: the gate checks them)."""
     values: dict = {k: flags.get(k) for k in FACTS}
+    for root in source_root:
+        if not str(root).strip():  # would mean the working directory
+            raise InputError("--source-root must name a folder, not an empty string")
+    values["source_roots"] = tuple(str(Path(r).absolute()) for r in source_root)
     values["no_pipeline"] = bool(no_pipeline)
     pairs = []
     for item in block_class:
@@ -87,6 +92,8 @@ def analyze(model: GateFlags | GateReport, *, parallel: bool = False, ws: Worksp
     if isinstance(model, GateFlags):
         progress("gate: locating classes and source files")
         model = run_gate(model, ws)
+    else:  # a gate report: its source roots name the modules as the gate did
+        ws.use_source_roots(model.roots)
     progress("analyzing transformer and pipeline sources" + (", attention, blocks and sequence flow"
                                                              if parallel else ""))
     return analyze_gate(model, ws, parallel=parallel)
@@ -148,7 +155,8 @@ def files_bound(ws: Workspace, plan: Plan) -> dict[str, str]:
     from integrate.inputs import hashed, metadata_files, own_sources
 
     parsed = ws.hashes
-    own = [p for p in own_sources([plan.model.transformer_file, plan.model.pipeline_file]) if str(p) not in parsed]
+    own = [p for p in own_sources([plan.model.transformer_file, plan.model.pipeline_file], plan.model.roots)
+           if str(p) not in parsed]
     return {**parsed, **hashed([*own, *metadata_files(plan.model.model_path, plan.model.config_file)])}
 
 

@@ -2,7 +2,8 @@
 `integrate.repair`) -> `integrate.render` (or JSON).
 
 Exit codes: 0 success, 1 the analysed model fails a check, 2 the user's input is wrong (one line on
-stderr, nothing written), 3 a bug in integrate.
+stderr, nothing written; with --json, an error that has details also prints them as JSON on stdout: a package the
+model's import needs and does not find), 3 a bug in integrate.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def gate_options(fn):
     fn = click.option("--block-class", multiple=True, metavar="ATTR=[FILE.py:]Class",
                       help="The class the block list `self.ATTR` holds, where the code does not say (repeatable); "
                            "FILE.py:Class reads it from a source you have (a package that is not installed).")(fn)
+    fn = click.option("--source-root", multiple=True, metavar="DIR",
+                      help="A folder that holds the model's top-level package, where that is not the transformer "
+                           "file's folder (what you would put on PYTHONPATH); workers import the model with it on "
+                           "their path, and the plan records it for verify. Repeatable.")(fn)
     fn = click.option("--config", "config_file", default=None,
                       help="The transformer's config.json, read in place of the model folder's (then --model-path "
                            "is optional).")(fn)
@@ -63,6 +68,7 @@ class _Group(click.Group):
     """Turns click's usage errors into one line and exit code 2, like every other bad input."""
 
     def main(self, args=None, prog_name=None, **extra):
+        as_json = "--json" in (sys.argv[1:] if args is None else args)
         try:
             rv = super().main(args=args, prog_name=prog_name, standalone_mode=False, **extra)
         except click.exceptions.Exit as exc:
@@ -72,6 +78,8 @@ class _Group(click.Group):
         except click.UsageError as exc:
             _fail(exc.format_message(), 2)
         except InputError as exc:
+            if as_json and exc.details is not None:
+                click.echo(json.dumps(exc.details, indent=2))
             _fail(str(exc), 2)
         except OSError as exc:  # the input or the output folder cannot be read or written
             where = f"{exc.filename}: " if exc.filename else ""

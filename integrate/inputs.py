@@ -39,24 +39,30 @@ def metadata_files(model_path: str | None, config_file: str | None = None) -> li
 MAX_OWN_SOURCES = 5000  # a research repository's own Python files; past this the model's folder is not a repository
 
 
-def own_sources(paths) -> list[Path]:
-    """Every Python file of the packages that hold `paths` (for a file in no package: the Python files beside it),
-    for files outside installed packages: the model's own code, which `verify` runs (with --trust-code) through
+def own_sources(paths, source_roots=()) -> list[Path]:
+    """Every Python file of the packages that hold `paths` (for a file in no package: the Python files beside it;
+    for a file under one of `source_roots`, the `--source-root` folders: its whole top-level package there), for
+    files outside installed packages: the model's own code, which `verify` runs (with --trust-code) through
     imports the analysis never followed. Installed packages (diffusers) are bound by the files the analysis read.
     Hidden folders, `__pycache__` and virtual environments are not entered."""
     from integrate.workers import installed
 
+    roots = sorted((Path(r).resolve() for r in source_roots), key=lambda r: len(r.parts), reverse=True)
     found: list[Path] = []
     for path in filter(None, paths):
         path = Path(path).resolve()
         if not path.is_file() or installed(path):
             continue
-        if not (path.parent / "__init__.py").is_file():  # a loose file: its siblings are what it can import
+        under = next((r for r in roots if path.is_relative_to(r) and path.parent != r), None)
+        if under is not None:  # the top-level package (a namespace package too) under its source root
+            root = under / path.relative_to(under).parts[0]
+        elif not (path.parent / "__init__.py").is_file():  # a loose file: its siblings are what it can import
             found += sorted(p.resolve() for p in path.parent.glob("*.py") if p.is_file())
             continue
-        root = path.parent
-        while (root.parent / "__init__.py").is_file():
-            root = root.parent
+        else:
+            root = path.parent
+            while (root.parent / "__init__.py").is_file():
+                root = root.parent
         for folder, dirs, files in os.walk(root):
             dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_SOURCES
                              and not (Path(folder) / d / "pyvenv.cfg").exists())

@@ -52,13 +52,26 @@ class CircularImport(Exception):
 class Workspace:
     """Parses each file once. `expect` ({path: SHA-256}) pins files to the bytes a reviewer approved: such a
     file is parsed from the bytes whose hash matched, and refused (InputError) when it changed; with `expect`, a
-    file outside it is refused too (the approval does not bind it)."""
+    file outside it is refused too (the approval does not bind it). `source_roots` (`--source-root`): folders that
+    hold top-level packages of the model's code; a file under one is named from it (see `_root_for`), and a
+    top-level package found in one is the model's, not an installed one."""
 
-    def __init__(self, expect: dict[str, str] | None = None) -> None:
+    def __init__(self, expect: dict[str, str] | None = None, source_roots=()) -> None:
         self._files: dict[Path, SourceFile] = {}
         self._hashes: dict[Path, str] = {}
         self._roots: dict[str, Path | None] = {}
         self._expect = {Path(p).resolve(): sha for p, sha in expect.items()} if expect is not None else None
+        self.source_roots: tuple[Path, ...] = tuple(Path(r).resolve() for r in source_roots)
+
+    def use_source_roots(self, roots) -> None:
+        """Name modules from `roots` from now on; a workspace that has read files under other roots is not reused
+        for these (their names would be the old roots')."""
+        roots = tuple(Path(r).resolve() for r in roots)
+        if roots == self.source_roots:
+            return
+        if self._files:
+            raise ValueError("a workspace that has read files is not given other source roots")
+        self.source_roots, self._roots = roots, {}
 
     @property
     def files_read(self) -> list[str]:
@@ -78,7 +91,7 @@ class Workspace:
             if package_root is not None and not path.is_relative_to(package_root.resolve()):
                 package_root = None  # a root the file is not under names no module of it
             if package_root is None:
-                package_root = self._guess_root(path)
+                package_root = self._root_for(path)
             if self._expect is not None and path not in self._expect:
                 raise InputError(f"{path} was not read when the plan was made, so its approval does not bind it: "
                                  "make the plan again and have it approved")
@@ -131,23 +144,40 @@ class Workspace:
                     return root
         return None
 
+    def root_of(self, path: Path) -> Path | None:
+        """The folder that holds the top-level package of `path`'s module (None: a loose file), as `load` names
+        it; the file is not read."""
+        return self._root_for(Path(path).resolve())
+
+    def _root_for(self, path: Path) -> Path | None:
+        """The folder `path`'s module is named from: the deepest source root that holds it (every folder between a
+        name: `src/genmo/mochi_preview/dit/joint_model/x.py` under `src` is `genmo.mochi_preview.dit.joint_model.x`,
+        namespace packages included), else the folder above its outermost package (`_guess_root`)."""
+        for root in sorted(self.source_roots, key=lambda r: len(r.parts), reverse=True):
+            if path.is_relative_to(root) and all(p.isidentifier()
+                                                 for p in path.relative_to(root).with_suffix("").parts):
+                return root
+        return self._guess_root(path)
+
     def package_root(self, top: str) -> Path | None:
-        """Directory holding the installed top-level package `top` (found, not imported). Only a plain
-        top-level name is looked up: `find_spec` of a dotted name imports its parent packages."""
+        """Directory holding the top-level package `top`: a source root that has it (the model's own code), else
+        the installed one (found, not imported). Only a plain top-level name is looked up: `find_spec` of a dotted
+        name imports its parent packages."""
         if not top.isidentifier():
             return None
         if top not in self._roots:
-            root = None
-            try:
-                spec = importlib.util.find_spec(top)
-            except (ImportError, ValueError):
-                spec = None
-            if spec is not None and spec.submodule_search_locations:
-                locations = list(spec.submodule_search_locations)
-                if locations:
-                    root = Path(locations[0]).parent
-            elif spec is not None and spec.origin and spec.origin.endswith(".py"):
-                root = Path(spec.origin).parent
+            root = next((r for r in self.source_roots if (r / top).is_dir() or (r / f"{top}.py").is_file()), None)
+            if root is None:
+                try:
+                    spec = importlib.util.find_spec(top)
+                except (ImportError, ValueError):
+                    spec = None
+                if spec is not None and spec.submodule_search_locations:
+                    locations = list(spec.submodule_search_locations)
+                    if locations:
+                        root = Path(locations[0]).parent
+                elif spec is not None and spec.origin and spec.origin.endswith(".py"):
+                    root = Path(spec.origin).parent
             self._roots[top] = root
         return self._roots[top]
 

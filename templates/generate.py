@@ -8,6 +8,7 @@ stage imports): `write_checkout` is handed the renderer.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -94,7 +95,7 @@ def built(plan: Plan, approval: Approval, functor_module: str | None = None,
     reviewer approved (or refused). A checkout's PatchFunctor goes under cache_dit.caching.patch_functors."""
     from . import build
 
-    analysis, ws = analysis_for_plan(plan, Workspace(expect=approval.sources))
+    analysis, ws = analysis_for_plan(plan, Workspace(expect=approval.sources, source_roots=plan.model.roots))
     src = ws.load(Path(plan.model.transformer_file))
     functor_module = functor_module or f"cache_dit.caching.patch_functors.functor_{plan.model.example_name}"
     return build(plan, approval, analysis, ws, src, src.classes[plan.model.transformer_class],
@@ -121,9 +122,23 @@ def write_plugin(plan: Plan, approval: Approval, output: Output) -> GenerateRepo
             notes.append(f"{p.module}.py is filled in (no NEEDS_CODE): kept as you wrote it")
     written = write_tree(out, files, whole=import_name)  # the package: absent or complete, never half
     where = str(out.resolve())
-    launcher = f"PYTHONPATH={shlex.quote(where)} python -P -m {import_name} {name}"
+    path = os.pathsep.join([where, *_model_roots(plan)])  # the plugin, and where the model's code imports from
+    launcher = f"PYTHONPATH={shlex.quote(path)} python -P -m {import_name} {name}"
     return GenerateReport("plugin", plugin=PluginInfo(import_name, where, launcher), files=tuple(written),
                           registered=gen.registered, notes=tuple(notes), manual=gen.manual)
+
+
+def _model_roots(plan: Plan) -> list[str]:
+    """Where the model's own code imports from, for the launcher: the plan's --source-root folders and a source
+    checkout's package root (the example imports the pipeline's module by name)."""
+    from integrate.workers import installed
+
+    roots = list(plan.model.roots)
+    t_file = Path(plan.model.transformer_file or "")
+    if t_file.is_file() and not installed(t_file):
+        root = str(Workspace(source_roots=roots).root_of(t_file) or t_file.resolve().parent)  # a loose file's folder
+        roots += [root] if root not in roots else []
+    return roots
 
 
 def write_checkout(plan: Plan, approval: Approval, output: Output, gen: Generated, analysis: Analysis,

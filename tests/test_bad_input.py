@@ -110,3 +110,30 @@ def test_a_config_flag_that_names_no_file_or_another_class_is_one_line(tmp_path)
     other = tmp_path / "other.json"
     other.write_text('{"_class_name": "Other"}')
     assert_bad(run_cli("gate", "--config", str(other), "--transformer-class", "Model", *flags), "Other")
+
+
+@pytest.mark.parametrize("root,needle", [
+    ("nowhere", "--source-root {tmp}/nowhere: no such folder"),
+    ("file.txt", "--source-root {tmp}/file.txt: not a folder"),
+    ("", "--source-root must name a folder"),
+])
+def test_a_bad_source_root_is_one_line(tmp_path, root, needle):
+    (tmp_path / "file.txt").write_text("")
+    value = str(tmp_path / root) if root else ""
+    for command in ("gate", "analyze"):
+        assert_bad(run_cli(command, "--model-path", str(EXAMPLE), "--source-root", value),
+                   needle.format(tmp=tmp_path))
+
+
+def test_a_pythonpath_entry_that_is_no_folder_is_one_line_before_model_code_runs(tmp_path):
+    """Workers get the user's PYTHONPATH explicitly (they start with -I): an entry that is no folder is refused
+    when a worker would import the model, and nothing is written."""
+    model = tmp_path / "model.py"
+    model.write_text("import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                     "        return x\n")
+    (tmp_path / "m").mkdir()
+    out = run_cli("plan", str(model), "--model-path", str(tmp_path / "m"), "--transformer-class", "Model",
+                  "--no-pipeline", "--separate-cfg", "no", "--out", str(tmp_path / "plan"), "--trust-code",
+                  env={"PYTHONPATH": str(tmp_path / "gone")})
+    assert_bad(out, f"PYTHONPATH entry {tmp_path / 'gone'}: no such folder")
+    assert not (tmp_path / "plan").exists()

@@ -37,9 +37,9 @@ def write_config(path: Path, config: dict) -> Path:
     return path
 
 
-def assert_one_line_error(result: dict) -> str:
+def assert_one_line_error(result: dict, *extra: str) -> str:
     assert result["ok"] is False
-    assert set(result) == {"ok", "error"}
+    assert set(result) == {"ok", "error", *extra}
     error = result["error"]
     assert isinstance(error, str) and error
     assert "\n" not in error
@@ -166,8 +166,37 @@ def test_bad_config_value_type(tmp_path):
 
 @needs_torch
 def test_missing_module():
-    error = assert_one_line_error(probe_transformer("no_such_models_pkg.transformer", "X", None, []))
+    result = probe_transformer("no_such_models_pkg.transformer", "X", None, [])
+    error = assert_one_line_error(result, "missing")
     assert "no_such_models_pkg" in error
+    assert result["missing"] == {"module": "no_such_models_pkg.transformer", "package": "no_such_models_pkg",
+                                 "chain": []}
+
+
+def _accelerated_package(root: Path) -> Path:
+    """A model package whose module imports a helper that imports an accelerator package nobody installed."""
+    pkg = root / "dit_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "model.py").write_text("import torch\nfrom torch import nn\n\nfrom .attention import attend\n\n\n"
+                                  "class Model(nn.Module):\n    pass\n")
+    (pkg / "attention.py").write_text("import math\n\nimport fused_attn_kernels_xyz  # the accelerator\n\n\n"
+                                      "def attend(q, k, v):\n    return q\n")
+    return pkg
+
+
+@needs_torch
+def test_a_missing_accelerator_is_named_with_the_imports_that_lead_to_it(tmp_path):
+    """The package Python did not find, not the model's own: and the chain model.py:4 -> attention.py:3, each hop
+    with its file, line, module and code (what `plan` and `verify` turn into their one line)."""
+    _accelerated_package(tmp_path)
+    result = probe_transformer("dit_pkg.model", "Model", None, [], paths=(str(tmp_path),))
+    assert_one_line_error(result, "missing")
+    missing = result["missing"]
+    assert missing["module"] == "dit_pkg.model" and missing["package"] == "fused_attn_kernels_xyz", missing
+    hops = [(Path(h["file"]).name, h["line"], h["module"]) for h in missing["chain"]]
+    assert hops == [("model.py", 4, "dit_pkg.model"), ("attention.py", 3, "dit_pkg.attention")], hops
+    assert missing["chain"][-1]["code"] == "import fused_attn_kernels_xyz  # the accelerator"
 
 
 @needs_torch
@@ -298,10 +327,9 @@ def test_torch_missing(tmp_path, monkeypatch):
     fake = tmp_path / "fake" / "torch"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('simulated: no torch here')\n")
-    monkeypatch.setenv("PYTHONPATH", str(fake.parent))  # ignored: workers start with python -I
     assert "torch" not in assert_one_line_error(probe_transformer("diffusers", "NoSuchClass", None, []))
     error = assert_one_line_error(probe_transformer("diffusers", "FluxTransformer2DModel", None, [],
-                                                    search_path=fake.parent))
+                                                    paths=(str(fake.parent),)))
     assert error == "torch not installed"
 
 
@@ -309,7 +337,7 @@ def test_worker_without_json(tmp_path, monkeypatch):
     (tmp_path / "chatty_worker.py").write_text("import sys\nprint('not json')\nsys.exit(3)\n")
     monkeypatch.setattr(probe, "WORKER", "chatty_worker")
     error = assert_one_line_error(probe_transformer("diffusers", "FluxTransformer2DModel", None, [],
-                                                    search_path=tmp_path))
+                                                    paths=(str(tmp_path),)))
     assert "no JSON" in error and "exit code 3" in error
 
 

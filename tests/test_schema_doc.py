@@ -19,6 +19,7 @@ from integrate.verify.proofs import BY_NAME
 from integrate.verify.records import GPU_SCHEMA_VERSION, VERIFY_SCHEMA_VERSION, GpuReport, MetricsReport
 from integrate.verify.report import VerifyReport
 
+from integrate.missing import ERROR_SCHEMA_VERSION, MissingDependencyError
 from integrate.records import json_name, record_types
 from integrate.repair import REPAIR_SCHEMA_VERSION, RepairReport
 from integrate.survey.records import AUDIT_SCHEMA_VERSION, SURVEY_SCHEMA_VERSION, AuditReport, RowVerify, SurveyReport
@@ -38,6 +39,7 @@ OUTPUTS = [  # (section heading starts with, root record, version it documents)
     ("## `integrate repair --json`", RepairReport, REPAIR_SCHEMA_VERSION),
     ("## `integrate approve --json`", ApprovalStatus, "1.0"),
     ("## `integrate approve --json`", Approval, "1.0"),  # APPROVAL.json
+    ("## Errors", MissingDependencyError, ERROR_SCHEMA_VERSION),
 ]
 
 

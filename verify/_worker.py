@@ -4,7 +4,10 @@ stdin: a job (JSON). `derive` builds the tiny model on the meta device and synth
 `run` builds it with seeded random weights and runs one proof: `baseline` (the plain model), `cache`,
 or `parallel` (one rank of CP or TP over gloo; RANK / WORLD_SIZE / MASTER_* in the environment).
 Outputs go to files under job["out"]; stdout carries one JSON object. An exception inside the model or
-the integration is caught and reported with the module that raised it.
+the integration is caught and reported with the module that raised it. A package the model's import needs and
+does not find ends any mode with `{"missing": ...}` (integrate.missing) on stdout and exit status 1.
+The import path (the model's package root, --source-root folders, PYTHONPATH) is set by integrate.workers
+before this module runs, and the working directory is a scratch folder of this worker's own.
 """
 
 from __future__ import annotations
@@ -26,10 +29,25 @@ os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
 os.environ.setdefault("CACHE_DIT_LOG_LEVEL", "error")
 
 
-def _load_class(module: str, name: str, search_path: str | None = None):
-    if search_path:
-        sys.path.insert(0, search_path)
-    return getattr(importlib.import_module(module), name)
+class _Missing(Exception):
+    """Importing the model needs a package that is not installed (`details`: integrate.missing.found)."""
+
+    def __init__(self, details: dict) -> None:
+        super().__init__(details["package"])
+        self.details = details
+
+
+def _load_class(module: str, name: str):
+    try:
+        loaded = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        from integrate.missing import found
+
+        details = found(exc, module)
+        if details is None:
+            raise
+        raise _Missing(details) from exc
+    return getattr(loaded, name)
 
 
 # ---- derive --------------------------------------------------------------------------------------------
@@ -43,7 +61,7 @@ def derive(job: dict) -> dict:
     from integrate.verify.tiny import WIDTHS, fill_unset, object_defaults
     from integrate.verify.tiny import derive as tiny_derive
 
-    cls = _load_class(job["transformer_module"], job["transformer_class"], job.get("search_path"))
+    cls = _load_class(job["transformer_module"], job["transformer_class"])
     config = job["config"] or object_defaults(cls)
     tiny = tiny_derive(cls, config)
     filled_notes: list[str] = []
@@ -357,7 +375,7 @@ def full_size(job: dict) -> dict:
         fn, bn = int(defaults.Fn_compute_blocks), int(defaults.Bn_compute_blocks)
     except Exception as exc:  # noqa: BLE001 - an older or newer cache-dit without this class
         return {"error": f"cache-dit's default cache config was not found: {type(exc).__name__}: {exc}"}
-    cls = _load_class(job["transformer_module"], job["transformer_class"], job.get("search_path"))
+    cls = _load_class(job["transformer_module"], job["transformer_class"])
     config = job["config"] or object_defaults(cls)
     try:
         with torch.device("meta"):
@@ -628,7 +646,7 @@ def run(job: dict) -> dict:
 
     torch.set_num_threads(1)
     fx = load(Path(job["fixture"]))
-    cls = _load_class(fx.TRANSFORMER_MODULE, fx.TRANSFORMER_CLASS, job.get("search_path"))
+    cls = _load_class(fx.TRANSFORMER_MODULE, fx.TRANSFORMER_CLASS)
     out_dir = Path(job["out"])
     rank = int(os.environ.get("RANK", "0"))
     report: dict = {"rank": rank, "variants": {}}
@@ -958,6 +976,17 @@ def _tp_handed(planner):
 
 def main() -> None:
     job = json.loads(sys.stdin.read())
+    try:
+        result = _dispatch(job)
+    except _Missing as exc:
+        _REAL.write(json.dumps({"missing": exc.details}))
+        _REAL.flush()
+        sys.exit(1)
+    _REAL.write(json.dumps(result))
+    _REAL.flush()
+
+
+def _dispatch(job: dict) -> dict:
     if job.get("src"):
         sys.path.insert(0, job["src"])
     mode = job["mode"]
@@ -969,12 +998,10 @@ def main() -> None:
         from integrate.verify.fixture import load
 
         fx = load(Path(job["fixture"]))
-        result = {"error": plain_forward(_load_class(fx.TRANSFORMER_MODULE, fx.TRANSFORMER_CLASS,
-                                                     job.get("search_path")), fx)}
+        result = {"error": plain_forward(_load_class(fx.TRANSFORMER_MODULE, fx.TRANSFORMER_CLASS), fx)}
     else:
         result = {"ok": bool(run(job))}  # a run reports through its files
-    _REAL.write(json.dumps(result))
-    _REAL.flush()
+    return result
 
 
 if __name__ == "__main__":

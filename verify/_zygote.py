@@ -5,8 +5,9 @@ of a tiny proof). This process imports them once, started like any worker (`pyth
 path, the memory cap), and forks one child per request; a child is a worker that finds them imported.
 Nothing of the model's own code is imported here: each child imports it, as a spawned worker would.
 
-Requests arrive on stdin, one JSON line each: {"module", "env", "stdin", "stdout", "stderr", "rc"}: the
-child runs `module` as __main__ with those files as its standard streams, as a spawned worker would. The reply,
+Requests arrive on stdin, one JSON line each: {"module", "env", "cwd", "stdin", "stdout", "stderr", "rc"}: the
+child runs `module` as __main__ in the scratch folder `cwd`, with those files as its standard streams, as a
+spawned worker would. The reply,
 on stdout, is the child's pid. When a child ends, its exit status (negative: the signal) is written to the `rc` file.
 No threads: the loop waits on stdin and reaps children between requests, so a child is never forked while
 another thread holds a lock. stdin closing ends the server once its children have ended.
@@ -37,6 +38,7 @@ def _child(request: dict) -> None:
     try:
         os.environ.clear()
         os.environ.update(request["env"])
+        os.chdir(request["cwd"])  # what the model writes to `./` lands in the child's scratch folder
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
             out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(out, fd)

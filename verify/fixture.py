@@ -226,11 +226,12 @@ class Maker:
     """Derives the fixture for a plan (in a worker: the tiny model is built on the meta device there), writes
     it, and rewrites its masks when the plain model wants another dtype."""
 
-    def __init__(self, plan, ws, path: Path, module: str, search_path: str | None, env: dict, *, steps: int,
+    def __init__(self, plan, ws, path: Path, module: str, paths: tuple[str, ...], env: dict, *, steps: int,
                  progress, fixture_from: Path | None = None, fork: bool = False) -> None:
         self.fixture_from = fixture_from
         self.fork = fork  # proofs follow: their fork server is started now and the fixture's workers forked too
-        self.plan, self.ws, self.path, self.module, self.search_path, self.env = plan, ws, path, module, search_path, env
+        # `paths`: where the workers import the model from (integrate.workers.import_path)
+        self.plan, self.ws, self.path, self.module, self.paths, self.env = plan, ws, path, module, paths, env
         self.steps, self.progress = steps, progress
         self._derived: tuple[dict, str] | None = None
         self._report: FixtureReport | None = None
@@ -291,7 +292,7 @@ class Maker:
 
     def ensure(self) -> FixtureReport:
         """The fixture as it stands when a person edited it; otherwise derived and written anew."""
-        from .processes import read, spawn
+        from .processes import finish, spawn
 
         path = self.path
         if edited(path):
@@ -302,12 +303,12 @@ class Maker:
         config, literal = self.real_config()
         saved = path.with_suffix(".pt")
         job = {"mode": "derive", "transformer_module": self.module, "transformer_class": m.transformer_class,
-               "search_path": self.search_path, "config": config, "passed": self.passed(), "shapes": self.shapes(),
+               "config": config, "passed": self.passed(), "shapes": self.shapes(),
                "steps": self.steps,
-               "pipeline": self.pipeline(), "capture_path": str(saved),
+               "pipeline": self.pipeline(), "capture_path": str(saved.absolute()),
                "fixture_from": str(self.fixture_from.resolve()) if self.fixture_from else None}
         sources = _sources([m.transformer_file, m.pipeline_file, job["fixture_from"]])
-        key = _job_key(job, sources)
+        key = _job_key({**job, "paths": list(self.paths)}, sources)  # derived where the model imported from
         again = _reused(path, key)
         if again is not None:  # derived before from the very same job, and untouched since
             self.progress("the tiny fixture derived before from the same model and sources: reused")
@@ -315,9 +316,9 @@ class Maker:
             return again
         self.progress("deriving the tiny fixture")
         saved.unlink(missing_ok=True)  # a capture from an earlier run is not this fixture's
-        proc = spawn(job, self.env, self.search_path, fork=self.fork)
+        proc = spawn(job, self.env, self.paths, fork=self.fork)
         proc.wait()
-        out, err = read(proc.out_file), read(proc.err_file)
+        out, err = finish(proc)
         if proc.returncode != 0 or not out.strip():
             tail = (err.strip().splitlines() or ["no output"])[-1]
             return FixtureReport(str(path), "error", (f"deriving the fixture failed: {tail}",))
@@ -355,13 +356,15 @@ class Maker:
         from integrate.analyzers.config_object import config_literal
         from integrate.analyzers.structure import load_config
 
+        from integrate.workers import installed
+
         m = self.plan.model
         config = load_config(m.config_file)
-        if config or self.search_path is None:
-            return config, None
         src = self.ws.load(Path(m.transformer_file))
+        if config or installed(src.path) or src.package_root is None:  # a repository's own code only
+            return config, None
         cls = src.classes.get(m.transformer_class)
-        literal = config_literal(self.ws, src, cls, Path(self.search_path)) if cls is not None else None
+        literal = config_literal(self.ws, src, cls, src.package_root) if cls is not None else None
         return (dict(literal.values), literal) if literal is not None else ({}, None)
 
     def _write(self, d: dict, source: str, mask_dtype: str | None = None, problems: tuple[str, ...] = ()) -> None:
@@ -376,12 +379,11 @@ class Maker:
 
     def check_edited(self) -> FixtureReport:
         """An edited fixture, run once with the plain model (in a worker: running it runs the file)."""
-        from .processes import read, spawn
+        from .processes import finish, spawn
 
-        proc = spawn({"mode": "check", "fixture": str(self.path), "search_path": self.search_path}, self.env,
-                     self.search_path, fork=self.fork)
+        proc = spawn({"mode": "check", "fixture": str(self.path.absolute())}, self.env, self.paths, fork=self.fork)
         proc.wait()
-        out, err = read(proc.out_file), read(proc.err_file)
+        out, err = finish(proc)
         if proc.returncode != 0 or not out.strip():
             tail = (err.strip().splitlines() or ["no output"])[-1]
             return FixtureReport(str(self.path), "needs-edit", (f"the fixture does not load: {tail}",))

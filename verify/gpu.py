@@ -8,6 +8,7 @@ so and reports no figures.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import subprocess
@@ -73,14 +74,16 @@ _TIME = re.compile(r"Inference Time:\s*([0-9.]+)s")
 _MEMORY = re.compile(r"Memory Usage:\s*([0-9.]+)GiB")
 
 
-def run_matrix(rows: list[Row], import_name: str, example: str, env: dict, progress) -> list[GpuResult]:
+def run_matrix(rows: list[Row], import_name: str, example: str, env: dict, progress, cwd: Path) -> list[GpuResult]:
+    """Each row's command, run in `cwd` (the matrix's output folder: whatever the model's code writes to `./` lands
+    beside the outputs, never in the user's folder; each row's output path is absolute)."""
     from .metrics import compare
 
     results = []
     base = None
     for row in rows:
         progress(f"gpu: {row.name}")
-        done = subprocess.run(row.argv(import_name, example, env), capture_output=True, text=True, env=env)
+        done = subprocess.run(row.argv(import_name, example, env), capture_output=True, text=True, env=env, cwd=cwd)
         text = done.stdout + done.stderr
         t, m = _TIME.search(text), _MEMORY.search(text)
         res = {"name": row.name, "command": row.command(import_name, example), "exit": done.returncode,
@@ -133,8 +136,11 @@ def run_or_print(plan_dir: Path, generated: Path, *, out: str, print_only: bool,
     inputs = v.plan.example_inputs
     # `python -m` puts the working directory first on sys.path (a cache_dit.py there would shadow the package): -P
     # and PYTHONSAFEPATH (torchrun's workers) keep it off; the plugin's folder goes on PYTHONPATH instead
+    # the plugin, then where the model's code imports from (the plan's --source-root folders, a source checkout's
+    # package root): the example imports the pipeline's module by name
+    where = os.pathsep.join([str(v.generated.resolve()), *v.roots])
     setup = ("export PYTHONSAFEPATH=1",
-             f"export PYTHONPATH={shlex.quote(str(v.generated.resolve()))}${{PYTHONPATH:+:$PYTHONPATH}}",
+             f"export PYTHONPATH={shlex.quote(where)}${{PYTHONPATH:+:$PYTHONPATH}}",
              (f"export {ident(m.env_var)}={shlex.quote(m.model_path)}" if m.model_path else
               f': "${{{ident(m.env_var)}:?set {ident(m.env_var)} to the model folder (the plan has none)}}"'),
              f"mkdir -p {shlex.quote(out)}",
@@ -154,11 +160,13 @@ def run_or_print(plan_dir: Path, generated: Path, *, out: str, print_only: bool,
         return GpuReport(**head, status="skipped",
                          why=f"the example reads {', '.join('$' + x for x in missing)} (the model folder and the "
                              "inputs the pipeline requires): set them and run again")
-    env = dict(os.environ, PYTHONSAFEPATH="1",
-               PYTHONPATH=os.pathsep.join([str(v.generated.resolve()), os.environ.get("PYTHONPATH", "")]),
+    # no empty entry: Python would read it as the working directory
+    env = dict(os.environ, PYTHONSAFEPATH="1", PYTHONPATH=os.pathsep.join([str(v.generated.resolve()), *v.paths]),
                **({m.env_var: m.model_path} if m.model_path else {}))
-    Path(out).mkdir(parents=True, exist_ok=True)
-    results = run_matrix([r for r in rows if r.gpus <= count], v.import_name, m.example_name, env, progress)
+    folder = Path(out).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    runs = [dataclasses.replace(r, output=str(folder / Path(r.output).name)) for r in rows if r.gpus <= count]
+    results = run_matrix(runs, v.import_name, m.example_name, env, progress, folder)
     results += [GpuResult(r.name, r.command(v.import_name, m.example_name), "skipped", None, None,
                           why=f"needs {r.gpus} GPUs, {count} present") for r in rows if r.gpus > count]
     return GpuReport(**head, results=tuple(results), table=results_table(results))

@@ -2,7 +2,10 @@
 
 Each worker reads a job (JSON) on stdin and writes `rank<N>.json` (its report) and `rank<N>.npz` (outputs
 and every module's activations) into the job's folder. Worker stdout and stderr go to files: a pipe nobody
-reads until the end can fill and stall a gloo pair.
+reads until the end can fill and stall a gloo pair. Every worker runs in a scratch folder of its own (what the
+model's code writes to `./` lands there and is removed with it), with the import path `integrate.workers.import_path`
+gives; one that could not import the model for a missing package makes `finish` (and `wait`) raise
+MissingDependency.
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ import socket
 import subprocess
 import tempfile
 import time
+import weakref
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from integrate.workers import worker_command
+from integrate.missing import MissingDependency
+from integrate.workers import scratch_folder, start_worker
 
 WORKER = "integrate.verify._worker"
 ZYGOTE = "integrate.verify._zygote"
@@ -35,24 +41,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn(job: dict, env: dict, search_path: str | None = None, *, fork: bool = False):
+def spawn(job: dict, env: dict, paths: Sequence[str] = (), *, fork: bool = False):
     """A worker running `job`. A proof run, and any job asked to `fork` (a fixture's derivation when proofs
     follow), is forked from the fork server (see verify/_zygote.py), which has torch, diffusers and cache-dit
     imported already; anything else, and everything where there is no fork (or with `INTEGRATE_FORK_SERVER=0`),
-    is started afresh (`python -I`, see integrate.workers). `search_path` is where a source checkout's model
-    imports from. Either way the handle has Popen's poll / wait / kill / returncode and the `out_file` /
-    `err_file` it wrote."""
+    is started afresh (`python -I`, see integrate.workers). `paths` are where the model imports from
+    (`integrate.workers.import_path`). Either way the handle has Popen's poll / wait / kill / returncode, the
+    `out_file` / `err_file` it wrote and the `paths` it ran with; it runs in a scratch folder of its own."""
     # a fixture alone (--fixture-only) is started afresh: it imports less than the server preloads (no cache-dit)
-    server = _server(env, search_path) if fork or job.get("mode") == "run" else None
+    server = _server(env, tuple(paths)) if fork or job.get("mode") == "run" else None
     if server is not None:
         forked = server.spawn(job, env)
         if forked is not None:
+            forked.paths = tuple(paths)
             return forked
     out = tempfile.TemporaryFile(mode="w+")
     err = tempfile.TemporaryFile(mode="w+")
-    proc = subprocess.Popen(worker_command(WORKER, search_path), stdin=subprocess.PIPE, stdout=out, stderr=err,
-                            text=True, env=env)
-    proc.out_file, proc.err_file = out, err
+    proc = start_worker(WORKER, paths, stdin=subprocess.PIPE, stdout=out, stderr=err, text=True, env=env)
+    proc.out_file, proc.err_file, proc.paths = out, err, tuple(paths)
     proc.stdin.write(json.dumps(job))
     proc.stdin.close()
     return proc
@@ -63,6 +69,26 @@ def read(f) -> str:
     text = f.read()
     f.close()
     return text
+
+
+def finish(proc) -> tuple[str, str]:
+    """The stdout and stderr of a worker that has ended. A worker that could not import the model because a
+    package is missing raises MissingDependency (exit 2): nothing it would have proved can be, in this
+    environment."""
+    out, err = read(proc.out_file), read(proc.err_file)
+    _raise_missing(proc, out)
+    return out, err
+
+
+def _raise_missing(proc, out: str) -> None:
+    if proc.returncode == 0 or '"missing"' not in out:
+        return
+    try:
+        answer = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return
+    if isinstance(answer, dict) and isinstance(answer.get("missing"), dict):
+        raise MissingDependency(answer["missing"], getattr(proc, "paths", ()))
 
 
 def wait(procs: list[subprocess.Popen], grace: float = 15.0) -> list[str | None]:
@@ -78,12 +104,16 @@ def wait(procs: list[subprocess.Popen], grace: float = 15.0) -> list[str | None]
                 if p.poll() is None:
                     p.kill()
         time.sleep(0.05)
-    tails = []
+    tails, missing = [], None
     for p in procs:
-        read(p.out_file)
-        err = read(p.err_file)
+        try:
+            _, err = finish(p)
+        except MissingDependency as exc:  # every file read and closed first
+            missing, err = missing or exc, ""
         tails.append(None if p.returncode == 0 else ("\n".join(err.strip().splitlines()[-5:]) or
                                                      f"killed (exit {p.returncode})"))
+    if missing is not None:
+        raise missing
     return tails
 
 
@@ -110,11 +140,13 @@ def activations(arrays: dict[str, np.ndarray], variant: str) -> dict[str, list[n
 
 class Forked:
     """A worker forked by the fork server: not this process's child, so its exit status comes from the file
-    the server writes when it reaps it."""
+    the server writes when it reaps it. Its scratch folder (`cwd`) goes with the handle."""
 
-    def __init__(self, pid: int, rc: Path, out_file, err_file) -> None:
+    def __init__(self, pid: int, rc: Path, out_file, err_file, cwd: str) -> None:
         self.pid, self._rc, self.out_file, self.err_file = pid, rc, out_file, err_file
         self.returncode: int | None = None
+        self.paths: tuple[str, ...] = ()
+        weakref.finalize(self, shutil.rmtree, cwd, True)
 
     def poll(self) -> int | None:
         if self.returncode is None and self._rc.is_file():
@@ -138,28 +170,31 @@ class Forked:
 
 
 class _Server:
-    def __init__(self, env: dict, search_path: str | None) -> None:
+    def __init__(self, env: dict, paths: tuple[str, ...]) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="integrate-fork-"))
         self.count = 0
-        self.proc = subprocess.Popen(worker_command(ZYGOTE, search_path), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        self.proc = start_worker(ZYGOTE, paths, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, env=env)
 
     def spawn(self, job: dict, env: dict) -> Forked | None:
-        """The forked worker, or None when the server is gone (the caller then starts one afresh)."""
+        """The forked worker, or None when the server is gone (the caller then starts one afresh). The child runs
+        in a scratch folder of its own (`cwd` of the request), removed with its handle."""
         self.count += 1
         paths = {k: self.dir / f"{self.count}.{k}" for k in ("stdin", "stdout", "stderr", "rc")}
         for k in ("stdout", "stderr"):
             paths[k].touch(mode=0o600)
         paths["stdin"].write_text(json.dumps(job))
-        request = {"module": WORKER, "env": env, **{k: str(p) for k, p in paths.items()}}
+        cwd = scratch_folder(self.dir)
+        request = {"module": WORKER, "env": env, "cwd": cwd, **{k: str(p) for k, p in paths.items()}}
         try:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
             self.proc.stdin.flush()
             reply = self.proc.stdout.readline()
             pid = json.loads(reply)["pid"]
         except (OSError, ValueError, KeyError):
+            shutil.rmtree(cwd, ignore_errors=True)
             return None
-        return Forked(pid, paths["rc"], open(paths["stdout"]), open(paths["stderr"]))
+        return Forked(pid, paths["rc"], open(paths["stdout"]), open(paths["stderr"]), cwd)
 
     def close(self) -> None:
         try:
@@ -173,15 +208,15 @@ class _Server:
 _SERVERS: dict[tuple, _Server] = {}
 
 
-def _server(env: dict, search_path: str | None) -> _Server | None:
+def _server(env: dict, paths: tuple[str, ...]) -> _Server | None:
     if not hasattr(os, "fork") or env.get("INTEGRATE_FORK_SERVER", os.environ.get("INTEGRATE_FORK_SERVER")) == "0":
         return None
     base = {k: v for k, v in env.items() if k not in _PER_RANK}
-    key = (search_path, tuple(sorted(base.items())))
+    key = (paths, tuple(sorted(base.items())))
     server = _SERVERS.get(key)
     if server is None or server.proc.poll() is not None:
         close_servers()  # one at a time: each holds torch, diffusers and cache-dit in memory
-        server = _SERVERS[key] = _Server(base, search_path)
+        server = _SERVERS[key] = _Server(base, paths)
     return server
 
 

@@ -18,7 +18,7 @@ from integrate.decisions.approval import require_approved
 
 from integrate.errors import InputError
 from integrate.resolve import Workspace
-from integrate.workers import installed, worker_env
+from integrate.workers import installed, model_roots, user_path, worker_env
 
 from . import fixture, paired, processes
 from . import proofs as registry
@@ -71,30 +71,33 @@ class Verifier:
                 raise InputError(f"--fixture-from {fixture_from}: verify would import and run that file; pass "
                                  "--trust-code if you trust it")
         # the fixture's gate reads the same files: parsed once, from the bytes the reviewer approved
-        self.ws = Workspace(expect=approval.sources)
+        self.ws = Workspace(expect=approval.sources, source_roots=m.roots)
         src = self.ws.load(transformer_file)
         self.module = src.dotted_name or src.path.stem
         root = src.package_root or src.path.parent
-        self.search_path = None if installed(src.path) else str(root)
+        # where the workers import the model from: the plan's --source-root folders and a source checkout's package
+        # root (`roots`), then the user's PYTHONPATH (each checked to be a folder)
+        self.roots = model_roots(None if installed(src.path) else root, m.roots, "--source-root (in plan.json)")
+        self.paths = self.roots + tuple(p for p in user_path() if p not in self.roots)
         self.env = worker_env()
         self.env.setdefault("OMP_NUM_THREADS", "1")
         self.stub = None if cache_dit_own else _open_stub(generated / self.import_name)
-        self.fixture = fixture.Maker(self.plan, self.ws, generated / fixture.FILENAME, self.module, self.search_path,
+        self.fixture = fixture.Maker(self.plan, self.ws, generated / fixture.FILENAME, self.module, self.paths,
                                      self.env, steps=cache_proof.STEPS, progress=self.progress,
                                      fixture_from=fixture_from, fork=self._proofs_follow)
 
     # ---- running ----------------------------------------------------------------------------------------
 
     def _job(self, kind: str, variants: list[dict], out: Path, plugin: bool = True) -> dict:
-        job = {"mode": "run", "kind": kind, "variants": variants, "fixture": str(self.fixture.path),
-               "out": str(out), "search_path": self.search_path, "threshold": cache_proof.THRESHOLD}
+        job = {"mode": "run", "kind": kind, "variants": variants, "fixture": str(self.fixture.path.absolute()),
+               "out": str(out.absolute()), "threshold": cache_proof.THRESHOLD}
         if plugin and not self.cache_dit_own:
             job["plugin"] = {"path": str(self.generated.resolve()), "import_name": self.import_name}
         return job
 
     def _single(self, kind: str, out: Path, plugin: bool):
         out.mkdir(parents=True, exist_ok=True)
-        return processes.spawn(self._job(kind, [{"name": kind}], out, plugin), self.env, self.search_path)
+        return processes.spawn(self._job(kind, [{"name": kind}], out, plugin), self.env, self.paths)
 
     def _pair(self, variants: list[dict], out: Path) -> tuple[list, list]:
         out.mkdir(parents=True, exist_ok=True)
@@ -103,7 +106,7 @@ class Verifier:
         for rank in range(2):
             env = dict(self.env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                        MASTER_PORT=str(port))
-            procs.append(processes.spawn(self._job("parallel", variants, out), env, self.search_path))
+            procs.append(processes.spawn(self._job("parallel", variants, out), env, self.paths))
         tails = processes.wait(procs)
         return [processes.load_rank(out, r) for r in range(2)], tails
 
@@ -159,7 +162,13 @@ class Verifier:
                     model=VerifyModel(self.plan.model.transformer_class, self.plan.model.pipeline_class),
                     plugin=PluginRef(str(self.generated.resolve()), self.import_name))
         sizing = self._start_meta()  # runs beside the fixture's derivation: it needs no fixture
-        fx = self.fixture.ensure()
+        try:
+            fx = self.fixture.ensure()
+        except InputError:  # the model cannot be imported here (a missing package): the meta proofs stop too
+            for _, proc in sizing:
+                proc.kill()
+                proc.wait()
+            raise
         results: dict = {proof.NAME: self._judge_meta(proof, proc) for proof, proc in sizing}
         if fx.status in ("error", "needs-edit"):
             why = f"no usable fixture: edit {fx.path}"
@@ -236,9 +245,8 @@ class Verifier:
                 continue
             self.progress(f"{proof.NAME}: {proof.SUMMARY}")
             job = {**proof.job(self.plan), "transformer_module": self.module,
-                   "transformer_class": self.plan.model.transformer_class, "search_path": self.search_path,
-                   "config": config}
-            started.append((proof, processes.spawn(job, self.env, self.search_path, fork=self._proofs_follow)))
+                   "transformer_class": self.plan.model.transformer_class, "config": config}
+            started.append((proof, processes.spawn(job, self.env, self.paths, fork=self._proofs_follow)))
         return started
 
     @staticmethod
@@ -246,7 +254,7 @@ class Verifier:
         import json
 
         proc.wait()
-        out, err = processes.read(proc.out_file), processes.read(proc.err_file)
+        out, err = processes.finish(proc)
         if proc.returncode != 0 or not out.strip():
             return proof.judge(None, (err.strip().splitlines() or ["no output"])[-1])
         return proof.judge(json.loads(out), None)

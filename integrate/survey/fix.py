@@ -63,10 +63,10 @@ def run_test(test: Path, package: Path, tree: str, proof: str) -> TestRun:
 
 def describe_fixture(fixture: Path) -> dict:
     """The fixture's config and inputs as data (`integrate.verify.describe`, in a worker: loading it runs it)."""
-    from integrate.workers import worker_command
+    from integrate.workers import import_path, run_worker
 
-    proc = subprocess.run(worker_command("integrate.verify.describe", None, str(fixture)), capture_output=True,
-                          text=True, timeout=TEST_TIMEOUT)
+    proc = run_worker("integrate.verify.describe", import_path(), str(Path(fixture).absolute()), capture_output=True,
+                      text=True, timeout=TEST_TIMEOUT)
     if proc.returncode != 0:
         raise InputError(f"{fixture}: the fixture could not be described: {proc.stderr.strip()[-300:]}")
     return json.loads(proc.stdout)
