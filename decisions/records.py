@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.16"
+PLAN_SCHEMA_VERSION = "1.17"
 
 
 @dataclass(frozen=True)
@@ -326,6 +326,9 @@ class CrossCheck:
     disagreements: tuple[str, ...]
     checked: int
     built_cp_plan: dict[str, Any] | None | Omit = OMIT
+    # 1.17: {block list: paths in its block 0} of the Linears the built block has and the static read missed (the
+    # TP layer plan leaves them whole, and its confidence says so)
+    missed_linears: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
