@@ -11,7 +11,7 @@ from pathlib import Path
 import libcst as cst
 
 from integrate.errors import InputError
-from integrate.records import OMIT
+from integrate.records import OMIT, Evidence
 from integrate.resolve import Resolved, Workspace
 from integrate.source import dotted
 from integrate.syntax import find_all
@@ -26,7 +26,7 @@ def registered_adapters(ws: Workspace) -> dict[str, str]:
     except InputError:
         return {}
     out: dict[str, str] = {}
-    for path in sorted(found.src.path.parent.glob("*.py")):
+    for path in ws.listing(found.src.path.parent, "*.py"):
         src = ws.load(path, found.src.package_root)
         for fn in src.functions.values():
             for deco in fn.decorators:
@@ -63,18 +63,25 @@ def registered_planners(ws: Workspace, package: str, register: str) -> dict[str,
         found = ws.locate_class(package, register)
     except InputError:
         return {}
-    return dict(_planner_table(str(found.src.path.parent), register))
+    files = []
+    for path in ws.listing(found.src.path.parent, "*.py"):
+        try:
+            files.append((str(path), ws.read_bytes(path)))
+        except OSError:
+            continue
+    return dict(_planner_table(tuple(files), register))
 
 
 @functools.lru_cache(maxsize=8)
-def _planner_table(folder: str, register: str) -> tuple[tuple[str, str], ...]:
+def _planner_table(files: tuple[tuple[str, bytes], ...], register: str) -> tuple[tuple[str, str], ...]:
+    """The table for the folder's files as read ((path, bytes), in order): kept per content, never per folder."""
     import ast
 
     out: dict[str, str] = {}
-    for path in sorted(Path(folder).glob("*.py")):
+    for path, data in files:
         try:
-            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
-        except (SyntaxError, ValueError, RecursionError, MemoryError, OSError):
+            tree = ast.parse(data.decode("utf-8", errors="replace"), filename=path)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         names = {a.asname or a.name for node in tree.body if isinstance(node, ast.ImportFrom)
                  for a in node.names if a.name == register}

@@ -101,7 +101,7 @@ def make_plan(analysis: Analysis, crosscheck: CrossCheck) -> Plan:
         tool_version=__version__,
         model=model,
         cache=cache,
-        parallelism=Parallelism(cp=cp, tp=decide_tp(facts)),
+        parallelism=Parallelism(cp=cp, tp=decide_tp(facts, crosscheck)),
         text_encoders=decide_tep(facts),
         vae=decide_vaep(facts),
         already_supported=analysis.already_supported,

@@ -79,6 +79,7 @@ def _own(package: str, module: str) -> bool:
 def compare(facts: ParallelFacts, probe: dict[str, Any]) -> CrossCheck:
     out: list[str] = []
     checked = 0
+    missed: dict[str, tuple[str, ...]] = {}
     for b in facts.blocks:
         built = probe.get("lists", {}).get(b.attr)
         if not b.built:
@@ -113,6 +114,7 @@ def compare(facts: ParallelFacts, probe: dict[str, Any]) -> CrossCheck:
             if real.get("linear") is not None and path not in static_linears and not path.startswith(
                     tuple(f"{a.path}.processor" for a in b.attentions)):
                 out.append(f"`{b.attr}.0.{path}`: a Linear in the built block that the static read missed")
+                missed[b.attr] = (*missed.get(b.attr, ()), path)
         ints = probe.get("int_attrs", {}).get(b.attr, {})
         for a in b.attentions:
             for pair in (a.heads, a.kv_heads, a.head_dim):
@@ -126,4 +128,4 @@ def compare(facts: ParallelFacts, probe: dict[str, Any]) -> CrossCheck:
                     out.append(f"`{b.attr}.0.{a.path}.{pair[0]}`: not computed statically, built {real}")
                 elif pair[1] != real:
                     out.append(f"`{b.attr}.0.{a.path}.{pair[0]}`: static {pair[1]}, built {real}")
-    return CrossCheck(True, None, tuple(out), checked, built_cp_plan=probe.get("cp_plan"))
+    return CrossCheck(True, None, tuple(out), checked, built_cp_plan=probe.get("cp_plan"), missed_linears=missed)

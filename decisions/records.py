@@ -7,7 +7,7 @@ types, so a hand-edited plan with a wrong type or a missing key is refused with 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from integrate.analyzers.records import (
     AttentionFact,
@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.17"
+PLAN_SCHEMA_VERSION = "1.18"
 
 
 @dataclass(frozen=True)
@@ -50,12 +50,15 @@ class PlanModel:
 
 # -- cache -----------------------------------------------------------------------------------------
 
+# the ForwardPatterns cache-dit defines (`cache_dit.caching.forward_pattern.ForwardPattern`)
+PatternName = Literal["Pattern_0", "Pattern_1", "Pattern_2", "Pattern_3", "Pattern_4", "Pattern_5"]
+
 
 @dataclass(frozen=True)
 class CacheList:
     attr: str
     block_class: str | None
-    forward_pattern: str | None
+    forward_pattern: PatternName | None
     alternatives: tuple[str, ...]
     confidence: Confidence
     check_forward_pattern: bool | None
@@ -276,11 +279,15 @@ class Heads:
     head_dim: tuple[str, int | None] | None
 
 
+# the styles the generated TP planner has a ParallelStyle for
+TpStyle = Literal["colwise", "rowwise", "colwise(output=replicate)", "rowwise(input=replicate)"]
+
+
 @dataclass(frozen=True)
 class TpList:
     attr: str
     block_class: str | None
-    layer_plan: dict[str, str]
+    layer_plan: dict[str, TpStyle]
     reasons: dict[str, TpReason]
     shard_div_attr: dict[str, tuple[str, ...]]
     strategy: str
@@ -334,6 +341,9 @@ class CrossCheck:
     disagreements: tuple[str, ...]
     checked: int
     built_cp_plan: dict[str, Any] | None | Omit = OMIT
+    # 1.17: {block list: paths in its block 0} of the Linears the built block has and the static read missed (the
+    # TP layer plan leaves them whole, and its confidence says so)
+    missed_linears: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

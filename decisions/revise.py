@@ -1,9 +1,10 @@
 """A reviewer's revision of a plan: `KEY=VALUE` assignments, checked against the plan's types, recorded beside
 what the analysis said.
 
-A key is the dotted path of a value in plan.json: `cache.has_separate_cfg`, `facts.attention.0.head_dim`,
-`parallelism.tp.block_lists.0.layer_plan.attn.to_q`. Each step must name a field of the record it is in, an
-index of a list that has it, or a key of a mapping (a new key may be added to a mapping, never to a record).
+A key is the dotted path of a value in plan.json, spelled as plan.json spells it: `cache.has_separate_cfg`,
+`facts.attention.0.head_dim`, `parallelism.tp.block_lists.0.layer_plan["attn.to_q"]`, `text_encoders.0.class`.
+Each step must name a field of the record it is in (by its JSON name), an index of a list that has it, or a key
+of a mapping (a new key may be added to a mapping, never to a record).
 A part that holds a dot is written as a bracketed JSON string: `parallelism.cp.plan["blocks.*"].txt`. A value
 is read as JSON (`false`, `64`, `"colwise"`, `{"split_dim": 1, ...}`); text that is not JSON is the string it
 spells. `UNSET` as a value (`--unset KEY`) takes an entry out of a mapping (a stream left whole, a linear
@@ -26,13 +27,15 @@ from datetime import datetime, timezone
 from typing import Any
 
 from integrate.errors import InputError
-from integrate.records import RecordError, from_json, to_json
+from integrate.records import RecordError, from_json, json_name, to_json
 
 from .phases import phases
 from .records import Override, Plan
 
-# what the reviewer may not change: what the plan is for and which tool wrote it (a new plan is `integrate plan`)
-_FIXED = ("schema", "schema_version", "tool_version", "model", "overrides", "phases", "alternatives")
+# what the reviewer may not change: what the plan is for, which tool wrote it and the files it was made from (an
+# approval binds them): a new plan is `integrate plan`; and what is made from the rest (overrides, the checklist,
+# the alternatives)
+FIXED = ("schema", "schema_version", "tool_version", "model", "reads", "overrides", "phases", "alternatives")
 
 
 class _Unset:
@@ -116,12 +119,13 @@ def _step(tp: Any, node: Any, part: str, where: str) -> tuple[Any, Any, bool]:
     for arm in arms:
         if dataclasses.is_dataclass(arm) and isinstance(node, dict):
             hints = typing.get_type_hints(arm)
-            if len(arms) > 1 and not set(node) <= set(hints):
+            # plan.json's keys: a field's JSON name (`class` for `cls`), never one kept out of the JSON
+            names = {json_name(f): f.name for f in dataclasses.fields(arm) if f.metadata.get("json", True)}
+            if len(arms) > 1 and not set(node) <= set(names):
                 continue  # a union (`Gather | dict[...]`): this value is not that record
-            if part not in hints:
-                fields = ", ".join(f.name for f in dataclasses.fields(arm))
-                raise InputError(f"{where}: no field `{part}` (fields: {fields})")
-            return hints[part], node.get(part), False
+            if part not in names:
+                raise InputError(f"{where}: no field `{part}` (fields: {', '.join(names)})")
+            return hints[names[part]], node.get(part), False
         origin = typing.get_origin(arm)
         if origin is dict and isinstance(node, dict):
             return typing.get_args(arm)[1], node.get(part), True
@@ -138,7 +142,7 @@ def _step(tp: Any, node: Any, part: str, where: str) -> tuple[Any, Any, bool]:
 def _set(data: dict, key: str, value: Any) -> Any:
     """Put `value` at `key` in `data` (a plan's JSON form); returns the value that was there (None if new)."""
     parts = split_key(key)
-    if parts[0] in _FIXED:
+    if parts[0] in FIXED:
         raise InputError(f"{key}: `{parts[0]}` is not a decision a reviewer revises (run `integrate plan` "
                          "for a different model)")
     tp, node = Plan, data

@@ -11,6 +11,8 @@ Styles use cache-dit's torch ParallelStyles: "colwise" (ColwiseParallel), "rowwi
 4. Otherwise the standard plan: attention inputs column-wise, outputs row-wise, FFN up column-wise,
    down row-wise, modulation column-wise with a replicated output; divide the head count and every
    attribute that sizes a reshape of a sharded projection (per-head sizes excepted).
+5. Linears the meta-device build has and the static read missed (the cross-check) are left whole by the plan:
+   an empty layer plan is then low confidence (TP would shard nothing of the list), any other at most medium.
 """
 
 from __future__ import annotations
@@ -21,15 +23,16 @@ from integrate.analyzers.records import AttentionFact, BlockStructure, LinearRol
 
 from integrate.records import Evidence
 
-from .records import Heads, TpList, TpPlan, TpReason
+from .records import CrossCheck, Heads, TpList, TpPlan, TpReason
 
 TP_SIZES = (2, 4, 8)
 _PER_HEAD = ("head_dim", "dim_head", "head_size")
 _MULTIPLIERS = ("factor", "mult", "ratio")
 
 
-def decide_tp(facts: ParallelFacts) -> TpPlan:
-    lists = tuple(_plan_list(b) for b in facts.blocks)
+def decide_tp(facts: ParallelFacts, crosscheck: CrossCheck | None = None) -> TpPlan:
+    missed = crosscheck.missed_linears if crosscheck is not None else {}
+    lists = tuple(_plan_list(b, missed.get(b.attr, ())) for b in facts.blocks)
     strategy = sorted({x.strategy for x in lists})
     return TpPlan(
         block_lists=lists,
@@ -74,9 +77,9 @@ class _ListChart:
         self.confidence = "medium" if self.confidence == "high" else self.confidence
 
 
-def _plan_list(b: BlockStructure) -> TpList:
+def _plan_list(b: BlockStructure, missed: tuple[str, ...] = ()) -> TpList:
     """One block list's TP plan: each attention sharded by heads (or kept whole), then the block's other Linears by
-    their role."""
+    their role; `missed`: Linears of the built block the static read did not see (the cross-check)."""
     c = _ListChart("high" if b.attentions else "low")
     gqa_blocked = [a for a in b.attentions if _kv_indivisible(a, 2)]
     if gqa_blocked:
@@ -109,6 +112,8 @@ def _plan_list(b: BlockStructure) -> TpList:
                        "parallelize_module (see patch_kernels_first)")
     if b.unknowns:
         c.confidence = "low"
+    if missed:
+        _missed_linears(c, b, missed)
     return TpList(
         attr=b.attr,
         block_class=b.block_class,
@@ -123,6 +128,36 @@ def _plan_list(b: BlockStructure) -> TpList:
         heads={a.path: Heads(a.heads, a.kv_heads, a.head_dim) for a in b.attentions},
         rope_shard=c.rope,
     )
+
+
+def _missed_linears(c: _ListChart, b: BlockStructure, missed: tuple[str, ...]) -> None:
+    """Linears the model built on the meta device has in block 0 and the static read missed: the layer plan leaves
+    them whole. With nothing else planned, TP would shard nothing of the list (while its head counts are divided):
+    low; otherwise the plan is incomplete: at most medium. The evidence points where the module that holds the
+    first of them is built."""
+    names = ", ".join(f"`{p}`" for p in missed[:6]) + (f" (+{len(missed) - 6} more)" if len(missed) > 6 else "")
+    empty = not c.layer_plan
+    why = (f"the model built on the meta device has Linears in `{b.attr}.0` that the static read missed: {names}; "
+           + ("the layer plan is empty, so TP would shard nothing of this list: add their styles with `integrate "
+              "revise` or leave the list to run whole" if empty else
+              "the layer plan leaves them whole: check that none of them needs sharding with the ones planned"))
+    if empty:
+        c.confidence = "low" if c.confidence != "unknown" else c.confidence
+    else:
+        c.unsure()
+    holders = {m.path: m for m in b.modules}
+    owner = next((holders[p] for p in _prefixes(missed[0]) if p in holders), None)
+    where = (Evidence(owner.file, owner.line, why) if owner is not None else
+             Evidence(b.evidence[0].file, b.evidence[0].line, why) if b.evidence else
+             Evidence(b.modules[0].file, b.modules[0].line, why) if b.modules else Evidence("", 0, why))
+    c.evidence.append(where)
+    c.notes.append(why)
+
+
+def _prefixes(path: str) -> list[str]:
+    """`a.b.c` -> ["a.b", "a"]: the modules that hold it, innermost first."""
+    parts = path.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
 
 
 def _replicated_attention(c: _ListChart, a: AttentionFact) -> None:

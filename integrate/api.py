@@ -117,15 +117,21 @@ def analysis_json(flags: GateFlags, *, use_cache: bool = True, progress: Progres
     progress("gate: locating classes and source files")
     report = run_gate(flags, ws)
     result = to_json(analyze(report, ws=ws, progress=progress))
-    deps = list(result["files_read"])
-    model = report.value("model_path")
-    for meta in ("model_index.json", "transformer/config.json", "config.json"):
-        if model and (Path(model) / meta).is_file():
-            deps.append(str(Path(model) / meta))
-    if report.value("config_file"):
-        deps.append(report.value("config_file"))
     if use_cache:
-        cache.store(key, result, deps)
+        # the entry answers while everything the analysis read is as it was: each source as it was parsed, the
+        # files and folders read besides, the paths looked for and not found, the model folder's metadata
+        read = ws.dependencies()
+        files, absent = read["files"], list(read["absent"])
+        model = report.value("model_path")
+        metadata = [Path(model) / m for m in ("model_index.json", "transformer/config.json", "config.json")
+                    ] if model else []
+        for meta in [*metadata, *([Path(report.value("config_file"))] if report.value("config_file") else [])]:
+            digest = cache.digest(str(meta))
+            if digest is None:
+                absent.append(str(meta))
+            else:
+                files.setdefault(str(meta), digest)
+        cache.store(key, result, files, absent=absent, packages=read["packages"], listings=read["listings"])
     return result
 
 

@@ -144,7 +144,8 @@ def analyze(target: str | None, as_json: bool, markdown: bool, no_cache: bool, *
     """Static analysis of a model directory or a transformer source file (never imports it)."""
     data = api.analysis_json(api.flags_for(target, **flags), use_cache=not no_cache, progress=_progress)
     _emit(data, as_json, lambda: terminal.analysis(data, markdown=markdown))
-    return 0
+    # no list the analysis established as blocks: nothing for the cache to wrap, the model fails the check
+    return 0 if any(bl["is_blocks"] for bl in data["transformer"]["block_lists"]) else 1
 
 
 @main.command()
@@ -164,7 +165,8 @@ def plan(target: str | None, out_dir: str, as_json: bool, no_probe: bool, trust_
     api.write_plan(record, out_dir)
     data = to_json(record)
     _emit(data, as_json, lambda: terminal.plan(data, out_dir))
-    return 0
+    # no block list to cache: the files are written (a reviewer reads why), and the model fails the check
+    return 0 if record.cache.block_lists else 1
 
 
 @main.command()

@@ -76,6 +76,23 @@ def own_sources(paths, source_roots=()) -> list[Path]:
 _NOT_SOURCES = {"__pycache__", "node_modules", "site-packages"}
 
 
+def installed_root(top: str) -> Path | None:
+    """The folder that holds the installed top-level package or module `top` (found with `find_spec`, which for a
+    top-level name reads the import path and imports nothing), or None where it is not installed."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is not None and spec.submodule_search_locations:
+        locations = list(spec.submodule_search_locations)
+        return Path(locations[0]).parent if locations else None
+    if spec is not None and spec.origin and spec.origin.endswith(".py"):
+        return Path(spec.origin).parent
+    return None
+
+
 def sha256_of(path: Path) -> str:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()

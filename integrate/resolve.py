@@ -10,13 +10,13 @@ A name that cannot be traced resolves to an `Unresolved` with the reason: unknow
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
 import libcst as cst
 
 from integrate.errors import InputError
+from integrate.inputs import installed_root
 from integrate.source import SourceFile, dotted, parse_source, read_text
 
 MAX_DEPTH = 24
@@ -62,6 +62,12 @@ class Workspace:
         self._roots: dict[str, Path | None] = {}
         self._expect = {Path(p).resolve(): sha for p, sha in expect.items()} if expect is not None else None
         self.source_roots: tuple[Path, ...] = tuple(Path(r).resolve() for r in source_roots)
+        self._in_source: dict[str, Path] = {}  # top-level packages found in a source root (the flags decide them)
+        # what else the answers depend on (`dependencies`): files read without parsing them, paths looked for
+        # and not found, folders listed
+        self._read: dict[Path, str] = {}
+        self._absent: dict[Path, None] = {}
+        self._listed: dict[tuple[Path, str], tuple[str, ...]] = {}
 
     def use_source_roots(self, roots) -> None:
         """Name modules from `roots` from now on; a workspace that has read files under other roots is not reused
@@ -71,7 +77,7 @@ class Workspace:
             return
         if self._files:
             raise ValueError("a workspace that has read files is not given other source roots")
-        self.source_roots, self._roots = roots, {}
+        self.source_roots, self._roots, self._in_source = roots, {}, {}
 
     @property
     def files_read(self) -> list[str]:
@@ -81,6 +87,40 @@ class Workspace:
     def hashes(self) -> dict[str, str]:
         """{file: SHA-256 of the bytes parsed} for every file read."""
         return {str(p): sha for p, sha in self._hashes.items()}
+
+    def dependencies(self) -> dict:
+        """Everything this workspace's answers were read from, as the result cache checks it before it answers
+        again (`integrate.cache.store`): `files` {path: SHA-256 of the bytes read: parsed, or read whole by
+        `read_bytes`}, `absent` [paths looked for that were not files: a module an import names, the
+        `__init__.py` that would make a folder a package], `packages` {top-level name: the folder it is installed
+        in, or None}, `listings` [[folder, pattern, [names]]]."""
+        files = {**{str(p): sha for p, sha in self._read.items()}, **self.hashes}
+        return {"files": files, "absent": [str(p) for p in self._absent],
+                "packages": {top: str(root) if root is not None else None for top, root in self._roots.items()},
+                "listings": [[str(folder), pattern, list(names)] for (folder, pattern), names in self._listed.items()]}
+
+    def read_bytes(self, path: Path) -> bytes:
+        """A file's bytes, for a reader that does not parse it with libcst (cache-dit's registries, read with
+        `ast`); recorded among the workspace's dependencies."""
+        path = path.resolve()
+        data = path.read_bytes()
+        self._read[path] = hashlib.sha256(data).hexdigest()
+        return data
+
+    def listing(self, folder: Path, pattern: str) -> list[Path]:
+        """The files in `folder` matching `pattern`, sorted; the listing is one of the workspace's dependencies (a
+        file added there later changes what a reader of the folder finds)."""
+        folder = folder.resolve()
+        found = sorted(p for p in folder.glob(pattern) if p.is_file())
+        self._listed[(folder, pattern)] = tuple(p.name for p in found)
+        return found
+
+    def _is_file(self, path: Path) -> bool:
+        """Whether `path` is a file; a path looked for and not found is one of the workspace's dependencies."""
+        if path.is_file():
+            return True
+        self._absent[path.absolute()] = None
+        return False
 
     # -- loading -------------------------------------------------------------------------
 
@@ -103,20 +143,18 @@ class Workspace:
             self._hashes[path] = hashlib.sha256(text.encode("utf-8")).hexdigest()
         return src
 
-    @staticmethod
-    def _guess_root(path: Path) -> Path | None:
+    def _guess_root(self, path: Path) -> Path | None:
         """The directory above the outermost package (a folder with __init__.py) holding path."""
         root = None
         parent = path.parent
-        while (parent / "__init__.py").is_file():
+        while self._is_file(parent / "__init__.py"):
             root = parent.parent
             if parent.parent == parent:
                 break
             parent = parent.parent
         return root
 
-    @staticmethod
-    def _namespace_root(path: Path, module: str) -> Path | None:
+    def _namespace_root(self, path: Path, module: str) -> Path | None:
         """The folder an absolute import `module` (`pkg.sub.mod`) of the file at `path` resolves from when `pkg` is
         a namespace package (PEP 420: folders without __init__.py) the file itself lies in: the parent of the
         nearest of the file's own folders named `pkg` (at most NAMESPACE_UP above it) under which the module's file
@@ -129,7 +167,7 @@ class Workspace:
         for _ in range(NAMESPACE_UP):
             if folder.parent == folder:
                 break
-            if folder.name == top and Workspace.module_file(folder.parent, module) is not None:
+            if folder.name == top and self.module_file(folder.parent, module) is not None:
                 return folder.parent
             folder = folder.parent
         return None
@@ -166,26 +204,20 @@ class Workspace:
         if not top.isidentifier():
             return None
         if top not in self._roots:
-            root = next((r for r in self.source_roots if (r / top).is_dir() or (r / f"{top}.py").is_file()), None)
-            if root is None:
-                try:
-                    spec = importlib.util.find_spec(top)
-                except (ImportError, ValueError):
-                    spec = None
-                if spec is not None and spec.submodule_search_locations:
-                    locations = list(spec.submodule_search_locations)
-                    if locations:
-                        root = Path(locations[0]).parent
-                elif spec is not None and spec.origin and spec.origin.endswith(".py"):
-                    root = Path(spec.origin).parent
-            self._roots[top] = root
+            if top not in self._in_source:
+                found = next((r for r in self.source_roots if (r / top).is_dir() or (r / f"{top}.py").is_file()),
+                             None)
+                if found is not None:
+                    self._in_source[top] = found
+            if top in self._in_source:
+                return self._in_source[top]
+            self._roots[top] = installed_root(top)
         return self._roots[top]
 
-    @staticmethod
-    def module_file(root: Path, dotted_name: str) -> Path | None:
+    def module_file(self, root: Path, dotted_name: str) -> Path | None:
         base = root.joinpath(*dotted_name.split(".")) if dotted_name else root
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-            if candidate.is_file():
+            if self._is_file(candidate):
                 return candidate
         return None
 

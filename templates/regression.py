@@ -21,6 +21,9 @@ def _expr(name: str, d: dict) -> str:
     """A Python expression (of `step`) for one described input."""
     if "value" in d:
         return escape.py(d["value"])
+    if "member" in d:  # an enum member: the member itself (`_member`, in _regression_model.j2), not its value
+        m = d["member"]
+        return f"_member({escape.py(str(m['module']))}, {escape.py(str(m['class']))}, {escape.py(str(m['name']))})"
     if "items" in d:
         parts = [_expr(f"{name}/{i}", item) for i, item in enumerate(d["items"])]
         return f"[{', '.join(parts)}]" if d.get("kind") == "list" else f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"
@@ -50,6 +53,13 @@ def _inputs(description: dict) -> list[tuple[str, escape.Code]]:
     return [(n, escape.Code(_expr(n, d))) for n, d in description["inputs"].items()]
 
 
+def _members(description: dict) -> bool:
+    """Whether an input holds an enum member (the test then defines `_member`)."""
+    def has(d: dict) -> bool:
+        return "member" in d or any(has(item) for item in d.get("items", ()))
+    return any(has(d) for d in description["inputs"].values())
+
+
 def cache_test(description: dict, *, name: str, lookup: str, key: str, where: str, finding: str, threshold: float,
                slack: float, floor: float) -> tuple[str, str]:
     """(path in cache-dit's repository, text) of the regression test for a cache finding."""
@@ -67,7 +77,7 @@ def cache_test(description: dict, *, name: str, lookup: str, key: str, where: st
                    module=description["module"], config=escape.py_dict(description["config"]),
                    steps=int(description["steps"]), threshold=escape.py(float(threshold)), inputs=inputs,
                    key=key, where=where, finding=finding, slack=escape.py(float(slack)),
-                   floor=escape.py(float(floor)))
+                   floor=escape.py(float(floor)), members=_members(description))
     return path, text
 
 
@@ -85,5 +95,5 @@ def tp_test(description: dict, *, name: str, lookup: str, key: str, where: str, 
            "than the full one), else tensor parallelism did not engage. Random weights and biases: no download.")
     text = render("regression_tp_test.py.j2", how=how, name=name, lookup=lookup, cls=description["cls"],
                   module=description["module"], config=escape.py_dict(description["config"]), inputs=inputs,
-                  finding=finding)
+                  finding=finding, members=_members(description))
     return path, text

@@ -19,7 +19,7 @@ def motif_plan(tmp_path_factory):
 def test_plan_writes_markdown_and_json_with_the_documented_keys(motif_plan):
     out, data = motif_plan
     assert json.loads((out / "plan.json").read_text()) == data
-    assert data["schema"] == "integrate.plan" and data["schema_version"] == "1.17"
+    assert data["schema"] == "integrate.plan" and data["schema_version"] == "1.18"
     cp = data["parallelism"]["cp"]
     for key in ("plan", "mask_reorder", "rope_drift_fix", "ulysses_anything", "hybrid_patch"):
         assert key in cp
@@ -112,3 +112,48 @@ def test_not_an_integrate_plan_is_refused(tmp_path):
     (tmp_path / "plan.json").write_text(json.dumps({"hello": 1}))
     proc = run_cli("approve", str(tmp_path), "--reviewer", "x")
     assert proc.returncode == 2 and "not an integrate plan" in proc.stderr
+
+
+NO_BLOCK_LIST = '''
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self, dim=8):
+        super().__init__()
+        self.projections = nn.ModuleList([nn.Linear(dim, dim) for _ in range(3)])
+
+    def forward(self, x):
+        for proj in self.projections:
+            x = x + proj(x)
+        return x
+'''
+
+
+def test_a_model_with_no_block_list_fails_the_check_in_analyze_and_plan(tmp_path):
+    """Its only ModuleList holds Linears, not blocks: there is nothing for the cache to wrap, so the model fails
+    the check: analyze and plan exit 1 (not 0: nothing is integrated; not 2: the input is well formed), and still
+    say what they found: the analysis is printed, PLAN.md and plan.json are written."""
+    (tmp_path / "model.py").write_text(NO_BLOCK_LIST)
+    (tmp_path / "m").mkdir()
+    flags = ["--model-path", str(tmp_path / "m"), "--transformer-class", "Model", "--no-pipeline",
+             "--separate-cfg", "no"]
+    proc = run_cli("analyze", str(tmp_path / "model.py"), *flags, "--json")
+    assert proc.returncode == 1, proc.stderr
+    (bl,) = json.loads(proc.stdout)["transformer"]["block_lists"]
+    assert bl["attr"] == "projections" and bl["is_blocks"] is False
+    text = run_cli("analyze", str(tmp_path / "model.py"), *flags)
+    assert text.returncode == 1 and "no block list" in text.stdout, text.stdout
+    out = tmp_path / "plan"
+    proc = run_cli("plan", str(tmp_path / "model.py"), *flags, "--out", str(out), "--no-probe")
+    assert proc.returncode == 1, proc.stderr
+    assert "no block list" in proc.stdout, proc.stdout
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["cache"]["block_lists"] == [] and [b["attr"] for b in plan["cache"]["not_blocks"]] == ["projections"]
+    assert (out / "PLAN.md").is_file()
+
+
+def test_a_model_with_a_block_list_passes_analyze_and_plan(motif_plan):
+    _, data = motif_plan  # made with exit 0 by the fixture
+    assert data["cache"]["block_lists"]
+    assert run_cli("analyze", str(EXAMPLE), "--json").returncode == 0

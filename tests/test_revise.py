@@ -36,7 +36,7 @@ def test_an_override_is_recorded_rendered_and_voids_the_approval(planned):
     report = json.loads(proc.stdout)["revision"]
     assert report["changed"] and report["approval_voided"]
     plan = json.loads((planned / "plan.json").read_text())
-    assert plan["schema_version"] == "1.17" and plan["cache"]["has_separate_cfg"] is (not analysed)
+    assert plan["schema_version"] == "1.18" and plan["cache"]["has_separate_cfg"] is (not analysed)
     assert plan["facts"]["attention"][0]["head_dim"][1] == 64
     override = {o["key"]: o for o in plan["overrides"]}["cache.has_separate_cfg"]
     assert override["analysis"] is analysed and override["value"] is (not analysed)
@@ -341,3 +341,112 @@ def test_a_run_whole_path_that_is_not_a_module_path_is_refused_at_generate(plann
     out = tmp_path / "out"
     _refused(run_cli("generate", str(planned), "--out", str(out)), "is not a Python identifier")
     assert not out.exists()
+
+
+def _leaves(node, parts=()):
+    """(parts, value) for every value plan.json shows: each key of a record or mapping, each list item."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield (*parts, k), v
+            yield from _leaves(v, (*parts, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield (*parts, str(i)), v
+            yield from _leaves(v, (*parts, str(i)))
+
+
+def test_every_key_plan_json_shows_is_revisable_or_refused_as_not_a_decision(planned):
+    """Each key as plan.json spells it (a field whose JSON name is a Python keyword, `class`, included) is a key
+    `revise` takes: set to the value it holds, the plan is unchanged; the keys that say what the plan is for and
+    what made it are refused as not a reviewer's decision, with one line and exit 2."""
+    from integrate.decisions.approval import load_plan
+    from integrate.decisions.revise import FIXED, join_key, revise
+
+    from integrate.errors import InputError
+
+    plan = load_plan(planned)
+    data = json.loads((planned / "plan.json").read_text())
+    seen: dict[tuple, tuple] = {}
+    for parts, value in _leaves(data):  # one key of each shape: list indices and mapping keys alike
+        shape = tuple("*" if p.isdigit() else p for p in parts[:3]) + (parts[-1] if len(parts) > 3 else "",)
+        seen.setdefault(shape, (parts, value))
+    assert any(parts[-1] == "class" for parts, _ in seen.values())  # already_supported.matches.0.class
+    for parts, value in seen.values():
+        key = join_key(parts)
+        if parts[0] in FIXED:
+            with pytest.raises(InputError, match="not a decision a reviewer revises"):
+                revise(plan, [(key, value)], "same value", "Ada")
+        else:
+            assert revise(plan, [(key, value)], "same value", "Ada") == plan, key
+
+
+def _generated(planned, tmp_path, *sets: str, unsets: tuple[str, ...] = ()) -> tuple[dict, object]:
+    """Revise, approve and generate: the revised plan.json and generate's run."""
+    args = [a for s in sets for a in ("--set", s)] + [a for u in unsets for a in ("--unset", u)]
+    proc = run_cli("revise", str(planned), *args, "--why", "reviewed", "--reviewer", "Ada", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert run_cli("approve", str(planned), "--reviewer", "Ada").returncode == 0
+    out = tmp_path / "out"
+    gen = run_cli("generate", str(planned), "--out", str(out), "--json")
+    assert gen.returncode in (0, 1) and json.loads(gen.stdout)["files"], gen.stderr  # 1: parts left to hand work
+    return json.loads((planned / "plan.json").read_text()), out
+
+
+TP = "parallelism.tp.block_lists.0"
+
+
+@pytest.mark.parametrize("case", [
+    "a record's value", "a mapping's value", "a new mapping entry", "a mapping entry unset", "its reason unset",
+    "a record in a mapping", "a list item", "a whole list", "free-form data", "a keyword-named field",
+])
+def test_each_kind_of_key_is_revised_through_to_generate(planned, tmp_path, case):
+    """One key of each kind plan.json has, revised with the value shape docs/schema.md gives it: revise, approve and
+    generate all go through, and the generated code carries the revision. A layer plan entry the reviewer adds has
+    no reason from the analysis (`reasons` is the analysis's): PLAN.md says it is the reviewer's."""
+    plan = json.loads((planned / "plan.json").read_text())
+    hook = next(k for k in plan["parallelism"]["cp"]["plan"] if k.endswith(".0"))
+    sets, unsets = {
+        "a record's value": ([f"cache.has_separate_cfg={json.dumps(not plan['cache']['has_separate_cfg'])}"], ()),
+        "a mapping's value": ([f'{TP}.layer_plan["attn.to_q"]="colwise(output=replicate)"'], ()),
+        "a new mapping entry": ([f'{TP}.layer_plan["proj_new"]="colwise"'], ()),
+        "a mapping entry unset": ([], (f'{TP}.layer_plan["ff.net.2"]',)),
+        "its reason unset": ([], (f'{TP}.reasons["attn.to_q"]',)),
+        "a record in a mapping": ([f'parallelism.cp.plan[{json.dumps(hook)}].hidden_states='
+                                   '{"split_dim": 1, "expected_dims": null, "split_output": false}'], ()),
+        "a list item": (["facts.attention.0.head_dim.1=64"], ()),
+        "a whole list": (['cache.notes=["run with Fn_compute_blocks=1"]'], ()),
+        "free-form data": (["facts.config.num_layers=3"], ()),
+        "a keyword-named field": ([f"text_encoders.0.class={json.dumps('T5EncoderModel')}"], ()),
+    }[case]
+    revised, out = _generated(planned, tmp_path, *sets, unsets=unsets)
+    from integrate.decisions.revise import join_key, split_key
+
+    keys = [s.partition("=")[0] for s in sets] + list(unsets)
+    assert [o["key"] for o in revised["overrides"]] == [join_key(split_key(k)) for k in keys]
+    md = (planned / "PLAN.md").read_text()
+    planner = (out / "integrate_motif_video" / "tp_planner.py").read_text()
+    if case == "a mapping's value":
+        assert '"attn.to_q": "colwise(output=replicate)"' in planner.replace("'", '"'), planner
+    if case == "a new mapping entry":
+        assert '"proj_new": "colwise"' in planner.replace("'", '"'), planner
+        assert "| `proj_new` | colwise | set by the reviewer" in md, md
+    if case == "a mapping entry unset":
+        assert '"ff.net.2"' not in planner.replace("'", '"')
+    if case == "its reason unset":
+        assert "| `attn.to_q` | colwise | set by the reviewer" in md
+    if case == "a keyword-named field":
+        assert revised["text_encoders"][0]["class"] == "T5EncoderModel" and "`T5EncoderModel`" in md
+    if case == "a record in a mapping":
+        assert revised["parallelism"]["cp"]["plan"][hook]["hidden_states"]["expected_dims"] is None
+
+
+@pytest.mark.parametrize(("assignment", "needle"), [
+    (f'{TP}.layer_plan["attn.to_q"]="bogus"', "'bogus' is not one of 'colwise'"),
+    ("cache.block_lists.0.forward_pattern=Pattern_9", "'Pattern_9' is not one of 'Pattern_0'"),
+])
+def test_a_value_outside_its_documented_shape_is_refused_before_generate_writes_it(planned, assignment, needle):
+    """A style the TP planner has no ParallelStyle for, a ForwardPattern cache-dit does not define: refused by
+    revise (exit 2, nothing written), not written into code that fails when it runs."""
+    before = (planned / "plan.json").read_bytes()
+    _refused(_revise(planned, assignment), needle)
+    assert (planned / "plan.json").read_bytes() == before

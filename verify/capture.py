@@ -651,9 +651,14 @@ def _detached(value):
 
 
 def storable(value) -> bool:
-    """What torch.load(weights_only=True) reads back: tensors, plain values, and lists / tuples / dicts."""
+    """What torch.load(weights_only=True) reads back: tensors, plain values, and lists / tuples / dicts. An enum member
+    is not (a `str` or `int` one included: it would be saved as its class, which that load refuses)."""
+    import enum
+
     import torch
 
+    if isinstance(value, enum.Enum):
+        return False
     if isinstance(value, (torch.Tensor, bool, int, float, str, type(None))):
         return True
     if isinstance(value, (list, tuple)):

@@ -8,6 +8,8 @@ tiny config, the step count, and per input name one description that holds for e
   described by shape and dtype, with the range of one that holds integers (ids, positions: `low`, `high`) and
   whether it moves between steps;
 - `{"value": ...}` for a JSON literal (None, a number, a string, a dict of those);
+- `{"member": {"module", "class", "name"}}` for an enum member (a `str` or `int` one too: written back as the
+  member, never as its value);
 - `{"items": [...], "kind": "tuple"|"list"}` for a sequence of descriptions.
 
 A value it cannot describe (an object of the model's own) is `{"opaque": "<type name>"}`: a test written from
@@ -16,6 +18,7 @@ the description says so rather than guessing it.
 
 from __future__ import annotations
 
+import enum
 import json
 import sys
 
@@ -61,6 +64,9 @@ def describe_value(values: list):
             if integral and t.dtype != torch.bool:  # ids, positions: drawn from the same range, as integers
                 out["low"], out["high"] = int(t.min()), int(t.max())
         return {"tensor": out}
+    if isinstance(first, enum.Enum) and all(v is first for v in values[1:]):
+        cls = type(first)  # asked before the literals: a str or int member would read as its value
+        return {"member": {"module": cls.__module__, "class": cls.__qualname__, "name": first.name}}
     if isinstance(first, (tuple, list)) and all(isinstance(v, type(first)) and len(v) == len(first) for v in values):
         return {"kind": "tuple" if isinstance(first, tuple) else "list",
                 "items": [describe_value([v[i] for v in values]) for i in range(len(first))]}

@@ -287,6 +287,8 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
         s_txt = s_img if name in packed else TEXT_TOKENS  # documented over the latent's own sequence
         if name == "return_dict":
             out.slots.append(Slot(name, "False", "the output as a tuple"))
+        elif (kept := _typed_default(model, p, passed)) is not None:
+            out.slots.append(Slot(name, None, kept))
         elif _is_mapping(p.annotation):
             out.slots.append(Slot(name, None, "annotated as a dict: left at its default") if p.default is not
                              inspect.Parameter.empty else Slot(name, None, "", "a dict input the fixture cannot build"))
@@ -376,6 +378,27 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
                 slot = Slot(name, None, f"left at its default {p.default!r}: the pipeline passes it, but {slot.error}")
             out.slots.append(slot)
     return out
+
+
+def _typed_default(model, p: inspect.Parameter, passed: dict[str, int | None]) -> str | None:
+    """Why `p` is left at its default, where that default's type is the input's: an enum member, a string or a bool
+    (never a tensor, a number or a list, whatever the parameter's name says: `timestep_mode="linear"` is no diffusion
+    time); None, on a parameter with no annotation, where nothing says a tensor goes there instead (no dims traced
+    from the pipeline's argument, not a mask, no sub-module of the model's forward taking it). None when the rules
+    by name and annotation decide (an annotation names the type: `num_frames: int | None = None` is sized)."""
+    import enum
+
+    d = p.default
+    if isinstance(d, enum.Enum):
+        return f"its default is the enum member {type(d).__name__}.{d.name}: left at it (never made a tensor)"
+    if isinstance(d, (bool, str)):
+        kind = "a bool" if isinstance(d, bool) else "a string"
+        return f"its default is {kind} ({d!r}): left at it (never made a tensor, a number or a list)"
+    if (d is None and p.annotation is inspect.Parameter.empty and passed.get(p.name) is None
+            and "mask" not in p.name.lower() and next(consumers(model, p.name), None) is None):
+        return ("its default is None and nothing says a tensor goes there (no annotation, no dims traced from the "
+                "pipeline's argument, no sub-module taking it): left at None")
+    return None
 
 
 def _is_time(low: str) -> bool:

@@ -74,6 +74,10 @@ def analysis(data: dict, markdown: bool = False) -> str:
         ev = bl["evidence"]
         if markdown and ev:
             lines += [f"    - `{_short(e['file'])}:{e['line']}` {e['why']}" for e in ev]
+    if not any(bl["is_blocks"] for bl in t["block_lists"]):
+        found = (f"none of {t['class']}'s lists is established as blocks" if t["block_lists"] else
+                 f"no module list was found in {t['class']}")
+        lines.append(f"no block list: {found}, so the cache has nothing to wrap (exit 1)")
     lines.append("")
     lines.append(f"needs_patch_functor: {t['needs_patch_functor']}")
     lines += [f"  - {r}" for r in t["patch_functor_reasons"]]
@@ -103,6 +107,9 @@ def plan(data: dict, out_dir) -> str:
     lines = [f"plan written to {out_dir}/PLAN.md and plan.json",
              f"  CP: {cp['approach']}, {cp['shape']}: " + ", ".join(cp["plan"]),
              f"  TP: {tp['strategy']}: " + ", ".join(f"{x['attr']} ({x['strategy']})" for x in tp["block_lists"])]
+    if not data["cache"]["block_lists"]:
+        lines.append("  no block list: the cache has nothing to wrap, no BlockAdapter can be written (exit 1)"
+                     + "".join(f"; `{b['attr']}`: {b['why']}" for b in data["cache"]["not_blocks"][:3]))
     if tp.get("blocked_by"):
         lines.append(f"  TP not planned: {tp['blocked_by'][0]['why']}")
     if data["unknowns"]:

@@ -37,7 +37,7 @@ from .records import SUPPORT_LABEL, SURVEY_SCHEMA, SURVEY_SCHEMA_VERSION, Packag
 from .rows import Task, init_worker, one_line, survey_file
 
 _SKIP_DIRS = {"__pycache__", "node_modules", "site-packages"}
-_CACHE_FORMAT = 3  # bump when a cached per-file result changes shape
+_CACHE_FORMAT = 4  # bump when a cached per-file result changes shape
 
 
 # -- what to survey -----------------------------------------------------------------------------
@@ -242,7 +242,8 @@ def _where(task: Task) -> str:
 
 def _store(use_cache: bool, key: str, result: dict) -> None:
     if use_cache and result["deps"]:
-        cache.store(key, result, result["deps"])
+        cache.store(key, result, result["deps"], absent=result.get("absent", ()), packages=result.get("packages"),
+                    listings=result.get("listings", ()))
 
 
 def _size(path: str) -> int:

@@ -33,7 +33,8 @@ class Worker:
 
     def survey_file(self, task: Task) -> dict:
         """Rows for every ModelMixin class a file defines, with the files they read (for the cache), as JSON
-        data: {rows, skipped, parsed, indexed, deps}."""
+        data: {rows, skipped, parsed, indexed, deps} and, where the file was read, what the result cache checks
+        besides `deps` (absent, packages, listings: `integrate.cache.store`)."""
         ws = self.ws
         ws.touched.clear()
         rows: list[SurveyRow] = []
@@ -64,8 +65,13 @@ class Worker:
             read.update(looked_into)
         rows.sort(key=lambda r: r.line or 0)
         parsed = sorted(ws.touched)
-        deps = sorted(set(parsed) | read | {str(Path(task.path).resolve())})
-        return _result(rows, skipped, parsed, sorted(read), deps)
+        # besides the files this task parsed: what the worker's analyses read without parsing (cache-dit's
+        # registries), looked for and did not find, found installed and listed (kept since the worker started)
+        probes = ws.dependencies()
+        unparsed = [p for p in probes["files"] if p not in ws.hashes]
+        deps = sorted(set(parsed) | read | set(unparsed) | {str(Path(task.path).resolve())})
+        return {**_result(rows, skipped, parsed, sorted(read), deps),
+                **{k: probes[k] for k in ("absent", "packages", "listings")}}
 
     def row(self, src, name: str, cls) -> tuple[SurveyRow, list[str]]:
         """The row for one class, and the pipeline files its pipeline search looked into."""
