@@ -22,13 +22,14 @@ from integrate.resolve import External, Resolved, Workspace
 from integrate.source import SourceFile, assigned_forward, base_names, find_method
 
 from . import rules
-from .bases import diffusion_pipeline
+from .bases import diffusion_pipeline, model_mixin
 from .binding import CallArgs, bind
 from .blocks import ListDef, find_module_lists
+from .builtins import This
 from .call import call_inputs
-from .holder import held_as
 from .cfg import analyze_pipeline
 from .forward import in_place_input_mutations, signature, summarize_forward
+from .holder import held_as
 from .loops import ListUse, find_list_uses
 from .modules import module_tree
 from .patterns import decide, stream_params
@@ -54,7 +55,8 @@ def analyze(gate: GateReport, ws: Workspace, *, parallel: bool = False) -> Analy
     t_name = gate.value("transformer_class")
     transformer = analyze_transformer(ws, t_src, t_src.classes[t_name], dict(gate.block_classes))
     pipeline = _pipeline(ws, gate)
-    support = support_note(ws, gate.value("pipeline_class"), t_name)
+    support = support_note(ws, gate.value("pipeline_class"), t_name, _this(ws, t_src, t_name, pipeline), transformer,
+                           pipeline.diffusers_pipeline)
     defaults = cache_defaults(ws)
     files = tuple(ws.files_read)
     return Analysis(
@@ -68,6 +70,15 @@ def analyze(gate: GateReport, ws: Workspace, *, parallel: bool = False) -> Analy
         cache_defaults=defaults,
         parallel=parallel_facts(gate, ws, transformer) if parallel else None,
     )
+
+
+def _this(ws: Workspace, t_src: SourceFile, t_name: str, pipeline: PipelineFacts) -> This:
+    """The analysed transformer as cache-dit's built-ins are judged against it (analyzers/builtins.py)."""
+    qualname = f"{t_src.dotted_name or t_src.path.stem}.{t_name}"
+    cls = t_src.classes[t_name]
+    return This(t_name, qualname, Evidence(str(t_src.path), t_src.line(cls), f"this is {qualname}"),
+                adapter_handed=pipeline.diffusers_pipeline is False,
+                planners_handed=model_mixin(ws, t_src, cls)[0] is False)
 
 
 def _self_values(tree, attr: str) -> dict[str, object]:
@@ -113,7 +124,8 @@ def _pipeline(ws: Workspace, gate: GateReport) -> PipelineFacts:
         pipeline_at = Evidence(str(p_src.path), p_src.line(entry) if entry is not None else 0,
                                f"`{gate.pipeline_entry}` is a function, not a pipeline class")
     return dataclasses.replace(facts, findings=tuple(found), call_inputs=call_inputs(p_src, entry),
-                               transformer_attr=held[0] if held else None, transformer_attr_at=held[1] if held else None,
+                               transformer_attr=held[0] if held else None,
+                               transformer_attr_at=held[1] if held else None,
                                diffusers_pipeline=is_pipeline, diffusers_pipeline_at=pipeline_at)
 
 
@@ -234,12 +246,14 @@ def _untraced(ws: Workspace, d: ListDef) -> tuple[bool | None, str]:
 
 
 def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
-                optional: frozenset[str], tree=None, said: tuple[Evidence, ...] = ()) -> tuple[BlockList, list[Finding]]:
+                optional: frozenset[str], tree=None,
+                said: tuple[Evidence, ...] = ()) -> tuple[BlockList, list[Finding]]:
     """The verdict on one list, and the findings of the rules on it (block-list rules, then list rules).
     `tree`: the transformer's module tree, built on demand (what the block's `self.<x>` guards read); `said`:
     evidence every list carries (which method serves as forward, where `__init__` chooses it)."""
     path = str(src.path)
-    evidence = [Evidence(path, d.line, f"`self.{d.attr}` = {d.container}" + (" (conditional)" if d.conditional else ""))]
+    evidence = [Evidence(path, d.line,
+                         f"`self.{d.attr}` = {d.container}" + (" (conditional)" if d.conditional else ""))]
     evidence += said
     if d.traced:
         evidence.append(Evidence(path, d.line, f"block class {', '.join(e.name for e in d.elements)} from {d.traced}"))

@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.16"
+PLAN_SCHEMA_VERSION = "1.17"
 
 
 @dataclass(frozen=True)
