@@ -1,6 +1,6 @@
 """cache-dit's built-in registrations answer a class name by prefix (its adapters skip their type check for a class
 outside diffusers): a built-in is deferred to only where it was written for this very class (module and name) and
-its block lists bind here.
+its block lists bind here; otherwise the plugin puts ours ahead of it, and cache-dit's registry then answers ours.
 
 The model is a research repository's own, named as cache-dit's built-ins are (written here, tiny): a diffusers
 `ModelMixin` whose class is not diffusers' one, with a `DiffusionPipeline` of its own.
@@ -8,9 +8,13 @@ The model is a research repository's own, named as cache-dit's built-ins are (wr
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from conftest import analyse_source, source_flags
 
 MODEL = '''
@@ -102,6 +106,81 @@ def test_a_class_named_as_a_builtin_outside_diffusers_is_not_deferred_to(tmp_pat
         == "medium"
 
 
+def _probe(out: Path, src: Path, import_name: str, transformer: str, pipeline: str) -> dict:
+    """Import the plugin with cache-dit in a fresh process and ask cache-dit's registries what answers."""
+    code = textwrap.dedent(f"""
+        import importlib, json, sys
+        import model
+        from cache_dit.caching.block_adapters.block_registers import BlockAdapterRegister as R
+        from cache_dit.distributed.transformers.register import ContextParallelismPlannerRegister as C
+        from cache_dit.distributed.transformers.register import TensorParallelismPlannerRegister as T
+        import cache_dit.distributed.transformers.dispatch as dispatch
+        dispatch._ensure_cp_planners_activated(); dispatch._ensure_tp_planners_activated()
+        before = [list(R._adapters), list(C._cp_planner_registry), list(T._tp_planner_registry)]
+        plugin = importlib.import_module({import_name!r})
+        t = model.{transformer}()
+        pipe = model.{pipeline}(t)
+
+        def wraps(adapter):
+            blocks = adapter.blocks if isinstance(adapter.blocks, list) else [adapter.blocks]
+            return any(b is t.layers for b in blocks)
+
+        first = lambda table, name: next(k for k in table if name.startswith(k))
+        ours = ({pipeline!r}, {transformer!r})
+        after = [list(R._adapters), list(C._cp_planner_registry), list(T._tp_planner_registry)]
+        print("JSON" + json.dumps({{
+            "pipe": wraps(R.get_adapter(pipe)), "alone": wraps(R.get_adapter(t)),
+            "cp": C.get_planner(t) is plugin.CP_PLANNER, "tp": T.get_planner(t) is plugin.TP_PLANNER,
+            "flags": [plugin.ADAPTER_REGISTERED, plugin.CP_PLANNER_REGISTERED, plugin.TP_PLANNER_REGISTERED],
+            "ahead_of": [plugin.adapter.AHEAD_OF, plugin.cp_planner.AHEAD_OF, plugin.tp_planner.AHEAD_OF],
+            # ours first; every other entry kept, in its own order
+            "first": [a[:2] for a in after],
+            # (the plugin's `_activate` may add built-ins cache-dit had not loaded yet: at the end)
+            "others_kept": [[k for k in a if k in b and k not in ours] == [k for k in b if k not in ours]
+                            for a, b in zip(after, before)],
+            "diffusers_names": [first(R._adapters, "WanImageToVideoPipeline"),
+                                first(C._cp_planner_registry, "WanVACETransformer3DModel"),
+                                first(T._tp_planner_registry, "WanAnimateTransformer3DModel")],
+        }}))
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          env={"PYTHONPATH": f"{out}:{src}", "PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": ""})
+    said = [line for line in proc.stdout.splitlines() if line.startswith("JSON")]
+    assert said, proc.stderr[-3000:]
+    return json.loads(said[-1][4:])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_plugin_puts_ours_ahead_and_cache_dits_registry_answers_it(tmp_path, case):
+    """Generated and imported with cache-dit, the plugin's adapter answers the pipeline and the transformer looked up
+    alone, and its CP / TP planners answer the transformer: cache-dit's built-in Wan adapter, which reads
+    `transformer.blocks`, would fail on this model. Only the names of ours answer differently."""
+    from integrate import api
+
+    transformer, pipeline, adapter_key, cp_key, tp_key = CASES[case]
+    flags = _flags(tmp_path, case)
+    api.write_plan(api.plan(flags, probe=False), tmp_path / "plan")
+    api.approve(tmp_path / "plan", "test")
+    gen = api.generate(tmp_path / "plan", out=tmp_path / "out")
+    assert gen.registered["adapter"] == f"{pipeline}, {transformer}", gen.registered  # full names, never a prefix
+    assert gen.registered["cp_planner"] == gen.registered["tp_planner"] == transformer
+    ahead = [n for n in gen.notes if "ours goes ahead of it" in n]
+    assert len(ahead) == 4 and all("moves it to the front of the registry's table" in n for n in ahead), gen.notes
+    text = (tmp_path / "out" / gen.plugin.import_name / "adapter.py").read_text()
+    said = " ".join(line.strip().removeprefix("# ") for line in text.splitlines() if line.startswith("# "))
+    assert f"written for diffusers.{transformer}" in said and f"this is model.{transformer}" in said
+    assert "the private write" in said
+
+    got = _probe(tmp_path / "out", tmp_path, gen.plugin.import_name, transformer, pipeline)
+    assert got["pipe"] and got["alone"] and got["cp"] and got["tp"], got
+    assert got["flags"] == [True, True, True]
+    assert got["ahead_of"] == [{pipeline: adapter_key, transformer: adapter_key}, {transformer: cp_key},
+                               {transformer: tp_key}]
+    assert got["first"][0] == [transformer, pipeline] and [f[0] for f in got["first"][1:]] == [transformer] * 2
+    assert got["others_kept"] == [True, True, True]
+    assert got["diffusers_names"] == ["Wan", "WanVACETransformer3D", "Wan"]  # cache-dit's own, as before
+
+
 def test_diffusers_own_class_defers_and_a_builtin_the_binding_rejects_does_not(analysis):
     """diffusers' own Flux: cache-dit's adapter was written for this very class (module and name) and its lists bind
     as the analysis reads them: deferred to. Bria: written for it too, but it wraps `transformer_blocks` with
@@ -128,3 +207,30 @@ def test_diffusers_own_class_defers_and_a_builtin_the_binding_rejects_does_not(a
     assert cp["written_for"] == ["diffusers.models.transformers.transformer_hunyuan_video."
                                  "HunyuanVideoTransformer3DModel"]
     assert hv15["deferred"] is True  # its adapter is cache-dit's own, written for it
+
+
+def test_where_cache_dits_table_cannot_be_reordered_ours_is_not_registered_and_the_import_says_so(tmp_path):
+    """The one private write is guarded: where `BlockAdapterRegister._adapters` is not the dict the plugin knows (a
+    read-only mapping here, as another cache-dit might keep), nothing is forced in: the adapter is not registered,
+    `ADAPTER_REGISTERED` is false and the import warns, naming the built-in that answers and how to hand ours over."""
+    from integrate import api
+
+    transformer, pipeline = CASES["wan"][:2]
+    api.write_plan(api.plan(_flags(tmp_path, "wan"), probe=False), tmp_path / "plan")
+    api.approve(tmp_path / "plan", "test")
+    gen = api.generate(tmp_path / "plan", out=tmp_path / "out")
+    code = textwrap.dedent(f"""
+        import json, types
+        from cache_dit.caching.block_adapters.block_registers import BlockAdapterRegister as R
+        R._adapters = types.MappingProxyType(dict(R._adapters))
+        import {gen.plugin.import_name} as plugin
+        print("JSON" + json.dumps([plugin.ADAPTER_REGISTERED, plugin.adapter.ANSWERED_BY, plugin.adapter.AHEAD_OF,
+                                   next(k for k in R._adapters if {pipeline!r}.startswith(k))]))
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          env={"PYTHONPATH": f"{tmp_path / 'out'}:{tmp_path}", "PATH": "/usr/bin:/bin",
+                               "CUDA_VISIBLE_DEVICES": ""})
+    said = [line for line in proc.stdout.splitlines() if line.startswith("JSON")]
+    assert said, proc.stderr[-3000:]
+    assert json.loads(said[-1][4:]) == [False, {pipeline: "Wan", transformer: "Wan"}, {}, "Wan"]
+    assert "so wan_adapter is not registered: hand it over" in proc.stderr
