@@ -504,6 +504,9 @@ class SupportNote:
     # analysis rejects them); the plugin then registers no adapter of its own
     deferred: bool = False
     answers: tuple[BuiltinAnswer, ...] = ()  # 1.16: each name a built-in registration answers, with its verdict
+    # 1.16: where cache-dit turns separate CFG on for the pipeline by its class name (a prefix in its list), whatever
+    # the adapter says; generate says to set `enable_separate_cfg=False` where the pipeline batches CFG
+    separate_cfg_by_name: Evidence | Omit = OMIT
 
 
 @dataclass(frozen=True)

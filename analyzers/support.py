@@ -183,9 +183,38 @@ def support_note(ws: Workspace, pipeline_class: str | None, transformer_class: s
             m.accepts and transformer_class not in m.accepts for m in matches))
     deferred = bool(adapter_answers) and all(a.deferred for a in adapter_answers)
     refused = next((a.why for a in adapter_answers if not a.deferred), None)
+    cfg = separate_cfg_by_name(ws, pipeline_class) if pipeline_is_diffusers is not False else None
     return SupportNote("reported beside the analysis: the installed cache-dit's own adapter registry",
                        bool(adapters), registered, tuple(matches), refused or OMIT, planners if planners else OMIT,
-                       deferred, tuple(answers))
+                       deferred, tuple(answers), cfg or OMIT)
+
+
+def separate_cfg_by_name(ws: Workspace, pipeline_class: str | None) -> Evidence | None:
+    """Where the installed cache-dit turns separate CFG on for a pipeline by its class name: a prefix of it in
+    `BlockAdapterRegister._predefined_adapters_has_separate_cfg` (a list of strings in the class body), which
+    cache-dit consults where the adapter says False and the cache config leaves `enable_separate_cfg` unset. None
+    where no listed name prefixes `pipeline_class`, or the list is not found."""
+    if not pipeline_class or "." in pipeline_class:
+        return None
+    try:
+        found = ws.locate_class("cache_dit", "BlockAdapterRegister")
+    except InputError:
+        return None
+    for stmt in found.node.body.body if isinstance(found.node, cst.ClassDef) else ():
+        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+            if not (isinstance(small, (cst.Assign, cst.AnnAssign)) and isinstance(small.value, cst.List)):
+                continue
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+            if not any(isinstance(t, cst.Name) and t.value == "_predefined_adapters_has_separate_cfg" for t in targets):
+                continue
+            for element in small.value.elements:
+                name = element.value.evaluated_value if isinstance(element.value, cst.SimpleString) else None
+                if isinstance(name, str) and name and pipeline_class.startswith(name):
+                    return Evidence(str(found.src.path), found.src.line(element),
+                                    f"cache-dit turns separate CFG on for a pipeline whose class name starts with "
+                                    f"'{name}' (BlockAdapterRegister._predefined_adapters_has_separate_cfg) where the "
+                                    "adapter says False and the cache config leaves enable_separate_cfg unset")
+    return None
 
 
 def _adapter_answers(ws: Workspace, adapters: dict[str, str], pipeline_class: str | None,

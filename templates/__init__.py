@@ -28,7 +28,7 @@ from integrate.decisions.matrix import rows as matrix_rows
 from integrate.decisions.records import Approval, Plan
 
 from integrate import __version__, escape
-from integrate.records import to_json
+from integrate.records import OMIT, to_json
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, find_method
 from integrate.syntax import body_of, params_of, walk_statements
@@ -262,12 +262,24 @@ def _adapter(b: _Build) -> dict:
     }
     adapter["keys"] = _adapter_keys(b, adapter)
     adapter["ahead"] = any(k["ahead"] for k in adapter["keys"])
+    adapter["cfg_by_name"] = _cfg_by_name(b, third_party)
     if blocks:
         b.piece("adapter", "adapter", adapter["func"], "adapter.py.j2", adapter=adapter, functor=b.functor,
                 manual_patch=b.manual_patch,
                 imports=import_block(_adapter_imports(b, third_party), (b.import_name,)))
         _adapter_registered(b, adapter)
     return adapter
+
+
+def _cfg_by_name(b: _Build, third_party: bool) -> str | None:
+    """What to say where cache-dit turns separate CFG on for this pipeline by its class name while ours says it
+    batches CFG (a built-in prefix in its list, which no registration of ours overrides); None otherwise."""
+    support = b.plan.already_supported
+    said = support.separate_cfg_by_name if support is not None else OMIT
+    if said is OMIT or third_party or b.common["supported"] or b.plan.cache.has_separate_cfg is not False:
+        return None
+    return (f"{said.why} ({Path(said.file).name}:{said.line}): this pipeline batches CFG, so pass "
+            "enable_separate_cfg=False in the cache config (DBCacheConfig(enable_separate_cfg=False))")
 
 
 def _adapter_keys(b: _Build, adapter: dict) -> list[dict]:
@@ -384,6 +396,8 @@ def _adapter_registered(b: _Build, adapter: dict) -> None:
                            "where the public API cannot put it)")
     if adapter["keys"]:
         b.registered["adapter"] = ", ".join(k["name"] for k in adapter["keys"])
+    if adapter["cfg_by_name"]:
+        b.notes.append(adapter["cfg_by_name"])
 
 
 # -- parallelism ------------------------------------------------------------------------------------

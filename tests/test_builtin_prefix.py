@@ -101,6 +101,8 @@ def test_a_class_named_as_a_builtin_outside_diffusers_is_not_deferred_to(tmp_pat
     assert "'Wan' adapter (adapters.py:" in adapter["why"] and "answers WanPipeline by prefix but was written for " \
         "diffusers.WanTransformer3DModel" in adapter["why"] and "this is model.WanTransformer3DModel" in adapter["why"]
     assert "not deferred" in note["prefix_only"]
+    by_name = note["separate_cfg_by_name"]
+    assert by_name["file"].endswith("block_registers.py") and "'Wan'" in by_name["why"]
     # the planners assert no class: they follow cache-dit's adapter for the model, which was not written for this one
     assert "asserts no class" in answers[("tp", transformer)]["why"] and answers[("tp", transformer)]["confidence"] \
         == "medium"
@@ -128,7 +130,11 @@ def _probe(out: Path, src: Path, import_name: str, transformer: str, pipeline: s
         first = lambda table, name: next(k for k in table if name.startswith(k))
         ours = ({pipeline!r}, {transformer!r})
         after = [list(R._adapters), list(C._cp_planner_registry), list(T._tp_planner_registry)]
+        import cache_dit
+        cfg = cache_dit.DBCacheConfig(Fn_compute_blocks=1, Bn_compute_blocks=0)  # enable_separate_cfg left unset
+        cache_dit.enable_cache(model.{pipeline}(model.{transformer}()), cache_config=cfg)
         print("JSON" + json.dumps({{
+            "separate_cfg": cfg.enable_separate_cfg,
             "pipe": wraps(R.get_adapter(pipe)), "alone": wraps(R.get_adapter(t)),
             "cp": C.get_planner(t) is plugin.CP_PLANNER, "tp": T.get_planner(t) is plugin.TP_PLANNER,
             "flags": [plugin.ADAPTER_REGISTERED, plugin.CP_PLANNER_REGISTERED, plugin.TP_PLANNER_REGISTERED],
@@ -179,6 +185,11 @@ def test_the_plugin_puts_ours_ahead_and_cache_dits_registry_answers_it(tmp_path,
     assert got["first"][0] == [transformer, pipeline] and [f[0] for f in got["first"][1:]] == [transformer] * 2
     assert got["others_kept"] == [True, True, True]
     assert got["diffusers_names"] == ["Wan", "WanVACETransformer3D", "Wan"]  # cache-dit's own, as before
+    # cache-dit turns separate CFG on for a pipeline named `Wan...` whatever our adapter says (a prefix list, not a
+    # registry ours can go ahead in): generate says to set it, where the pipeline batches CFG
+    cfg_note = [n for n in gen.notes if "enable_separate_cfg=False" in n]
+    assert got["separate_cfg"] is (case == "wan") and len(cfg_note) == (case == "wan"), (got, gen.notes)
+    assert case != "wan" or "'Wan' (BlockAdapterRegister._predefined_adapters_has_separate_cfg)" in cfg_note[0]
 
 
 def test_diffusers_own_class_defers_and_a_builtin_the_binding_rejects_does_not(analysis):
