@@ -22,14 +22,15 @@ from integrate.resolve import External, Resolved, Workspace
 from integrate.source import SourceFile, assigned_forward, base_names, find_method
 
 from . import rules
-from .bases import diffusion_pipeline
+from .bases import diffusion_pipeline, model_mixin
 from .binding import CallArgs, bind
 from .blocks import ListDef, find_module_lists
+from .builtins import This
 from .call import call_inputs
-from .holder import held_as
-from .library_block import library_block
 from .cfg import analyze_pipeline
 from .forward import in_place_input_mutations, signature, summarize_forward
+from .holder import held_as
+from .library_block import library_block
 from .loops import ListUse, find_list_uses
 from .modules import module_tree
 from .patterns import decide, stream_params
@@ -55,7 +56,8 @@ def analyze(gate: GateReport, ws: Workspace, *, parallel: bool = False) -> Analy
     t_name = gate.value("transformer_class")
     transformer = analyze_transformer(ws, t_src, t_src.classes[t_name], dict(gate.block_classes))
     pipeline = _pipeline(ws, gate)
-    support = support_note(ws, gate.value("pipeline_class"), t_name)
+    support = support_note(ws, gate.value("pipeline_class"), t_name, _this(ws, t_src, t_name, pipeline), transformer,
+                           pipeline.diffusers_pipeline)
     defaults = cache_defaults(ws)
     files = tuple(ws.files_read)
     return Analysis(
@@ -69,6 +71,15 @@ def analyze(gate: GateReport, ws: Workspace, *, parallel: bool = False) -> Analy
         cache_defaults=defaults,
         parallel=parallel_facts(gate, ws, transformer) if parallel else None,
     )
+
+
+def _this(ws: Workspace, t_src: SourceFile, t_name: str, pipeline: PipelineFacts) -> This:
+    """The analysed transformer as cache-dit's built-ins are judged against it (analyzers/builtins.py)."""
+    qualname = f"{t_src.dotted_name or t_src.path.stem}.{t_name}"
+    cls = t_src.classes[t_name]
+    return This(t_name, qualname, Evidence(str(t_src.path), t_src.line(cls), f"this is {qualname}"),
+                adapter_handed=pipeline.diffusers_pipeline is False,
+                planners_handed=model_mixin(ws, t_src, cls)[0] is False)
 
 
 def _self_values(tree, attr: str) -> dict[str, object]:

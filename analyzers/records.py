@@ -16,7 +16,7 @@ from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
 from .fixes import Fix
 
-ANALYSIS_SCHEMA_VERSION = "1.16"
+ANALYSIS_SCHEMA_VERSION = "1.17"
 
 
 @dataclass(frozen=True)
@@ -471,17 +471,42 @@ class SupportMatch:
 
 
 @dataclass(frozen=True)
+class BuiltinAnswer:
+    """A class name one of cache-dit's own registrations answers by name prefix (1.16; cache-dit looks adapters and
+    planners up by the first registered name a class name starts with, and its adapters skip their type check for a
+    class outside diffusers), and whether it is deferred to: only where it was written for this very class (the same
+    module and name) and, for an adapter, where its block lists bind here as the analysis reads them."""
+
+    kind: Literal["adapter", "cp", "tp"]
+    name: str  # the class name cache-dit looks up (a diffusers pipeline's, or the transformer's)
+    key: str  # cache-dit's registered name that answers it first
+    written_for: tuple[str, ...]  # the classes it was written for, qualified as it names them ((): not read)
+    this: str  # the analysed transformer class, qualified (module.Class)
+    deferred: bool  # false: the plugin registers ours ahead of it
+    why: str  # the verdict, labelled
+    confidence: Confidence
+    evidence: tuple[Evidence, ...]  # the registration first (file, line), then this class, then the binding
+
+
+@dataclass(frozen=True)
 class SupportNote:
     """What the installed cache-dit already registers: reported beside the analysis, never used as it."""
 
     label: str
     cache_dit_found: bool
-    registered: bool
+    registered: bool  # 1.16: an adapter cache-dit registers was written for this very class (module and name)
     matches: tuple[SupportMatch, ...]
-    prefix_only: str | Omit = OMIT  # why a prefix match is not support, when its adapter asserts other classes
+    prefix_only: str | Omit = OMIT  # why a prefix match is not deferred to (the verdict of `answers`)
     # "cp" / "tp" -> the planner name cache-dit registers that answers a lookup of the transformer class first,
-    # "'key' (file:line)" (1.16): a plugin cannot register its own planner ahead of it through the public API
+    # "'key' (file:line)"
     planners: dict[str, str] | Omit = OMIT
+    # 1.16: cache-dit's own adapter is deferred to: `registered`, and its block lists bind here (no binding of the
+    # analysis rejects them); the plugin then registers no adapter of its own
+    deferred: bool = False
+    answers: tuple[BuiltinAnswer, ...] = ()  # 1.16: each name a built-in registration answers, with its verdict
+    # 1.16: where cache-dit turns separate CFG on for the pipeline by its class name (a prefix in its list), whatever
+    # the adapter says; generate says to set `enable_separate_cfg=False` where the pipeline batches CFG
+    separate_cfg_by_name: Evidence | Omit = OMIT
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,11 @@ import libcst as cst
 from integrate.errors import InputError
 from integrate.records import OMIT, Evidence
 from integrate.resolve import Resolved, Workspace
-from integrate.source import dotted
+from integrate.source import SourceFile, dotted
 from integrate.syntax import find_all
 
-from .records import CacheDefaults, SupportMatch, SupportNote
+from .builtins import This, adapter_configs, binding, qualified, verdict
+from .records import BuiltinAnswer, CacheDefaults, SupportMatch, SupportNote, TransformerFacts
 
 
 def registered_adapters(ws: Workspace) -> dict[str, str]:
@@ -48,10 +49,12 @@ def registered_adapters(ws: Workspace) -> dict[str, str]:
                 if isinstance(arg, cst.SimpleString) and supported:
                     out[arg.evaluated_value] = f"{path}:{src.line(fn)}"
                     _ACCEPTS[out[arg.evaluated_value]] = _accepted_classes(fn)
+                    _READ[out[arg.evaluated_value]] = (src, fn)
     return out
 
 
 _ACCEPTS: dict[str, tuple[str, ...] | None] = {}
+_READ: dict[str, tuple[SourceFile, cst.FunctionDef]] = {}  # "file:line" -> the adapter function, as read
 
 
 def registered_planners(ws: Workspace, package: str, register: str) -> dict[str, str]:
@@ -59,6 +62,11 @@ def registered_planners(ws: Workspace, package: str, register: str) -> dict[str,
     defines `register` (cache-dit's planners sit beside their registry), read statically; {} when not found.
     The folder's files are read with the standard `ast` (a tenth of a full syntax tree's time, every plan pays it)
     and a decorator counts where its name is `register` as imported or defined in that file."""
+    return {key: where for key, (where, _) in planner_classes(ws, package, register).items()}
+
+
+def planner_classes(ws: Workspace, package: str, register: str) -> dict[str, tuple[str, str]]:
+    """{name prefix: ("file:line", planner class name)}, as `registered_planners` reads them."""
     try:
         found = ws.locate_class(package, register)
     except InputError:
@@ -69,15 +77,15 @@ def registered_planners(ws: Workspace, package: str, register: str) -> dict[str,
             files.append((str(path), ws.read_bytes(path)))
         except OSError:
             continue
-    return dict(_planner_table(tuple(files), register))
+    return {key: (where, cls) for key, where, cls in _planner_table(tuple(files), register)}
 
 
 @functools.lru_cache(maxsize=8)
-def _planner_table(files: tuple[tuple[str, bytes], ...], register: str) -> tuple[tuple[str, str], ...]:
+def _planner_table(files: tuple[tuple[str, bytes], ...], register: str) -> tuple[tuple[str, str, str], ...]:
     """The table for the folder's files as read ((path, bytes), in order): kept per content, never per folder."""
     import ast
 
-    out: dict[str, str] = {}
+    out: dict[str, tuple[str, str]] = {}
     for path, data in files:
         try:
             tree = ast.parse(data.decode("utf-8", errors="replace"), filename=path)
@@ -93,8 +101,8 @@ def _planner_table(files: tuple[tuple[str, bytes], ...], register: str) -> tuple
                 if (isinstance(deco, ast.Call) and isinstance(deco.func, ast.Attribute) and deco.func.attr == "register"
                         and isinstance(deco.func.value, ast.Name) and deco.func.value.id in names and deco.args
                         and isinstance(deco.args[0], ast.Constant) and isinstance(deco.args[0].value, str)):
-                    out.setdefault(deco.args[0].value, f"{path}:{node.lineno}")
-    return tuple(out.items())
+                    out.setdefault(deco.args[0].value, (f"{path}:{node.lineno}", node.name))
+    return tuple((key, where, cls) for key, (where, cls) in out.items())
 
 
 def answered_by(name: str, registered: dict[str, str]) -> str | None:
@@ -114,14 +122,20 @@ def _accepted_classes(fn: cst.FunctionDef) -> tuple[str, ...] | None:
             if isinstance(t.target, cst.Name):
                 assigned.setdefault(t.target.value, []).append(a.value)
 
-    def classes(value: cst.BaseExpression, depth: int = 0) -> list[str] | None:
+    def classes(value: cst.BaseExpression, seen: frozenset[str] = frozenset()) -> list[str] | None:
         if isinstance(value, (cst.Tuple, cst.List)):
-            found = [classes(e.value, depth) for e in value.elements]
+            found = [classes(e.value, seen) for e in value.elements]
+            return None if any(f is None for f in found) else [n for f in found for n in f]
+        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):
+            # `supported = supported + (B,)`: what each side holds
+            found = [classes(value.left, seen), classes(value.right, seen)]
             return None if any(f is None for f in found) else [n for f in found for n in f]
         if isinstance(value, cst.Name) and value.value == "None":
             return []
-        if isinstance(value, cst.Name) and value.value in assigned and depth < 3:
-            found = [classes(v, depth + 1) for v in assigned[value.value]]
+        if isinstance(value, cst.Name) and value.value in seen:
+            return []  # its other assignments are read where the name is first met
+        if isinstance(value, cst.Name) and value.value in assigned and len(seen) < 3:
+            found = [classes(v, seen | {value.value}) for v in assigned[value.value]]
             if any(f is None for f in found):
                 return None
             return [n for f in found for n in f] or [value.value]  # `X = None` fallbacks keep the class
@@ -137,10 +151,15 @@ def _accepted_classes(fn: cst.FunctionDef) -> tuple[str, ...] | None:
         if found is None:
             return None  # nothing is refused on account of what was not read
         names += found
-    return tuple(n for n in names if n) or None
+    return tuple(dict.fromkeys(n for n in names if n)) or None
 
 
-def support_note(ws: Workspace, pipeline_class: str | None, transformer_class: str | None) -> SupportNote:
+def support_note(ws: Workspace, pipeline_class: str | None, transformer_class: str | None, this: This | None = None,
+                 facts: TransformerFacts | None = None, pipeline_is_diffusers: bool | None = None) -> SupportNote:
+    """What the installed cache-dit registers for the model, and (with `this`, the analysed class) a verdict on each
+    of its registrations that answers a name cache-dit looks up here (analyzers/builtins.py): the pipeline's class
+    (unless it is no diffusers pipeline, which cache-dit never looks up), the transformer's, for its CP / TP planners
+    the transformer's."""
     adapters = registered_adapters(ws)
     matches = []
     for candidate in (pipeline_class, transformer_class):
@@ -149,20 +168,92 @@ def support_note(ws: Workspace, pipeline_class: str | None, transformer_class: s
         for prefix, where in adapters.items():
             if candidate.split(".")[0].startswith(prefix):
                 matches.append(SupportMatch(candidate, prefix, where, tuple(_ACCEPTS.get(where) or ())))
-    # a prefix match whose adapter asserts other transformer classes (`Sana` for SanaVideo) is not support
-    refused = bool(transformer_class) and any(m.accepts and transformer_class not in m.accepts for m in matches)
-    prefix_only = (f"cache-dit's adapter for the prefix accepts only "
-                   f"{', '.join(next(m.accepts for m in matches if m.accepts))}") if refused else OMIT
+    answers = _adapter_answers(ws, adapters, pipeline_class, transformer_class, this, facts, pipeline_is_diffusers)
     planners = {}
     for kind, register in (("cp", "ContextParallelismPlannerRegister"), ("tp", "TensorParallelismPlannerRegister")):
-        table = registered_planners(ws, "cache_dit.distributed.transformers.register", register)
+        table = planner_classes(ws, "cache_dit.distributed.transformers.register", register)
         key = answered_by(transformer_class, table) if transformer_class else None
-        if key is not None:
-            file, _, line = table[key].rpartition(":")
-            planners[kind] = f"'{key}' ({Path(file).name}:{line})"
+        if key is None:
+            continue
+        where, planner = table[key]
+        file, _, line = where.rpartition(":")
+        planners[kind] = f"'{key}' ({Path(file).name}:{line})"
+        if this is not None:
+            fallback = next((a for a in answers if this.qualname in a.written_for), answers[0] if answers else None)
+            answers.append(verdict(kind, transformer_class, key, where,
+                                   _planner_written_for(ws, Path(file), planner, this), this, fallback=fallback))
+    adapter_answers = [a for a in answers if a.kind == "adapter"]
+    if this is not None:  # the class itself, by module and name
+        registered = any(this.qualname in a.written_for for a in adapter_answers)
+    else:  # no class to compare: what the prefix matches' adapters assert, by name
+        registered = bool(matches) and not (bool(transformer_class) and any(
+            m.accepts and transformer_class not in m.accepts for m in matches))
+    deferred = bool(adapter_answers) and all(a.deferred for a in adapter_answers)
+    refused = next((a.why for a in adapter_answers if not a.deferred), None)
+    cfg = separate_cfg_by_name(ws, pipeline_class) if pipeline_is_diffusers is not False else None
     return SupportNote("reported beside the analysis: the installed cache-dit's own adapter registry",
-                       bool(adapters), bool(matches) and not refused, tuple(matches), prefix_only,
-                       planners if planners else OMIT)
+                       bool(adapters), registered, tuple(matches), refused or OMIT, planners if planners else OMIT,
+                       deferred, tuple(answers), cfg or OMIT)
+
+
+def separate_cfg_by_name(ws: Workspace, pipeline_class: str | None) -> Evidence | None:
+    """Where the installed cache-dit turns separate CFG on for a pipeline by its class name: a prefix of it in
+    `BlockAdapterRegister._predefined_adapters_has_separate_cfg` (a list of strings in the class body), which
+    cache-dit consults where the adapter says False and the cache config leaves `enable_separate_cfg` unset. None
+    where no listed name prefixes `pipeline_class`, or the list is not found."""
+    if not pipeline_class or "." in pipeline_class:
+        return None
+    try:
+        found = ws.locate_class("cache_dit", "BlockAdapterRegister")
+    except InputError:
+        return None
+    for stmt in found.node.body.body if isinstance(found.node, cst.ClassDef) else ():
+        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+            if not (isinstance(small, (cst.Assign, cst.AnnAssign)) and isinstance(small.value, cst.List)):
+                continue
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+            if not any(isinstance(t, cst.Name) and t.value == "_predefined_adapters_has_separate_cfg" for t in targets):
+                continue
+            for element in small.value.elements:
+                name = element.value.evaluated_value if isinstance(element.value, cst.SimpleString) else None
+                if isinstance(name, str) and name and pipeline_class.startswith(name):
+                    return Evidence(str(found.src.path), found.src.line(element),
+                                    f"cache-dit turns separate CFG on for a pipeline whose class name starts with "
+                                    f"'{name}' (BlockAdapterRegister._predefined_adapters_has_separate_cfg) where the "
+                                    "adapter says False and the cache config leaves enable_separate_cfg unset")
+    return None
+
+
+def _adapter_answers(ws: Workspace, adapters: dict[str, str], pipeline_class: str | None,
+                     transformer_class: str | None, this: This | None, facts: TransformerFacts | None,
+                     pipeline_is_diffusers: bool | None) -> list[BuiltinAnswer]:
+    """The verdict on each adapter cache-dit answers a looked-up name with (the first registered prefix of it)."""
+    if this is None:
+        return []
+    names = [transformer_class] if transformer_class else []
+    if pipeline_class and pipeline_is_diffusers is not False and "." not in pipeline_class:
+        names.insert(0, pipeline_class)
+    out = []
+    for name in dict.fromkeys(names):
+        key = answered_by(name, adapters)
+        if key is None:
+            continue
+        where = adapters[key]
+        src, fn = _READ[where]
+        written_for = tuple(dict.fromkeys(qualified(ws, src, fn, n, this) for n in _ACCEPTS.get(where) or ()))
+        out.append(verdict("adapter", name, key, where, written_for, this,
+                           bound=binding(adapter_configs(src, fn), facts)))
+    return out
+
+
+def _planner_written_for(ws: Workspace, path: Path, planner: str, this: This) -> tuple[str, ...]:
+    """The classes a cache-dit planner asserts its transformer is (`planner_accepts`), qualified by its module's
+    imports; () where it asserts none."""
+    accepts = planner_accepts(path, planner)
+    if accepts is None:
+        return ()
+    src = ws.load(path)
+    return tuple(dict.fromkeys(qualified(ws, src, src.classes.get(planner), n, this) for n in accepts[0]))
 
 
 def cache_defaults(ws: Workspace) -> CacheDefaults | None:

@@ -32,10 +32,13 @@ class MatrixRow:
 
 
 def _planner_exists(plan: Plan, kind: str) -> bool:
-    """A `kind` ("cp" / "tp") planner for the model: one the plan writes, or cache-dit's own that answers for a model
-    it supports (the plan's support note)."""
+    """A `kind` ("cp" / "tp") planner for the model: one the plan writes, or cache-dit's own that answers for it and
+    is deferred to (the plan's support note: written for this very class; a plan older than analyze 1.16 has no
+    verdicts, and a planner cache-dit registers for a model it supports stands)."""
     written = bool(plan.parallelism.cp.plan) if kind == "cp" else bool(plan.parallelism.tp.block_lists)
     support = plan.already_supported
+    if support is not None and support.answers:
+        return written or any(a.kind == kind and a.deferred for a in support.answers)
     own = support is not None and support.registered and isinstance(support.planners, dict) and kind in support.planners
     return written or own
 

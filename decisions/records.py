@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.18"
+PLAN_SCHEMA_VERSION = "1.19"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any
 import jinja2
 import libcst as cst
 from integrate.analyzers.fixes import Manual
-from integrate.analyzers.records import Analysis, Finding
+from integrate.analyzers.records import Analysis, BuiltinAnswer, Finding
 from integrate.decisions import patch_findings
 from integrate.decisions.cp import TEXT_STREAMS
 from integrate.decisions.matrix import rows as matrix_rows
@@ -100,26 +100,23 @@ class _Build:
         sha = self.approval.plan_sha256
         if not re.fullmatch(r"[0-9a-f]{64}", sha):
             raise escape.UnsafeValue(f"the approval's plan_sha256 {sha[:80]!r} is not a SHA-256")
+        # cache-dit's own adapter is deferred to only where the plan says so: written for this very class, its
+        # block lists binding here (a plan older than analyze 1.16 has no verdicts: its `registered` stands)
+        deferred = bool(support and (support.deferred or (support.registered and not support.answers)))
         # --replace-builtin: written as for a model cache-dit does not support, and registered over its own
         self.common = {"m": self.data["model"], "plan_sha": escape.Code(sha[:12]),
-                       "supported": bool(support and support.registered) and not self.replace_builtin,
+                       "supported": deferred and not self.replace_builtin,
                        "replace": self.replace_builtin, "native": self.native}
 
-    def answered_by(self, kind: str, name: str) -> str | None:
-        """Where a plugin cannot register `name` through cache-dit's public API: a name the installed cache-dit
-        registers answers a lookup of `name` first (the plan's support note, read statically), and a registration
-        goes at the end. Returns "'key' (file:line)", or None (and always None in a checkout, where the import
-        order puts ours first). `kind`: adapter (`name`: one the adapter is registered under), cp or tp (the
-        transformer's class)."""
+    def builtin(self, kind: str, name: str) -> BuiltinAnswer | None:
+        """The plan's verdict on the registration of cache-dit's own that answers a lookup of `name` by prefix (the
+        support note, read statically): `kind` adapter (`name`: a class cache-dit looks the adapter up by), cp or
+        tp (the transformer's class). None where none answers, and always in a checkout, where the import order
+        puts ours first."""
         support = self.plan.already_supported
         if self.native or support is None:
             return None
-        if kind == "adapter":
-            key = next((m for m in support.matches if name.startswith(m.prefix)), None)
-            return f"'{key.prefix}' ({Path(key.adapter.rpartition(':')[0]).name}:{key.adapter.rpartition(':')[2]})" \
-                if key else None
-        planners = support.planners if support.planners is not OMIT else {}
-        return planners.get(kind)
+        return next((a for a in support.answers if a.kind == kind and a.name == name), None)
 
     def piece(self, role: str, module: str, symbol: str, template: str, **ctx: Any) -> None:
         self.pieces.append(Piece(role, module, symbol, _render(template, **ctx, **self.common)))
@@ -187,7 +184,8 @@ def _manual_patch(b: _Build, left: list[Finding]) -> None:
     findings = [{"attr": f.attr, "rule": f.rule, "message": f.message,
                  "manual": f.fix.why if isinstance(f.fix, Manual) else "",  # the rule's word on why no rewrite
                  "evidence": [{"where": f"{Path(e.file).name}:{e.line}", "why": e.why} for e in f.evidence]
-                 or ([{"where": f"{here}:{f.line}", "why": f"`{_statement_at(b.src, fwd, f.line)}`"}] if f.line else [])}
+                 or ([{"where": f"{here}:{f.line}", "why": f"`{_statement_at(b.src, fwd, f.line)}`"}]
+                     if f.line else [])}
                 for f in left]
     signature = "(" + ", ".join(" ".join(b.src.code(p.with_changes(comma=cst.MaybeSentinel.DEFAULT)).split())
                                 for p in params_of(fwd)) + ")" if fwd else "(...)"
@@ -262,12 +260,49 @@ def _adapter(b: _Build) -> dict:
         # transformer's module has an import name
         "assert_module": b.src.dotted_name,
     }
+    adapter["keys"] = _adapter_keys(b, adapter)
+    adapter["ahead"] = any(k["ahead"] for k in adapter["keys"])
+    adapter["cfg_by_name"] = _cfg_by_name(b, third_party)
     if blocks:
         b.piece("adapter", "adapter", adapter["func"], "adapter.py.j2", adapter=adapter, functor=b.functor,
                 manual_patch=b.manual_patch,
                 imports=import_block(_adapter_imports(b, third_party), (b.import_name,)))
-        _adapter_registered(b, adapter, [n for n in (prefix, also) if n])
+        _adapter_registered(b, adapter)
     return adapter
+
+
+def _cfg_by_name(b: _Build, third_party: bool) -> str | None:
+    """What to say where cache-dit turns separate CFG on for this pipeline by its class name while ours says it
+    batches CFG (a built-in prefix in its list, which no registration of ours overrides); None otherwise."""
+    support = b.plan.already_supported
+    said = support.separate_cfg_by_name if support is not None else OMIT
+    if said is OMIT or third_party or b.common["supported"] or b.plan.cache.has_separate_cfg is not False:
+        return None
+    return (f"{said.why} ({Path(said.file).name}:{said.line}): this pipeline batches CFG, so pass "
+            "enable_separate_cfg=False in the cache config (DBCacheConfig(enable_separate_cfg=False))")
+
+
+def _adapter_keys(b: _Build, adapter: dict) -> list[dict]:
+    """The names the plugin registers the adapter under: the pipeline's prefix and the transformer's own class name
+    where that prefix does not cover it, each with the plan's verdict where a built-in of cache-dit's answers it
+    (`ahead`: why ours goes ahead of it). A name a built-in answers is registered as the full class name looked up,
+    never a shorter prefix: put first in the registry, a prefix would answer for cache-dit's other models. The
+    transformer looked up alone (`enable_cache(transformer)`, verify's proofs) gets its own name where a built-in
+    answers it and no name of ours ahead covers it."""
+    named = [(adapter["prefix"], adapter["lookup"], False), (adapter["also"], adapter["also"], True)]
+    keys = [{"name": n, "lookup": lookup, "also": also, "ahead": None} for n, lookup, also in named if n]
+    if adapter["third_party"] or b.common["supported"] or b.native or b.replace_builtin:
+        return keys
+    for key in keys:
+        answer = b.builtin("adapter", key["lookup"])
+        if answer is not None:
+            key.update(name=key["lookup"], ahead=answer.why)
+    alone = b.m.transformer_class
+    answer = b.builtin("adapter", alone)
+    if answer is not None and not any(alone.startswith(k["name"]) for k in keys if k["ahead"]):
+        keys = [k for k in keys if k["name"] != alone] + [{"name": alone, "lookup": alone, "also": True,
+                                                           "ahead": answer.why}]
+    return keys
 
 
 def _adapter_blocks(b: _Build) -> list[dict]:
@@ -340,51 +375,60 @@ def _adapter_imports(b: _Build, third_party: bool) -> list[tuple[str, str | None
     return imports
 
 
-def _adapter_registered(b: _Build, adapter: dict, names: list[str]) -> None:
-    """The names the plugin registers the adapter under (`names`: the pipeline's prefix and the transformer's own
-    class name), less those a built-in adapter answers first; a note for every one left out, and for a model the
-    plugin registers nothing for (a third-party loop, a model cache-dit's own adapter accepts)."""
+def _adapter_registered(b: _Build, adapter: dict) -> None:
+    """The names the plugin registers the adapter under (`_adapter_keys`), with a note for every one it puts ahead of
+    a built-in, and for a model the plugin registers nothing for (a third-party loop, a model whose own adapter in
+    cache-dit is deferred to)."""
     if adapter["third_party"]:
         b.notes.append(f"{b.m.pipeline_class} is not a diffusers pipeline: the adapter is transformer-only and "
                        f"registered nowhere; hand it to cache-dit yourself: "
                        f"`cache_dit.enable_cache({adapter['func']}(model), ...)`")
         return
     if b.common["supported"]:
-        b.notes.append(f"cache-dit's own adapter accepts {b.m.transformer_class}: the plugin registers no "
-                       "adapter over it, and its planners only where cache-dit has none")
+        b.notes.append(f"cache-dit's own adapter was written for {b.m.transformer_class}, this very class, and its "
+                       "block lists bind here: the plugin registers no adapter over it, and its planners only where "
+                       "cache-dit has none written for it")
         return
-    taken = {n: b.answered_by("adapter", n) for n in names} if not b.replace_builtin else {}
-    for n, key in taken.items():
-        if key:
-            b.notes.append(f"cache-dit's adapter registered as {key} answers {n} first, and its public API "
-                           f"cannot register ours ahead: the plugin leaves {n} unregistered; hand the adapter "
-                           f"over (`cache_dit.enable_cache({adapter['func']}(pipe), ...)`) or write it into "
-                           "a checkout (--mode checkout)")
-    kept = [n for n in names if not taken.get(n)]
-    if kept:
-        b.registered["adapter"] = ", ".join(kept)
-    if len(kept) < len(names):
-        b.notes.append("the cache rows of test_matrix.sh run through cache-dit's registry, which answers "
-                       "this pipeline with a built-in adapter, not ours, until it is written into a checkout")
+    for key in adapter["keys"]:
+        if key["ahead"]:
+            b.notes.append(f"{key['ahead']} (the plugin registers it as {key['name']} through cache-dit's public "
+                           "API, then moves it to the front of the registry's table, BlockAdapterRegister._adapters, "
+                           "where the public API cannot put it)")
+    if adapter["keys"]:
+        b.registered["adapter"] = ", ".join(k["name"] for k in adapter["keys"])
+    if adapter["cfg_by_name"]:
+        b.notes.append(adapter["cfg_by_name"])
 
 
 # -- parallelism ------------------------------------------------------------------------------------
 
 
+def _planner_ahead(b: _Build, kind: str) -> str | None:
+    """Why ours goes ahead of the CP / TP planner of cache-dit's that answers the transformer's class name by prefix
+    (the plan's verdict: not written for this very class); None where none answers or it is deferred to."""
+    answer = b.builtin(kind, b.m.transformer_class)
+    return answer.why if answer is not None and not answer.deferred else None
+
+
 def _planner_registered(b: _Build, kind: str, cls: str, hand_over: str) -> bool:
-    """Record a CP / TP planner as registered under the transformer's class name, unless a name the installed
-    cache-dit registers answers for it first (then a note says so: cache-dit's own planner of a model it supports
-    staying in charge, or how to hand ours over)."""
-    key = b.answered_by(kind, b.m.transformer_class)
-    if key is None:
+    """Record a CP / TP planner as registered under the transformer's class name: where no name of cache-dit's
+    answers for it, or ahead of the built-in that does but was not written for this class (a note says why). A
+    built-in written for this very class stays in charge (a note says so, and how to hand ours over)."""
+    answer = b.builtin(kind, b.m.transformer_class)
+    if answer is None or not answer.deferred:
         b.registered[f"{kind}_planner"] = b.m.transformer_class
+        if answer is not None:
+            table = "_cp_planner_registry" if kind == "cp" else "_tp_planner_registry"
+            register = "ContextParallelismPlannerRegister" if kind == "cp" else "TensorParallelismPlannerRegister"
+            b.notes.append(f"{answer.why} (the plugin registers {cls} as {b.m.transformer_class} through cache-dit's "
+                           f"public API, then moves it to the front of the registry's table, {register}.{table}, "
+                           "where the public API cannot put it)")
         return True
-    if b.common["supported"]:
-        b.notes.append(f"cache-dit's {kind.upper()} planner registered as {key} answers {b.m.transformer_class}: it "
-                       f"stays in charge, and {cls} is not registered")
-    else:
-        b.notes.append(f"cache-dit's {kind.upper()} planner registered as {key} answers {b.m.transformer_class} "
-                       f"first, and its public API cannot register ours ahead: {cls} is not registered; {hand_over}")
+    where = answer.evidence[0] if answer.evidence else None
+    at = f" ({Path(where.file).name}:{where.line})" if where is not None else ""
+    b.notes.append(f"cache-dit's {kind.upper()} planner registered as '{answer.key}'{at} answers "
+                   f"{b.m.transformer_class}: it stays in charge, and {cls} is not registered"
+                   + ("" if b.common["supported"] else f" (it was written for this very class); {hand_over}"))
     return False
 
 
@@ -407,8 +451,8 @@ def _cp_planner(b: _Build) -> str | None:
                ("cache_dit.distributed.transformers.register", "ContextParallelismPlanner")]
     if not unregistered:
         imports.append(("cache_dit.distributed.transformers.register", "ContextParallelismPlannerRegister"))
-        if not b.native and not b.common["supported"]:  # the warning where a name of cache-dit's answers first
-            imports.append(("logging", None))
+        if not b.native and (not b.common["supported"] or _planner_ahead(b, "cp")):  # the warning where a name of
+            imports.append(("logging", None))  # cache-dit's answers first
     if mask:
         imports += [("inspect", None), ("torch", None), ("torch.distributed as dist", None)]
     if cp.run_whole:
@@ -427,6 +471,7 @@ def _cp_planner(b: _Build) -> str | None:
     b.piece("cp_planner", "cp_planner", cp_cls, "cp_planner.py.j2", cp=data, plan=data["plan"], mask=mask,
             evidence=evidence, patched_keys=moved, parts=_parts(b.patch), lengths=_rebased(cp, moved),
             imports=import_block(imports, (b.import_name,)), cp_prefix=b.m.transformer_class, cp_cls=cp_cls,
+            cp_ahead=_planner_ahead(b, "cp"),
             unregistered=unregistered, local_attention=list(cp.local_attention), run_whole=_run_whole(cp),
             hand_config=[escape.module_path(x) for x in cp.hand_config],
             kv_expand=[(str(escape.dotted(x.module)), str(escape.ident(x.function))) for x in cp.kv_expand],
@@ -488,7 +533,7 @@ def _tp_planner(b: _Build) -> str | None:
     b.piece("tp_planner", "tp_planner", tp_cls, "tp_planner.py.j2", tp=b.data["parallelism"]["tp"],
             imports=import_block(imports), parts=_parts(b.patch), rearrange=rearrange, norms=norms, scan=scan,
             chunked=chunked, rope=rope,
-            tp_prefix=b.m.transformer_class, tp_cls=tp_cls)
+            tp_prefix=b.m.transformer_class, tp_cls=tp_cls, tp_ahead=_planner_ahead(b, "tp"))
     _planner_registered(b, "tp", tp_cls, "cache-dit's TP takes planners from its registry only: write it into a "
                         "checkout (--mode checkout); verify hands it over to prove it")
     for k in tp.patch_kernels_first:
@@ -508,7 +553,8 @@ def _encoders(b: _Build) -> list[str]:
             te_cls = f"{camel(te.cls)}TensorParallelismPlanner"
             module = escape.ident(f"te_{te.component}")
             source = te.tp_plan_source
-            imports = [("logging", None)] * (not b.native) + [("cache_dit.distributed.text_encoders.register", n) for n in
+            imports = [("logging", None)] * (not b.native) + [
+                       ("cache_dit.distributed.text_encoders.register", n) for n in
                        ("TextEncoderTensorParallelismPlanner", "TextEncoderTensorParallelismPlannerRegister")] + [
                        ("torch.distributed.tensor.parallel", n) for n in
                        ("ColwiseParallel", "RowwiseParallel", "parallelize_module")]

@@ -36,7 +36,7 @@ def test_an_override_is_recorded_rendered_and_voids_the_approval(planned):
     report = json.loads(proc.stdout)["revision"]
     assert report["changed"] and report["approval_voided"]
     plan = json.loads((planned / "plan.json").read_text())
-    assert plan["schema_version"] == "1.18" and plan["cache"]["has_separate_cfg"] is (not analysed)
+    assert plan["schema_version"] == "1.19" and plan["cache"]["has_separate_cfg"] is (not analysed)
     assert plan["facts"]["attention"][0]["head_dim"][1] == 64
     override = {o["key"]: o for o in plan["overrides"]}["cache.has_separate_cfg"]
     assert override["analysis"] is analysed and override["value"] is (not analysed)
@@ -127,10 +127,10 @@ def test_every_alternative_is_a_revision_that_fits_the_plan(tmp_path):
     """Alternatives are the revisions a reviewer (or repair) would make: on models outside the suite's examples
     each one, applied, is a plan of the right types, and differs from the plan as made."""
     from conftest import make_model_dir
-
-    from integrate import api
     from integrate.decisions.alternatives import applied
     from integrate.decisions.revise import revise
+
+    from integrate import api
 
     seen = set()
     plans = {}

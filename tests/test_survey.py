@@ -52,7 +52,7 @@ def rows_by_class(data: dict) -> dict[str, dict]:
 
 def test_schema_and_progress(survey):
     data = survey["data"]
-    assert data["schema"] == "integrate.survey" and data["schema_version"] == "1.3"
+    assert data["schema"] == "integrate.survey" and data["schema_version"] == "1.4"
     assert data["diffusers"]["version"] == "0.42.1"
     n = len([line for line in survey["cold"].stderr.splitlines() if line.startswith("[")])
     assert n == len(list(TRANSFORMERS.glob("*.py"))) - 1 + len(list(FIXTURES.rglob("*.py")))

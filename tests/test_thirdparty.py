@@ -137,14 +137,18 @@ def test_generate_writes_a_patch_functor_for_a_module_that_imports_torch_both_wa
 
 def test_the_terminal_report_says_what_the_json_says_for_a_sampler_function(tmp_path):
     """A sampler function has no class: the report names the function, not `None.denoise`; and a cache-dit
-    prefix whose adapter refuses this model (the JSON's `registered: false`) is not reported as support."""
+    prefix whose adapter was written for another class (the JSON's `registered: false`) is not reported as support,
+    with the verdict on it."""
     out = _bfl(tmp_path)
     data = json.loads(out.stdout)
     assert data["already_supported"]["registered"] is False
     text = run_cli("analyze", str(BFL), "--model-path", str(tmp_path), "--transformer-class", "Flux",
                    "--pipeline-class", "denoise", "--pipeline-file", str(BFL)).stdout
     assert "None.denoise" not in text and "\ndenoise (" in text
-    assert "already registers" not in text and "not supported by it: cache-dit's adapter for the prefix accepts" in text
+    assert "already registers" not in text
+    assert "not supported by it: cache-dit's 'Flux' adapter (adapters.py:41) answers Flux by prefix but was written " \
+        "for diffusers.FluxTransformer2DModel" in text
+    assert "NOT deferred to (high): cache-dit's 'Flux' adapter" in text  # the verdict, as the JSON's `answers` says
 
 
 BLOCKCLS = ROOT / "tests" / "fixtures" / "blockcls"
@@ -194,8 +198,9 @@ def test_config_flag_makes_the_model_path_optional_and_the_plan_uses_its_sizes(t
     assert plan["model"]["model_path"] is None and plan["model"]["config_file"].endswith("config.json")
     md = (tmp_path / "plan" / "PLAN.md").read_text()
     assert "Model path | none: the config came from `--config`" in md
-    gate = json.loads(run_cli("gate", "--transformer-file", str(src), "--config", str(BLOCKCLS / "ckpt" / "config.json"),
-                              "--pipeline-class", "sample", "--pipeline-file", str(src), "--json").stdout)["gate"]
+    gate = json.loads(run_cli("gate", "--transformer-file", str(src), "--config",
+                              str(BLOCKCLS / "ckpt" / "config.json"), "--pipeline-class", "sample",
+                              "--pipeline-file", str(src), "--json").stdout)["gate"]
     assert gate["inputs"]["model_path"]["value"] is None and "--config" in gate["inputs"]["model_path"]["source"]
 
 
@@ -395,6 +400,7 @@ def test_a_slice_of_a_table_is_no_lookup(tmp_path):
     tokens; only an index by a tensor (`freqs[positions]`) makes a table."""
     from integrate.analyzers.modules import module_tree
     from integrate.analyzers.sequence_walks import indexed_by_position
+
     from integrate.resolve import Workspace
 
     text = (ROOT / "tests" / "fixtures" / "ropetable" / "model.py").read_text()
@@ -463,7 +469,8 @@ def test_a_sampler_function_registers_the_adapter_under_the_transformer_and_tp_i
     gen = json.loads(proc.stdout or "null") or proc.stderr
     assert gen["registered"] == {} and any("transformer-only" in n for n in gen["notes"]), gen
     assert not (out / "integrate_sample" / "tp_planner.py").exists()
-    proc = run_cli("verify", str(plan), "--generated", str(out), "--trust-code", "--proof", "cache", "--proof", "tp", "--json")
+    proc = run_cli("verify", str(plan), "--generated", str(out), "--trust-code", "--proof", "cache", "--proof", "tp",
+                   "--json")
     report = json.loads(proc.stdout)
     assert report["cache"]["status"] == "pass", report["cache"]
     assert report["tp"]["status"] == "skipped" and "ModelMixin" in report["tp"]["why"], report["tp"]

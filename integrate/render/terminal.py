@@ -10,7 +10,9 @@ def _short(path: str | None) -> str:
     if not path:
         return "?"
     marker = os.sep + "site-packages" + os.sep
-    return path.split(marker, 1)[1] if marker in path else os.path.relpath(path) if path.startswith(os.getcwd()) else path
+    if marker in path:
+        return path.split(marker, 1)[1]
+    return os.path.relpath(path) if path.startswith(os.getcwd()) else path
 
 
 def gate(gate: dict) -> list[str]:
@@ -46,7 +48,8 @@ def analysis(data: dict, markdown: bool = False) -> str:
         lines.append(f"    why: {bl['why']}")
         if bl["is_blocks"]:
             alt = f" (also binds: {', '.join(bl['alternatives'])})" if bl["alternatives"] else ""
-            lines.append(f"    ForwardPattern: {bl['forward_pattern'] or 'unknown'}{alt}, confidence {bl['confidence']}")
+            lines.append(f"    ForwardPattern: {bl['forward_pattern'] or 'unknown'}{alt}, "
+                         f"confidence {bl['confidence']}")
             lines.append(f"    roles: {bl['roles']}; check_forward_pattern={bl['check_forward_pattern']}")
             fwd = bl["forward"]
             sig = ", ".join(
@@ -55,7 +58,8 @@ def analysis(data: dict, markdown: bool = False) -> str:
                 for q in fwd["params"]
             )
             lines.append(f"    forward({sig})")
-            lines.append(f"    returns {fwd['return_roles']}" + ("" if fwd["returns_agree"] else " (return sites disagree)"))
+            lines.append(f"    returns {fwd['return_roles']}"
+                         + ("" if fwd["returns_agree"] else " (return sites disagree)"))
             cs = bl["call_site"]
             lines.append(f"    call site line {cs['line']}: pitfall A = {cs['keyword_positional_mismatch']}")
             for b in cs["bindings"]:
@@ -96,9 +100,12 @@ def analysis(data: dict, markdown: bool = False) -> str:
             for m in sup["matches"]:
                 lines.append(f"  cache-dit registers the prefix {m['prefix']!r} ({_short(m['adapter'])})")
             if not sup["registered"]:  # as the JSON says: a prefix match is not support
-                lines.append(f"  not supported by it: {sup.get('prefix_only') or 'its adapter does not accept this model'}")
+                why = sup.get("prefix_only") or "its adapter does not accept this model"
+                lines.append(f"  not supported by it: {why}")
         else:
             lines.append("  no cache-dit adapter is registered for this pipeline or transformer")
+        for a in sup.get("answers") or ():  # each built-in that answers a looked-up name, with its verdict
+            lines.append(f"  {'deferred to' if a['deferred'] else 'NOT deferred to'} ({a['confidence']}): {a['why']}")
     return "\n".join(lines)
 
 
@@ -151,7 +158,8 @@ def repair(data: dict) -> str:
     if p is None:
         lines.append("no alternative made the failing proof pass: the plan needs a person (see the trials above)")
     else:
-        lines += [f"proposed (not approved): {', '.join(data['files'])}"] + [f"  gives up: {c}" for c in p.get("costs", ())]
+        lines += [f"proposed (not approved): {', '.join(data['files'])}"]
+        lines += [f"  gives up: {c}" for c in p.get("costs", ())]
         lines.append(f"take it with: {p['command']}")
     return "\n".join(lines)
 
@@ -210,8 +218,8 @@ def verify(report: dict) -> str:
         first = r.get("first_divergence")
         if first:
             where = first.get("module") or "unknown module"
-            lines.append(f"  first divergence: {where}" + (f" ({first['error']['type']} raised {first.get('raised', '')})"
-                                                           if first.get("error") else ""))
+            raised = f" ({first['error']['type']} raised {first.get('raised', '')})" if first.get("error") else ""
+            lines.append(f"  first divergence: {where}{raised}")
             if first.get("table"):
                 lines.append(layer_table(first["table"]))
     lines.append(f"{report.get('seconds', 0)} s")

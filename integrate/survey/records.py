@@ -9,7 +9,7 @@ from integrate.records import OMIT, Confidence, Omit
 from integrate.verify.proofs import REPORTED
 
 SURVEY_SCHEMA = "integrate.survey"
-SURVEY_SCHEMA_VERSION = "1.3"
+SURVEY_SCHEMA_VERSION = "1.4"
 SUPPORT_LABEL = "cache-dit: registered in the installed cache-dit's adapter registry (read statically; a label, " \
                 "not analysis)"
 

@@ -33,14 +33,55 @@ def _answering(name: str, registered: list[str]) -> str | None:
 
 ANSWERED_BY: dict[str, str] = {}  # our name -> the registered name that answers for it first (ours not registered)
 
-# Registered through cache-dit's public API. It answers a lookup with the first registered name the class name
-# starts with, and adds a name at the end: where a built-in name answers first (`Sana` for `SanaVideo...`), ours
-# is not registered and the caller hands the adapter over.
-_answer = _answering("SanaVideo", BlockAdapterRegister.supported_pipelines()[1])
-if _answer is None:
-    BlockAdapterRegister.register("SanaVideo")(sana_video_adapter)
+
+def _register_ahead(register, table: str, name: str, obj) -> bool:
+    """Register `obj` under `name` through cache-dit's public API, which adds a name at the end, behind a built-in
+    prefix that answers first; then move it to the front of the registry's table (`register.<table>`, the dict whose
+    order cache-dit's lookup walks), every other entry after it in its own order. A class name that starts with
+    `name` is then answered by ours, and no other lookup changes. False (nothing registered) where the table is not
+    a dict."""
+    entries = getattr(register, table, None)
+    if not isinstance(entries, dict):
+        return False
+    if entries.get(name) is not obj:
+        entries.pop(name, None)  # a registration under this very name answers a class named as ours: replaced
+        register.register(name)(obj)
+    for key in [k for k in entries if k != name]:
+        entries[key] = entries.pop(key)
+    return True
+
+
+AHEAD_OF: dict[str, str] = {}  # our name -> the registered name that answered it first, which ours is now ahead of
+
+# cache-dit's 'Sana' adapter (adapters.py:590) answers SanaVideoPipeline by prefix but was written for
+# diffusers.SanaTransformer2DModel; this is
+# diffusers.models.transformers.transformer_sana_video.SanaVideoTransformer3DModel: not deferred to, ours goes ahead
+# of it. Ours goes first in BlockAdapterRegister._adapters (the private write; cache-dit's public API adds names at
+# the end): only class names that start with SanaVideoPipeline answer differently, and a class of that very name from
+# elsewhere too, in this process.
+_answer = _answering("SanaVideoPipeline", BlockAdapterRegister.supported_pipelines()[1])
+if _register_ahead(BlockAdapterRegister, "_adapters", "SanaVideoPipeline", sana_video_adapter):
+    if _answer is not None:
+        AHEAD_OF["SanaVideoPipeline"] = _answer
+elif _answer is None:
+    BlockAdapterRegister.register("SanaVideoPipeline")(sana_video_adapter)
 else:
-    ANSWERED_BY["SanaVideo"] = _answer
+    ANSWERED_BY["SanaVideoPipeline"] = _answer
+
+# cache-dit's 'Sana' adapter (adapters.py:590) answers SanaVideoTransformer3DModel by prefix but was written for
+# diffusers.SanaTransformer2DModel; this is
+# diffusers.models.transformers.transformer_sana_video.SanaVideoTransformer3DModel: not deferred to, ours goes ahead
+# of it. Ours goes first in BlockAdapterRegister._adapters (the private write; cache-dit's public API adds names at
+# the end): only class names that start with SanaVideoTransformer3DModel answer differently, and a class of that very
+# name from elsewhere too, in this process.
+_answer = _answering("SanaVideoTransformer3DModel", BlockAdapterRegister.supported_pipelines()[1])
+if _register_ahead(BlockAdapterRegister, "_adapters", "SanaVideoTransformer3DModel", sana_video_adapter):
+    if _answer is not None:
+        AHEAD_OF["SanaVideoTransformer3DModel"] = _answer
+elif _answer is None:
+    BlockAdapterRegister.register("SanaVideoTransformer3DModel")(sana_video_adapter)
+else:
+    ANSWERED_BY["SanaVideoTransformer3DModel"] = _answer
 
 REGISTERED = not ANSWERED_BY
 if ANSWERED_BY:
