@@ -42,7 +42,7 @@ from .records import (
     TransformerFacts,
 )
 from .rules.pitfall_c import PitfallC
-from .structure import parallel_facts
+from .structure import load_config, parallel_facts
 from .support import cache_defaults, support_note
 
 __all__ = ["analyze", "analyze_transformer"]
@@ -52,7 +52,8 @@ def analyze(gate: GateReport, ws: Workspace, *, parallel: bool = False) -> Analy
     """The analysis of the model the gate established; `parallel` adds the parallelism facts."""
     t_src = ws.load(Path(gate.value("transformer_file")))
     t_name = gate.value("transformer_class")
-    transformer = analyze_transformer(ws, t_src, t_src.classes[t_name], dict(gate.block_classes))
+    transformer = analyze_transformer(ws, t_src, t_src.classes[t_name], dict(gate.block_classes),
+                                      load_config(gate.value("config_file")))
     pipeline = _pipeline(ws, gate)
     support = support_note(ws, gate.value("pipeline_class"), t_name)
     defaults = cache_defaults(ws)
@@ -113,19 +114,21 @@ def _pipeline(ws: Workspace, gate: GateReport) -> PipelineFacts:
         pipeline_at = Evidence(str(p_src.path), p_src.line(entry) if entry is not None else 0,
                                f"`{gate.pipeline_entry}` is a function, not a pipeline class")
     return dataclasses.replace(facts, findings=tuple(found), call_inputs=call_inputs(p_src, entry),
-                               transformer_attr=held[0] if held else None, transformer_attr_at=held[1] if held else None,
+                               transformer_attr=held[0] if held else None,
+                               transformer_attr_at=held[1] if held else None,
                                diffusers_pipeline=is_pipeline, diffusers_pipeline_at=pipeline_at)
 
 
-def analyze_transformer(ws: Workspace, src: SourceFile, cls: cst.ClassDef,
-                        given: dict[str, str] | None = None) -> TransformerFacts:
-    """The transformer's block lists and their verdicts; `given`: block classes the user named per list."""
+def analyze_transformer(ws: Workspace, src: SourceFile, cls: cst.ClassDef, given: dict[str, str] | None = None,
+                        config: dict | None = None) -> TransformerFacts:
+    """The transformer's block lists and their verdicts; `given`: block classes the user named per list; `config`:
+    the model's config (the constructor arguments that decide which code the model's flags switch off)."""
     lists = find_module_lists(ws, src, cls, given)
     unknown = sorted(set(given or {}) - {d.attr for d in lists})
     if unknown:
         raise InputError(f"--block-class {unknown[0]}=...: {cls.name.value} builds no ModuleList `self.{unknown[0]}`;"
                          f" it builds: {', '.join(d.attr for d in lists) or 'none'}")
-    uses = find_list_uses(src, cls, [d.attr for d in lists], ws)
+    uses = find_list_uses(src, cls, [d.attr for d in lists], ws, config)
     forward = find_method(cls, "forward")
     chosen = assigned_forward(cls) if forward is not None and forward.name.value != "forward" else None
     said = (Evidence(str(src.path), src.line(chosen[1]), f"forward is `{chosen[0].name.value}`: {chosen[2]}"),) \
@@ -233,13 +236,14 @@ def _untraced(ws: Workspace, d: ListDef) -> tuple[bool | None, str]:
     return None, f"block class not traced: {reasons}"
 
 
-def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
-                optional: frozenset[str], tree=None, said: tuple[Evidence, ...] = ()) -> tuple[BlockList, list[Finding]]:
+def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse, optional: frozenset[str], tree=None,
+                said: tuple[Evidence, ...] = ()) -> tuple[BlockList, list[Finding]]:
     """The verdict on one list, and the findings of the rules on it (block-list rules, then list rules).
     `tree`: the transformer's module tree, built on demand (what the block's `self.<x>` guards read); `said`:
     evidence every list carries (which method serves as forward, where `__init__` chooses it)."""
     path = str(src.path)
-    evidence = [Evidence(path, d.line, f"`self.{d.attr}` = {d.container}" + (" (conditional)" if d.conditional else ""))]
+    evidence = [Evidence(path, d.line,
+                         f"`self.{d.attr}` = {d.container}" + (" (conditional)" if d.conditional else ""))]
     evidence += said
     if d.traced:
         evidence.append(Evidence(path, d.line, f"block class {', '.join(e.name for e in d.elements)} from {d.traced}"))
@@ -267,8 +271,10 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
         where = "; ".join(w for _, _, w in use.notes) or "never looped over in the transformer's methods"
         return verdict(False, f"not iterated as a chain of blocks ({where})", block_file=str(b_src.path),
                        forward=summary, notes=walk_text), walk
-    loop = loops[0]
+    loop = next((lp for lp in loops if lp.off is None), loops[0])  # the walk the constructor's defaults run
     evidence.append(Evidence(path, loop.line, f"looped in {loop.method}: `for ... in {loop.iter_code}`"))
+    evidence += [Evidence(path, lp.line, f"the walk at line {lp.line} is {lp.off.why} at line {lp.off.line}")
+                 for lp in loops if lp.off is not None]
     if summary is None:
         return verdict(None, f"{o_cls.name.value} has no forward to read", block_file=str(b_src.path)), walk
     args = CallArgs.of(src, loop.call, skip=loop.call_skip, scope=loop.node.body)
@@ -294,6 +300,7 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
     ctx.mutations = tuple(in_place_input_mutations(o_src, o_cls))
     found = rules.run("block_list", ctx)
     call_site, notes, more = _call_site(ctx, found, call_code, {p: direct[p] for p in streams}, walk_text)
+    notes += [f.message for f in walk if not f.patch]  # a read the constructor's defaults switch off is still said
     if len(names) > 1:
         notes.append(f"holds several block classes: {', '.join(names)}")
     evidence += more
