@@ -8,6 +8,7 @@ default); prompts and other inputs that default to None stay unknown, never assu
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -22,6 +23,7 @@ from .records import PipelineFacts
 
 MODEL_WORDS = ("transformer", "model", "dit", "denoiser", "unet", "net")
 HELPER_DEPTH = 3  # functions followed from the step loop to the model call (sampler -> step -> model-mean -> model)
+ENTRY_DEPTH = 3  # functions followed from the entry to the one holding the step loop (`__call__` -> `processing`)
 
 
 @dataclass
@@ -34,6 +36,10 @@ class _Env:
     # functions a step may call on its way to the model: the entry's nested defs, the module's functions and the
     # class's methods, by the name a call spells (`model_fn`, `self._step`)
     helpers: dict[str, cst.FunctionDef] = field(default_factory=dict)
+    # a function the entry calls: the values its caller passes (parameter -> value; a passed parameter's default
+    # no longer counts) and the `self.<x>` values the caller assigned (`self._guidance_scale = guidance_scale`)
+    args: dict[str, object] = field(default_factory=dict)
+    known: dict[str, object] = field(default_factory=dict)
 
 
 def _literal(expr: cst.BaseExpression):
@@ -67,6 +73,8 @@ def _eval(expr: cst.BaseExpression | None, env: _Env, depth: int = 0):
     if isinstance(expr, cst.Name):
         if expr.value in env.locals:
             return _eval(env.locals[expr.value], env, depth + 1)
+        if expr.value in env.args:
+            return env.args[expr.value]
         if expr.value in env.params:
             return _literal(env.params[expr.value])  # only numeric / bool defaults count
         return None
@@ -87,7 +95,13 @@ def _eval(expr: cst.BaseExpression | None, env: _Env, depth: int = 0):
             return _eval(env.properties[attr], env, depth + 1)
         if attr in env.self_values:
             return _eval(env.self_values[attr], env, depth + 1)
-        return None
+        return env.known.get(attr)
+    if isinstance(expr, cst.IfExp):  # an undecided test: the value both arms agree on, if they do
+        test = _eval(expr.test, env, depth + 1)
+        if test is not None:
+            return _eval(expr.body if test else expr.orelse, env, depth + 1)
+        a, b = _eval(expr.body, env, depth + 1), _eval(expr.orelse, env, depth + 1)
+        return a if a is not None and a == b else None
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
         v = _eval(expr.expression, env, depth + 1)
         return None if v is None else not v
@@ -141,14 +155,87 @@ def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry
     if stepped and not any(_reaches_model(lp.body, env, aliases) for lp in find_all(fn.body, cst.For)):
         return _guidance_method(src, cls_name, entry, stepped[0], aliases, methods, transformer)
     loops = [lp for lp in find_all(fn.body, cst.For) if _reaches_model(lp.body, env, aliases)]
-    if not loops:
-        return PipelineFacts(cls_name, entry, path, None, "unknown", 0,
-                             (Evidence(path, src.line(fn), f"no transformer call inside a loop in `{entry}`"),))
+    via: list[Evidence] = []
+    if not loops:  # the entry hands the steps to a function of its own (`self.processing(...)`): read that one
+        held = _step_holder(src, cls, fn, env, aliases)
+        if held is None:
+            return PipelineFacts(cls_name, entry, path, None, "unknown", 0,
+                                 (Evidence(path, src.line(fn), f"no transformer call inside a loop in `{entry}`"),))
+        fn, env, aliases, via = held
+        loops = [lp for lp in find_all(fn.body, cst.For) if _reaches_model(lp.body, env, aliases)]
     # the step loop: the outermost loop over the schedule (`for i, t in enumerate(timesteps)`), else the outermost
     # loop that calls the transformer (find_all yields parents first). A loop around the step loop (AnyFlowFAR's
     # chunks of frames) is not a loop over guidance conditions.
     stepping = [lp for lp in loops if _over_schedule(lp.iter)]
-    return _step_facts(src, cls_name, entry, fn, (stepping or loops)[0], env, aliases, transformer)
+    facts = _step_facts(src, cls_name, entry, fn, (stepping or loops)[0], env, aliases, transformer)
+    return dataclasses.replace(facts, evidence=(*via, *facts.evidence)) if via else facts
+
+
+def _step_holder(src: SourceFile, cls: cst.ClassDef | None, fn: cst.FunctionDef, env: _Env, aliases: set[str]):
+    """The function `fn` calls, through at most ENTRY_DEPTH of its own functions (methods, the module's functions,
+    nested defs; breadth first, each once), whose loop over the schedule calls the model: (that function, its env
+    with the values the calls pass, its model aliases, the calls followed as evidence); None when there is none."""
+    todo = [(fn, env, aliases, [])]
+    seen = {id(fn)}
+    for _ in range(ENTRY_DEPTH):
+        later = []
+        for caller, c_env, c_aliases, via in todo:
+            for call in find_all(caller.body, cst.Call):
+                name = dotted(call.func)
+                helper = c_env.helpers.get(name or "")
+                if helper is None or id(helper) in seen:
+                    continue
+                seen.add(id(helper))
+                h_env, h_aliases = _called_env(src, cls, caller, c_env, c_aliases, call, helper)
+                here = [*via, Evidence(str(src.path), src.line(call), f"`{caller.name.value}` calls `{name}(...)`")]
+                if any(_over_schedule(lp.iter) and _reaches_model(lp.body, h_env, h_aliases)
+                       for lp in find_all(helper.body, cst.For)):
+                    values = ", ".join(f"`self.{a}` = {v!r}" for a, v in sorted(h_env.known.items()))[:200]
+                    said = f" and those the caller sets ({values})" if values else ""
+                    here[-1] = Evidence(here[-1].file, here[-1].line, f"{here[-1].why}, whose loop runs the steps; "
+                                                                      f"read with the values this call passes{said}")
+                    return helper, h_env, h_aliases, here
+                later.append((helper, h_env, h_aliases, here))
+        todo = later
+    return None
+
+
+def _called_env(src: SourceFile, cls: cst.ClassDef | None, caller: cst.FunctionDef, env: _Env, aliases: set[str],
+                call: cst.Call, helper: cst.FunctionDef) -> tuple[_Env, set[str]]:
+    """The env `_eval` reads in `helper` as `call` in `caller` runs it: the helper's own, with each parameter the
+    call passes bound to the value it has in the caller (unknown where the caller's value is: the default no longer
+    counts), a parameter handed a model as a model alias, and the `self.<x>` values the caller assigned."""
+    h_env, h_aliases = _env_of(src, cls, helper)
+    h_env.helpers = _helpers(src, cls, helper)
+    h_env.known = {**env.known, **_assigned_self(src, caller, env)}
+    params = [p.name.value for p in (*helper.params.posonly_params, *helper.params.params)]
+    if params[:1] == ["self"] and (dotted(call.func) or "").startswith("self."):
+        params = params[1:]
+    kwonly = {p.name.value for p in helper.params.kwonly_params}
+    for i, arg in enumerate(call.args):
+        if arg.star:  # `*args` / `**kwargs`: which parameters they fill is not read; none keeps its default
+            h_env.params.clear()
+            break
+        name = arg.keyword.value if arg.keyword is not None else (params[i] if i < len(params) else None)
+        if name is None or (arg.keyword is not None and name not in params and name not in kwonly):
+            continue
+        h_env.params.pop(name, None)
+        value = _eval(arg.value, env)
+        if value is not None:
+            h_env.args[name] = value
+        if _is_model(arg.value, aliases):
+            h_aliases.add(name)
+    return h_env, h_aliases
+
+
+def _assigned_self(src: SourceFile, fn: cst.FunctionDef, env: _Env) -> dict[str, object]:
+    """{attr: value} for each `self.<attr>` every assignment in `fn` gives the same known value."""
+    found: dict[str, list] = {}
+    for _, _, value, node in defuse(src, fn).statements(PLAIN):
+        for t in node.targets:
+            if (attr := self_attr(t.target)) is not None:
+                found.setdefault(attr, []).append(_eval(value, env))
+    return {a: vs[0] for a, vs in found.items() if vs[0] is not None and all(v == vs[0] for v in vs)}
 
 
 def _env_of(src: SourceFile, cls: cst.ClassDef | None, fn: cst.FunctionDef) -> tuple[_Env, set[str]]:
@@ -199,9 +286,10 @@ def _step_facts(src: SourceFile, cls_name: str | None, entry: str, fn: cst.Funct
     others = tuple(Evidence(path, next(src.line(c) for c in calls if _callee(c) == m),
                             f"`{m}` is a second model called in the loop, not a second call of the transformer: "
                             "cache-dit needs it as another BlockAdapter entry")
-                   for m in models if m.startswith("self.") and m != "self.transformer" and "self.transformer" in models)
+                   for m in models
+                   if m.startswith("self.") and m != "self.transformer" and "self.transformer" in models)
     evidence += others
-    evidence += [Evidence(path, line, why) for line, why in notes]
+    evidence += [Evidence(path, line, why) for line, why in dict.fromkeys(notes)]  # each note once
     if repeated:
         evidence.append(Evidence(path, repeated, "transformer called inside an inner loop (one call per guidance "
                                                  "condition): separate forwards per step"))
@@ -269,8 +357,10 @@ def _guidance_method(src: SourceFile, cls_name, entry: str, loop: cst.For, alias
     condition (True)."""
     path = str(src.path)
     call = _method_calls(loop.body, aliases, methods)[0]
-    evidence = [Evidence(path, src.line(loop), f"denoising loop `for {src.code(loop.target)} in {src.code(loop.iter)}`"),
-                Evidence(path, src.line(call), f"the step calls `{dotted(call.func)}(...)`, a method of the transformer")]
+    evidence = [Evidence(path, src.line(loop),
+                         f"denoising loop `for {src.code(loop.target)} in {src.code(loop.iter)}`"),
+                Evidence(path, src.line(call),
+                         f"the step calls `{dotted(call.func)}(...)`, a method of the transformer")]
     return _guidance_read(src, cls_name, entry, methods[call.func.attr.value], transformer, evidence)
 
 
@@ -397,8 +487,8 @@ def _path_calls(stmts, env: _Env, aliases: set[str], src: SourceFile, callee: st
         if isinstance(stmt, cst.If):
             verdict = _eval(stmt.test, env)
             a = _path_calls(body_of(stmt), env, aliases, src, callee, depth)
-            b = (_path_calls(body_of(stmt.orelse), env, aliases, src, callee, depth) if stmt.orelse is not None
-                 else (0, 0, []))
+            orelse = [stmt.orelse] if isinstance(stmt.orelse, cst.If) else body_of(stmt.orelse)  # `elif`: an `if`
+            b = _path_calls(orelse, env, aliases, src, callee, depth) if stmt.orelse is not None else (0, 0, [])
             notes += a[2] + b[2]
             if verdict is False and a[0]:
                 notes.append((src.line(stmt), f"`if {src.code(stmt.test)}` is false with the defaults: "
