@@ -141,6 +141,12 @@ class Workspace:
             sibling = self.module_file(src.path.parent, module)
             if sibling is not None:
                 return sibling
+            if "." in module:  # folders without __init__.py (namespace packages) imported from the repository's root,
+                # where its scripts run: the nearest folder above that holds the whole module path as a file
+                for folder in src.path.parent.parents:
+                    found = self.module_file(folder, module)
+                    if found is not None:
+                        return found
         return module  # another package: reported as external, not followed
 
     # -- resolution ----------------------------------------------------------------------
@@ -229,8 +235,8 @@ class Workspace:
     def _through_stars(self, src: SourceFile, name: str, root: Path) -> Resolved | None:
         """`name` defined in a module `src` re-exports whole (`from .models import *`, as a lazily importing
         package declares its names for type checkers), searched best first: modules a part of whose name the class
-        name contains (`phi3`, `modeling_phi3` for `Phi3Model`) before the others, at most STAR_BUDGET files read. None: not found
-        within the budget (the name stays external: unknown, never guessed)."""
+        name contains (`phi3`, `modeling_phi3` for `Phi3Model`) before the others, at most STAR_BUDGET files read.
+        None: not found within the budget (the name stays external: unknown, never guessed)."""
         key = name.lower()
 
         def score(module: str) -> int:  # the longest `_`-separated part of the module's name in the class name
