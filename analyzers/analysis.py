@@ -22,7 +22,7 @@ from integrate.resolve import External, Resolved, Workspace
 from integrate.source import SourceFile, assigned_forward, base_names, find_method
 
 from . import rules
-from .bases import diffusion_pipeline
+from .bases import delegated_forward, diffusion_pipeline
 from .binding import CallArgs, bind
 from .blocks import ListDef, find_module_lists
 from .call import call_inputs
@@ -147,6 +147,9 @@ def analyze_transformer(ws: Workspace, src: SourceFile, cls: cst.ClassDef, given
             findings += found
     if forward is None:
         unknowns.append(f"{cls.name.value} defines no forward of its own")
+    handed = delegated_forward(ws, src, cls, forward) if forward is not None else None
+    if handed is not None:  # the walk over the blocks may be in a base class nobody here can read
+        unknowns.append(f"block lists: {handed.why} ({Path(handed.file).name}:{handed.line})")
     reasons = tuple(f"{f.attr}: {f.message}" for f in findings if f.patch)
     return TransformerFacts(
         cls=cls.name.value,
@@ -221,13 +224,13 @@ def _untraced(ws: Workspace, d: ListDef) -> tuple[bool | None, str]:
         return None, "a ModuleDict of ModuleLists built by a comprehension whose keys are not known statically"
     if not d.elements:
         return None, "its elements could not be traced to a class"
-    absent = [e for e in externals if ws.package_root(e.target.qualname.split(".")[0]) is None]
+    absent = [(e, said) for e in externals for path, said in [ws.locate(e.target.qualname)] if path is None]
     if absent:  # an optional library that is not installed: its classes cannot be read, whatever they are
-        e = absent[0]
+        e, said = absent[0]
         imp = d.src.imports.get(e.name.split(".")[0])
         where = f" (imported at {d.src.path.name}:{d.src.line(imp.node)})" if imp is not None else ""
-        return None, (f"block class `{e.name}` comes from `{e.target.qualname.rpartition('.')[0]}`, which is not "
-                      f"installed here{where}: it cannot be read; name a source you have with --block-class "
+        return None, (f"block class `{e.name}` comes from `{e.target.qualname.rpartition('.')[0]}`, which {said}"
+                      f"{where}: it cannot be read; name a source you have with --block-class "
                       f"{d.attr}=path/to/file.py:Class")
     if externals:
         kinds = ", ".join(sorted({e.target.qualname for e in externals}))

@@ -10,7 +10,9 @@ def _short(path: str | None) -> str:
     if not path:
         return "?"
     marker = os.sep + "site-packages" + os.sep
-    return path.split(marker, 1)[1] if marker in path else os.path.relpath(path) if path.startswith(os.getcwd()) else path
+    if marker in path:
+        return path.split(marker, 1)[1]
+    return os.path.relpath(path) if path.startswith(os.getcwd()) else path
 
 
 def gate(gate: dict) -> list[str]:
@@ -35,6 +37,8 @@ def analysis(data: dict, markdown: bool = False) -> str:
     lines = [h(f"Analysis of {t['class']}") if markdown else f"{t['class']}  ({_short(t['file'])}:{t['line']})", ""]
     lines += gate(data["gate"]) + [""]
     lines.append(h("Block lists"))
+    if not t["block_lists"]:  # nothing found is not "nothing to cache": the unknowns below say why, if known
+        lines.append("- none found" + ("; the unknowns below say what could not be read" if t["unknowns"] else ""))
     for bl in t["block_lists"]:
         mark = {True: "BLOCKS", False: "not blocks", None: "unknown"}[bl["is_blocks"]]
         head = f"- {bl['attr']} [{bl['container']}] -> {mark}"
@@ -46,7 +50,8 @@ def analysis(data: dict, markdown: bool = False) -> str:
         lines.append(f"    why: {bl['why']}")
         if bl["is_blocks"]:
             alt = f" (also binds: {', '.join(bl['alternatives'])})" if bl["alternatives"] else ""
-            lines.append(f"    ForwardPattern: {bl['forward_pattern'] or 'unknown'}{alt}, confidence {bl['confidence']}")
+            lines.append(f"    ForwardPattern: {bl['forward_pattern'] or 'unknown'}{alt}, "
+                         f"confidence {bl['confidence']}")
             lines.append(f"    roles: {bl['roles']}; check_forward_pattern={bl['check_forward_pattern']}")
             fwd = bl["forward"]
             sig = ", ".join(
@@ -55,7 +60,8 @@ def analysis(data: dict, markdown: bool = False) -> str:
                 for q in fwd["params"]
             )
             lines.append(f"    forward({sig})")
-            lines.append(f"    returns {fwd['return_roles']}" + ("" if fwd["returns_agree"] else " (return sites disagree)"))
+            lines.append(f"    returns {fwd['return_roles']}"
+                         + ("" if fwd["returns_agree"] else " (return sites disagree)"))
             cs = bl["call_site"]
             lines.append(f"    call site line {cs['line']}: pitfall A = {cs['keyword_positional_mismatch']}")
             for b in cs["bindings"]:
@@ -75,7 +81,8 @@ def analysis(data: dict, markdown: bool = False) -> str:
         if markdown and ev:
             lines += [f"    - `{_short(e['file'])}:{e['line']}` {e['why']}" for e in ev]
     lines.append("")
-    lines.append(f"needs_patch_functor: {t['needs_patch_functor']}")
+    decided = t["needs_patch_functor"] if t["block_lists"] else "not decided (no block list)"
+    lines.append(f"needs_patch_functor: {decided}")
     lines += [f"  - {r}" for r in t["patch_functor_reasons"]]
     lines += [f"  unknown: {u}" for u in t["unknowns"]]
     lines.append("")
@@ -92,7 +99,8 @@ def analysis(data: dict, markdown: bool = False) -> str:
             for m in sup["matches"]:
                 lines.append(f"  cache-dit registers the prefix {m['prefix']!r} ({_short(m['adapter'])})")
             if not sup["registered"]:  # as the JSON says: a prefix match is not support
-                lines.append(f"  not supported by it: {sup.get('prefix_only') or 'its adapter does not accept this model'}")
+                why = sup.get("prefix_only") or "its adapter does not accept this model"
+                lines.append(f"  not supported by it: {why}")
         else:
             lines.append("  no cache-dit adapter is registered for this pipeline or transformer")
     return "\n".join(lines)
@@ -144,7 +152,8 @@ def repair(data: dict) -> str:
     if p is None:
         lines.append("no alternative made the failing proof pass: the plan needs a person (see the trials above)")
     else:
-        lines += [f"proposed (not approved): {', '.join(data['files'])}"] + [f"  gives up: {c}" for c in p.get("costs", ())]
+        lines += [f"proposed (not approved): {', '.join(data['files'])}"]
+        lines += [f"  gives up: {c}" for c in p.get("costs", ())]
         lines.append(f"take it with: {p['command']}")
     return "\n".join(lines)
 
@@ -203,8 +212,8 @@ def verify(report: dict) -> str:
         first = r.get("first_divergence")
         if first:
             where = first.get("module") or "unknown module"
-            lines.append(f"  first divergence: {where}" + (f" ({first['error']['type']} raised {first.get('raised', '')})"
-                                                           if first.get("error") else ""))
+            raised = f" ({first['error']['type']} raised {first.get('raised', '')})" if first.get("error") else ""
+            lines.append(f"  first divergence: {where}{raised}")
             if first.get("table"):
                 lines.append(layer_table(first["table"]))
     lines.append(f"{report.get('seconds', 0)} s")
