@@ -22,7 +22,7 @@ from integrate.resolve import External, Resolved, Workspace
 from integrate.source import SourceFile, assigned_forward, base_names, find_method
 
 from . import rules
-from .bases import diffusion_pipeline, model_mixin
+from .bases import delegated_forward, diffusion_pipeline, model_mixin
 from .binding import CallArgs, bind
 from .blocks import ListDef, find_module_lists
 from .builtins import This
@@ -44,7 +44,7 @@ from .records import (
     TransformerFacts,
 )
 from .rules.pitfall_c import PitfallC
-from .structure import parallel_facts
+from .structure import load_config, parallel_facts
 from .support import cache_defaults, support_note
 
 __all__ = ["analyze", "analyze_transformer"]
@@ -54,7 +54,8 @@ def analyze(gate: GateReport, ws: Workspace, *, parallel: bool = False) -> Analy
     """The analysis of the model the gate established; `parallel` adds the parallelism facts."""
     t_src = ws.load(Path(gate.value("transformer_file")))
     t_name = gate.value("transformer_class")
-    transformer = analyze_transformer(ws, t_src, t_src.classes[t_name], dict(gate.block_classes))
+    transformer = analyze_transformer(ws, t_src, t_src.classes[t_name], dict(gate.block_classes),
+                                      load_config(gate.value("config_file")))
     pipeline = _pipeline(ws, gate)
     support = support_note(ws, gate.value("pipeline_class"), t_name, _this(ws, t_src, t_name, pipeline), transformer,
                            pipeline.diffusers_pipeline)
@@ -130,15 +131,16 @@ def _pipeline(ws: Workspace, gate: GateReport) -> PipelineFacts:
                                diffusers_pipeline=is_pipeline, diffusers_pipeline_at=pipeline_at)
 
 
-def analyze_transformer(ws: Workspace, src: SourceFile, cls: cst.ClassDef,
-                        given: dict[str, str] | None = None) -> TransformerFacts:
-    """The transformer's block lists and their verdicts; `given`: block classes the user named per list."""
+def analyze_transformer(ws: Workspace, src: SourceFile, cls: cst.ClassDef, given: dict[str, str] | None = None,
+                        config: dict | None = None) -> TransformerFacts:
+    """The transformer's block lists and their verdicts; `given`: block classes the user named per list; `config`:
+    the model's config (the constructor arguments that decide which code the model's flags switch off)."""
     lists = find_module_lists(ws, src, cls, given)
     unknown = sorted(set(given or {}) - {d.attr for d in lists})
     if unknown:
         raise InputError(f"--block-class {unknown[0]}=...: {cls.name.value} builds no ModuleList `self.{unknown[0]}`;"
                          f" it builds: {', '.join(d.attr for d in lists) or 'none'}")
-    uses = find_list_uses(src, cls, [d.attr for d in lists], ws)
+    uses = find_list_uses(src, cls, [d.attr for d in lists], ws, config)
     forward = find_method(cls, "forward")
     chosen = assigned_forward(cls) if forward is not None and forward.name.value != "forward" else None
     said = (Evidence(str(src.path), src.line(chosen[1]), f"forward is `{chosen[0].name.value}`: {chosen[2]}"),) \
@@ -157,6 +159,9 @@ def analyze_transformer(ws: Workspace, src: SourceFile, cls: cst.ClassDef,
             findings += found
     if forward is None:
         unknowns.append(f"{cls.name.value} defines no forward of its own")
+    handed = delegated_forward(ws, src, cls, forward) if forward is not None else None
+    if handed is not None:  # the walk over the blocks may be in a base class nobody here can read
+        unknowns.append(f"block lists: {handed.why} ({Path(handed.file).name}:{handed.line})")
     reasons = tuple(f"{f.attr}: {f.message}" for f in findings if f.patch)
     return TransformerFacts(
         cls=cls.name.value,
@@ -234,8 +239,8 @@ def _library_first(ws: Workspace, d: ListDef, use: ListUse):
         return None, [], None
     read: list[Evidence] = []
     for e in d.elements:
-        if not isinstance(e.target, External) or ws.package_root(e.target.qualname.split(".")[0]) is None:
-            continue
+        if not isinstance(e.target, External) or ws.locate(e.target.qualname)[0] is None:
+            continue  # not installed (or a folder of the same name stands in its place): `_untraced` says which
         found, why = library_block(ws, e.target)
         if found is not None:
             return (e, (found.src, found.node)), [why], None
@@ -256,13 +261,13 @@ def _untraced(ws: Workspace, d: ListDef) -> tuple[bool | None, str]:
         return None, "a ModuleDict of ModuleLists built by a comprehension whose keys are not known statically"
     if not d.elements:
         return None, "its elements could not be traced to a class"
-    absent = [e for e in externals if ws.package_root(e.target.qualname.split(".")[0]) is None]
+    absent = [(e, said) for e in externals for path, said in [ws.locate(e.target.qualname)] if path is None]
     if absent:  # an optional library that is not installed: its classes cannot be read, whatever they are
-        e = absent[0]
+        e, said = absent[0]
         imp = d.src.imports.get(e.name.split(".")[0])
         where = f" (imported at {d.src.path.name}:{d.src.line(imp.node)})" if imp is not None else ""
-        return None, (f"block class `{e.name}` comes from `{e.target.qualname.rpartition('.')[0]}`, which is not "
-                      f"installed here{where}: it cannot be read; name a source you have with --block-class "
+        return None, (f"block class `{e.name}` comes from `{e.target.qualname.rpartition('.')[0]}`, which {said}"
+                      f"{where}: it cannot be read; name a source you have with --block-class "
                       f"{d.attr}=path/to/file.py:Class")
     if externals:
         kinds = ", ".join(sorted({e.target.qualname for e in externals}))
@@ -271,8 +276,7 @@ def _untraced(ws: Workspace, d: ListDef) -> tuple[bool | None, str]:
     return None, f"block class not traced: {reasons}"
 
 
-def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
-                optional: frozenset[str], tree=None,
+def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse, optional: frozenset[str], tree=None,
                 said: tuple[Evidence, ...] = ()) -> tuple[BlockList, list[Finding]]:
     """The verdict on one list, and the findings of the rules on it (block-list rules, then list rules).
     `tree`: the transformer's module tree, built on demand (what the block's `self.<x>` guards read); `said`:
@@ -312,8 +316,10 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
         where = "; ".join(w for _, _, w in use.notes) or "never looped over in the transformer's methods"
         return verdict(False, f"not iterated as a chain of blocks ({where})", block_file=str(b_src.path),
                        forward=summary, notes=walk_text), walk
-    loop = loops[0]
+    loop = next((lp for lp in loops if lp.off is None), loops[0])  # the walk the constructor's defaults run
     evidence.append(Evidence(path, loop.line, f"looped in {loop.method}: `for ... in {loop.iter_code}`"))
+    evidence += [Evidence(path, lp.line, f"the walk at line {lp.line} is {lp.off.why} at line {lp.off.line}")
+                 for lp in loops if lp.off is not None]
     if summary is None:
         return verdict(None, f"{o_cls.name.value} has no forward to read", block_file=str(b_src.path)), walk
     args = CallArgs.of(src, loop.call, skip=loop.call_skip, scope=loop.node.body)
@@ -339,6 +345,7 @@ def _block_list(ws: Workspace, src: SourceFile, d: ListDef, use: ListUse,
     ctx.mutations = tuple(in_place_input_mutations(o_src, o_cls))
     found = rules.run("block_list", ctx)
     call_site, notes, more = _call_site(ctx, found, call_code, {p: direct[p] for p in streams}, walk_text)
+    notes += [f.message for f in walk if not f.patch]  # a read the constructor's defaults switch off is still said
     if len(names) > 1:
         notes.append(f"holds several block classes: {', '.join(names)}")
     evidence += more

@@ -13,8 +13,10 @@ from pathlib import Path
 import libcst as cst
 
 from integrate.errors import InputError
+from integrate.records import Evidence
 from integrate.resolve import External, Resolved, Workspace
-from integrate.source import SourceFile, base_names
+from integrate.source import SourceFile, base_names, dotted
+from integrate.syntax import find_all
 
 _DEPTH = 8
 
@@ -50,6 +52,38 @@ def diffusers_class(ws: Workspace, src: SourceFile, cls: cst.ClassDef, names: tu
     if cls.name.value in names and diffusers_own(src.path):  # one of them itself (diffusers' `Attention`)
         return True, f"{cls.name.value} is diffusers' own"
     return _trace(ws, src, cls, hit, " / ".join(names), 0, (cls.name.value,))
+
+
+def delegated_forward(ws: Workspace, src: SourceFile, cls: cst.ClassDef, forward: cst.FunctionDef) -> Evidence | None:
+    """Where `forward` hands the call on to a base class's forward (`super().forward(**kwargs)`,
+    `Base.forward(self, ...)`) and a base it may reach has no source here (a package that is not installed, or a
+    name that does not resolve): that call's line, naming the base, where it is imported and what was found. Its
+    block lists and the walk over them cannot be read then. None: no such call, or every base is read."""
+    bases = base_names(cls)
+    calls = [c for c in find_all(forward.body, cst.Call) if isinstance(c.func, cst.Attribute)
+             and c.func.attr.value == "forward" and (
+                 (isinstance(c.func.value, cst.Call) and dotted(c.func.value.func) == "super")
+                 or dotted(c.func.value) in bases)]
+    if not calls:
+        return None
+    for base in bases:
+        found = ws.resolve(src, base)
+        if isinstance(found, Resolved):
+            continue
+        if isinstance(found, External):
+            path, said = ws.locate(found.qualname)
+            if path is not None:
+                continue
+            said = f"`{found.qualname.rpartition('.')[0]}`, which {said}"
+        else:
+            said = f"a name that does not resolve ({found.reason})"
+        imp = src.imports.get(base.split(".")[0])
+        where = f", imported at {src.path.name}:{src.line(imp.node)}" if imp is not None else ""
+        call = " ".join(src.code(calls[0]).split())[:60]
+        return Evidence(str(src.path), src.line(calls[0]),
+                        f"`{cls.name.value}.forward` hands the call on to `{call}`, into its base `{base}` from "
+                        f"{said}{where}: the block lists and the walk over them there cannot be read")
+    return None
 
 
 def _named(target: str):

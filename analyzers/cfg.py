@@ -8,114 +8,21 @@ default); prompts and other inputs that default to None stay unknown, never assu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
 
 import libcst as cst
 
-from integrate.defuse import PLAIN, defuse
 from integrate.records import Evidence
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method, iter_methods
 from integrate.syntax import body_of, find_all, self_attr
 
+from .cfg_env import MODEL_WORDS, Env, Func, assigned_self, called_env, callee_of, env_of, helpers_of, is_model, \
+    value_of
 from .records import PipelineFacts
 
-MODEL_WORDS = ("transformer", "model", "dit", "denoiser", "unet", "net")
 HELPER_DEPTH = 3  # functions followed from the step loop to the model call (sampler -> step -> model-mean -> model)
-
-
-@dataclass
-class _Env:
-    src: SourceFile
-    params: dict[str, cst.BaseExpression]
-    locals: dict[str, cst.BaseExpression]
-    self_values: dict[str, cst.BaseExpression]
-    properties: dict[str, cst.BaseExpression]
-    # functions a step may call on its way to the model: the entry's nested defs, the module's functions and the
-    # class's methods, by the name a call spells (`model_fn`, `self._step`)
-    helpers: dict[str, cst.FunctionDef] = field(default_factory=dict)
-
-
-def _literal(expr: cst.BaseExpression):
-    if isinstance(expr, (cst.Integer, cst.Float)):
-        return expr.evaluated_value
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-        v = _literal(expr.expression)
-        return -v if isinstance(v, (int, float)) else None
-    if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
-        return expr.value == "True"
-    return None
-
-
-_OPS = {
-    cst.GreaterThan: lambda a, b: a > b,
-    cst.LessThan: lambda a, b: a < b,
-    cst.GreaterThanEqual: lambda a, b: a >= b,
-    cst.LessThanEqual: lambda a, b: a <= b,
-    cst.Equal: lambda a, b: a == b,
-    cst.NotEqual: lambda a, b: a != b,
-}
-
-
-def _eval(expr: cst.BaseExpression | None, env: _Env, depth: int = 0):
-    """Three-valued: a Python value, or None for unknown."""
-    if expr is None or depth > 10:
-        return None
-    lit = _literal(expr)
-    if lit is not None:
-        return lit
-    if isinstance(expr, cst.Name):
-        if expr.value in env.locals:
-            return _eval(env.locals[expr.value], env, depth + 1)
-        if expr.value in env.params:
-            return _literal(env.params[expr.value])  # only numeric / bool defaults count
-        return None
-    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1 and isinstance(expr.left, cst.Name):
-        # `feature is not None` for an optional input that defaults to None: off by default.
-        # Negative prompts are CFG's own inputs, supplied as data: unknown, never assumed.
-        comp, name = expr.comparisons[0], expr.left.value
-        default = env.params.get(name)
-        if isinstance(default, cst.Name) and default.value == "None" and name not in env.locals and \
-                isinstance(comp.comparator, cst.Name) and comp.comparator.value == "None" and \
-                not any(w in name for w in ("negative", "neg_", "uncond")):
-            if isinstance(comp.operator, cst.IsNot):
-                return False
-            if isinstance(comp.operator, cst.Is):
-                return True
-    if (attr := self_attr(expr)) is not None:
-        if attr in env.properties:
-            return _eval(env.properties[attr], env, depth + 1)
-        if attr in env.self_values:
-            return _eval(env.self_values[attr], env, depth + 1)
-        return None
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        v = _eval(expr.expression, env, depth + 1)
-        return None if v is None else not v
-    if isinstance(expr, cst.BooleanOperation):
-        a, b = _eval(expr.left, env, depth + 1), _eval(expr.right, env, depth + 1)
-        if isinstance(expr.operator, cst.And):
-            if a is False or b is False:
-                return False
-            return True if (a and b) else None
-        if a is True or b is True:
-            return True
-        return False if (a is False and b is False) else None
-    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
-        op = _OPS.get(type(expr.comparisons[0].operator))
-        a, b = _eval(expr.left, env, depth + 1), _eval(expr.comparisons[0].comparator, env, depth + 1)
-        if op and isinstance(a, (int, float)) and isinstance(b, (int, float)):
-            return op(a, b)
-    return None
-
-
-def _is_model(expr: cst.BaseExpression, aliases: set[str]) -> bool:
-    """`self.transformer`, `self.transformer_2`, `model`, or a local alias of one of them (or its `.forward`)."""
-    if isinstance(expr, cst.Attribute) and expr.attr.value == "forward":
-        return _is_model(expr.value, aliases)
-    if isinstance(expr, cst.Name):
-        return expr.value in aliases or any(w in expr.value.lower() for w in MODEL_WORDS)
-    attr = self_attr(expr)
-    return attr is not None and any(w in attr.lower() for w in MODEL_WORDS)
+ENTRY_DEPTH = 3  # functions followed from the entry to the one holding the step loop (`__call__` -> `processing`)
 
 
 def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry: str,
@@ -134,50 +41,84 @@ def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry
         return _guidance_read(src, cls_name, entry, fn, transformer,
                               [Evidence(path, src.line(fn), f"`{cls_name}.{entry}` is the transformer's own method, "
                                                             "called once per step")])
-    env, aliases = _env_of(src, cls, fn)
-    env.helpers = _helpers(src, cls, fn)
+    env, aliases = env_of(src, cls, fn)
+    env.helpers = helpers_of(src, cls, fn)
     methods = {m.name.value: m for m in iter_methods(transformer[1])} if transformer is not None else {}
     stepped = [lp for lp in find_all(fn.body, cst.For) if _method_calls(lp.body, aliases, methods)]
     if stepped and not any(_reaches_model(lp.body, env, aliases) for lp in find_all(fn.body, cst.For)):
         return _guidance_method(src, cls_name, entry, stepped[0], aliases, methods, transformer)
     loops = [lp for lp in find_all(fn.body, cst.For) if _reaches_model(lp.body, env, aliases)]
-    if not loops:
-        return PipelineFacts(cls_name, entry, path, None, "unknown", 0,
-                             (Evidence(path, src.line(fn), f"no transformer call inside a loop in `{entry}`"),))
+    via: list[Evidence] = []
+    if not loops:  # the entry hands the steps to a function of its own (`self.processing(...)`): read that one
+        env.ws = ws  # followed into the repository's other modules from here on
+        held = _step_holder(fn, env, aliases)
+        if held is None:
+            return PipelineFacts(cls_name, entry, path, None, "unknown", 0,
+                                 (Evidence(path, src.line(fn), f"no transformer call inside a loop in `{entry}`"),))
+        fn, env, aliases, via = held
+        loops = [lp for lp in find_all(fn.body, cst.For) if _reaches_model(lp.body, env, aliases)]
     # the step loop: the outermost loop over the schedule (`for i, t in enumerate(timesteps)`), else the outermost
     # loop that calls the transformer (find_all yields parents first). A loop around the step loop (AnyFlowFAR's
     # chunks of frames) is not a loop over guidance conditions.
     stepping = [lp for lp in loops if _over_schedule(lp.iter)]
-    return _step_facts(src, cls_name, entry, fn, (stepping or loops)[0], env, aliases, transformer)
+    facts = _step_facts(env.src, cls_name, entry, fn, (stepping or loops)[0], env, aliases, transformer)
+    if not via:
+        return facts
+    # read through another module of the repository: one step of inference more than a loop in the entry's file
+    confidence = "medium" if env.src is not src and facts.confidence == "high" else facts.confidence
+    return dataclasses.replace(facts, file=path, confidence=confidence, evidence=(*via, *facts.evidence))
 
 
-def _env_of(src: SourceFile, cls: cst.ClassDef | None, fn: cst.FunctionDef) -> tuple[_Env, set[str]]:
-    """What `_eval` reads in `fn`: its parameters' defaults, each local's first `=` value, each `self.x = ...`
-    and the class's one-return properties; and the locals bound to a model (`transformer = self.transformer`)."""
-    params = {p.name.value: p.default for p in (*fn.params.params, *fn.params.kwonly_params) if p.default is not None}
-    env = _Env(src, params, {}, {}, {})
-    if cls is not None:
-        for m in iter_methods(cls):
-            if any(dotted(d.decorator) == "property" for d in m.decorators):
-                rets = find_all(m.body, cst.Return)
-                if len(rets) == 1 and rets[0].value is not None:
-                    env.properties[m.name.value] = rets[0].value
-    aliases: set[str] = set()
-    for _, _, value, node in defuse(src, fn).statements(PLAIN):
-        if len(node.targets) != 1:
-            continue
-        target = node.targets[0].target
-        if isinstance(target, cst.Name):
-            env.locals.setdefault(target.value, value)
-            values = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
-            if any(self_attr(v) and any(w in self_attr(v).lower() for w in MODEL_WORDS) for v in values):
-                aliases.add(target.value)
-        elif (attr := self_attr(target)) is not None:
-            env.self_values.setdefault(attr, value)
-    return env, aliases
+def _step_holder(fn: cst.FunctionDef, env: Env, aliases: set[str]):
+    """The function `fn` calls, through at most ENTRY_DEPTH functions of the repository (`cfg_env.callee_of`:
+    methods, the module's functions, nested defs, functions imported from its other modules, the method of a class
+    the call constructs; breadth first, each once), whose loop over the schedule calls the model: (that function,
+    its env with the values the calls pass, its model aliases, the calls followed as evidence); None when there is
+    none."""
+    todo = [(fn, env, aliases, [])]
+    seen = {id(fn)}
+    for _ in range(ENTRY_DEPTH):
+        later = []
+        for caller, c_env, c_aliases, via in todo:
+            for call in find_all(caller.body, cst.Call):
+                found = callee_of(call, c_env)
+                if found is None or id(found[2]) in seen:
+                    continue
+                h_src, h_cls, helper, instance = found
+                seen.add(id(helper))
+                own = {**c_env.known, **assigned_self(c_env.src, caller, c_env)} if instance is None else instance
+                h_env, h_aliases = called_env(h_src, h_cls, helper, c_env, c_aliases, call, own)
+                made = call.func.value if isinstance(call.func, cst.Attribute) else None
+                name = dotted(call.func) or (f"{dotted(made.func)}(...).{call.func.attr.value}"
+                                             if isinstance(made, cst.Call) else _code(c_env.src, call.func))
+                here = [*via, Evidence(str(c_env.src.path), c_env.src.line(call),
+                                       f"`{caller.name.value}` calls `{name}(...)`")]
+                if any(_over_schedule(lp.iter) and _reaches_model(lp.body, h_env, h_aliases)
+                       for lp in find_all(helper.body, cst.For)):
+                    values = ", ".join(f"`self.{a}` = {_shown(v)}" for a, v in sorted(h_env.known.items()))[:240]
+                    said = f" and the `self.<x>` it holds ({values})" if values else ""
+                    here[-1] = Evidence(here[-1].file, here[-1].line, f"{here[-1].why}, whose loop runs the steps; "
+                                                                      f"read with the values this call passes{said}")
+                    return helper, h_env, h_aliases, here
+                later.append((helper, h_env, h_aliases, here))
+        todo = later
+    return None
 
 
-def _step_facts(src: SourceFile, cls_name: str | None, entry: str, fn: cst.FunctionDef, loop: cst.For, env: _Env,
+def _code(src: SourceFile, node: cst.CSTNode) -> str:
+    return " ".join(src.code(node).split())[:60]
+
+
+def _shown(value) -> str:
+    """A value as evidence says it: a function value by the factory that made it, a dict by its keys."""
+    if isinstance(value, Func):
+        return f"`{value.fn.name.value}` from `{value.factory}(...)`"
+    if isinstance(value, dict):  # a key whose value is not known reads `?`
+        return "{" + ", ".join(f"{k!r}: {'?' if v is None else _shown(v)}" for k, v in list(value.items())[:6]) + "}"
+    return repr(value)
+
+
+def _step_facts(src: SourceFile, cls_name: str | None, entry: str, fn: cst.FunctionDef, loop: cst.For, env: Env,
                 aliases: set[str], transformer: tuple[SourceFile, cst.ClassDef] | None) -> PipelineFacts:
     """The CFG style read from the step loop: how many transformer calls one step runs with the defaults."""
     path = str(src.path)
@@ -199,9 +140,10 @@ def _step_facts(src: SourceFile, cls_name: str | None, entry: str, fn: cst.Funct
     others = tuple(Evidence(path, next(src.line(c) for c in calls if _callee(c) == m),
                             f"`{m}` is a second model called in the loop, not a second call of the transformer: "
                             "cache-dit needs it as another BlockAdapter entry")
-                   for m in models if m.startswith("self.") and m != "self.transformer" and "self.transformer" in models)
+                   for m in models
+                   if m.startswith("self.") and m != "self.transformer" and "self.transformer" in models)
     evidence += others
-    evidence += [Evidence(path, line, why) for line, why in notes]
+    evidence += list(dict.fromkeys(notes))  # each note once
     if repeated:
         evidence.append(Evidence(path, repeated, "transformer called inside an inner loop (one call per guidance "
                                                  "condition): separate forwards per step"))
@@ -259,7 +201,7 @@ def _method_calls(node: cst.CSTNode, aliases: set[str], methods: dict) -> list[c
     """`model.forward_with_cfg(...)`: calls of one of the transformer's own methods (not forward) on a model."""
     return [c for c in find_all(node, cst.Call) if isinstance(c.func, cst.Attribute)
             and c.func.attr.value in methods and c.func.attr.value not in ("forward", "__call__")
-            and _is_model(c.func.value, aliases)]
+            and is_model(c.func.value, aliases)]
 
 
 def _guidance_method(src: SourceFile, cls_name, entry: str, loop: cst.For, aliases: set[str], methods: dict,
@@ -269,8 +211,10 @@ def _guidance_method(src: SourceFile, cls_name, entry: str, loop: cst.For, alias
     condition (True)."""
     path = str(src.path)
     call = _method_calls(loop.body, aliases, methods)[0]
-    evidence = [Evidence(path, src.line(loop), f"denoising loop `for {src.code(loop.target)} in {src.code(loop.iter)}`"),
-                Evidence(path, src.line(call), f"the step calls `{dotted(call.func)}(...)`, a method of the transformer")]
+    evidence = [Evidence(path, src.line(loop),
+                         f"denoising loop `for {src.code(loop.target)} in {src.code(loop.iter)}`"),
+                Evidence(path, src.line(call),
+                         f"the step calls `{dotted(call.func)}(...)`, a method of the transformer")]
     return _guidance_read(src, cls_name, entry, methods[call.func.attr.value], transformer, evidence)
 
 
@@ -283,7 +227,7 @@ def _guidance_read(src: SourceFile, cls_name, entry: str, method: cst.FunctionDe
     t_src, t_cls = transformer
     at = Evidence(str(t_src.path), t_src.line(method), "")
     inner = [c for c in find_all(method.body, cst.Call) if dotted(c.func) in ("self", "self.forward")]
-    env, _ = _env_of(t_src, t_cls, method)
+    env, _ = env_of(t_src, t_cls, method)
     count = _path_calls(body_of(method), env, {"self"}, t_src, callee="self")[0]
     doubled = [c for c in find_all(method.body, cst.Call) if dotted(c.func) == "torch.cat" and c.args
                and _doubles(c.args[0].value)]
@@ -339,24 +283,16 @@ def _model_calls(node: cst.CSTNode, aliases: set[str], callee: str | None = None
                  helpers: dict | None = None) -> list[cst.Call]:
     """Transformer calls under node (`callee`: only those of that one model, by `_callee`); a call of one of
     `helpers` (a function the source defines, `model_fn`) is the function's, never a model's."""
-    return [c for c in find_all(node, cst.Call) if _is_model(c.func, aliases)
+    return [c for c in find_all(node, cst.Call) if is_model(c.func, aliases)
             and not (helpers and dotted(c.func) in helpers) and (callee is None or _callee(c) == callee)]
 
 
-def _helpers(src: SourceFile, cls: cst.ClassDef | None, fn: cst.FunctionDef) -> dict[str, cst.FunctionDef]:
-    """The functions a step can call by name: the entry's nested defs, the module's functions, `self.<method>`."""
-    out: dict[str, cst.FunctionDef] = dict(src.functions)
-    out.update({f"self.{m.name.value}": m for m in iter_methods(cls)} if cls is not None else {})
-    out.update({d.name.value: d for d in find_all(fn.body, cst.FunctionDef, skip_functions=False)})
-    return out
-
-
-def _helper_calls(stmt: cst.CSTNode, env: _Env) -> list[cst.FunctionDef]:
+def _helper_calls(stmt: cst.CSTNode, env: Env) -> list[cst.FunctionDef]:
     """The helpers `stmt` calls (each once per call)."""
     return [env.helpers[name] for c in find_all(stmt, cst.Call) if (name := dotted(c.func)) in env.helpers]
 
 
-def _reached_calls(node: cst.CSTNode, env: _Env, aliases: set[str], depth: int = 0,
+def _reached_calls(node: cst.CSTNode, env: Env, aliases: set[str], depth: int = 0,
                    seen: frozenset = frozenset()) -> list[cst.Call]:
     """The model calls `node` runs, its own and those of the helpers it calls (HELPER_DEPTH deep, cycle-safe)."""
     out = _model_calls(node, aliases, helpers=env.helpers)
@@ -369,15 +305,15 @@ def _reached_calls(node: cst.CSTNode, env: _Env, aliases: set[str], depth: int =
 def loop_model_calls(src: SourceFile, cls: cst.ClassDef | None, fn: cst.FunctionDef) -> list[cst.Call]:
     """The model calls the loops of `fn` run, in source order: their own and those of the helpers they call
     (the sampler's `pred = model(img=img, ...)`), found as the CFG reader finds them."""
-    env, aliases = _env_of(src, cls, fn)
-    env.helpers = _helpers(src, cls, fn)
+    env, aliases = env_of(src, cls, fn)
+    env.helpers = helpers_of(src, cls, fn)
     out: list[cst.Call] = []
     for loop in find_all(fn.body, cst.For):
         out += [c for c in _reached_calls(loop.body, env, aliases) if c not in out]
     return out
 
 
-def _reaches_model(node: cst.CSTNode, env: _Env, aliases: set[str]) -> bool:
+def _reaches_model(node: cst.CSTNode, env: Env, aliases: set[str]) -> bool:
     """Does `node` call the model, directly or through helpers (`_reached_calls`)?"""
     return bool(_reached_calls(node, env, aliases))
 
@@ -389,22 +325,26 @@ def _callee(call: cst.Call) -> str:
     return name[: -len(".forward")] if name.endswith(".forward") else name
 
 
-def _path_calls(stmts, env: _Env, aliases: set[str], src: SourceFile, callee: str | None = None, depth: int = 0):
-    """(max calls along one path, line of a call inside an inner loop or 0, notes); `callee`: count only the
-    calls of that model."""
+def _path_calls(stmts, env: Env, aliases: set[str], src: SourceFile, callee: str | None = None, depth: int = 0):
+    """(max calls along one path, line of a call inside an inner loop or 0, notes as evidence); `callee`: count
+    only the calls of that model."""
     total, repeated, notes = 0, 0, []
     for stmt in stmts:
         if isinstance(stmt, cst.If):
-            verdict = _eval(stmt.test, env)
+            verdict = value_of(stmt.test, env)
             a = _path_calls(body_of(stmt), env, aliases, src, callee, depth)
-            b = (_path_calls(body_of(stmt.orelse), env, aliases, src, callee, depth) if stmt.orelse is not None
-                 else (0, 0, []))
+            orelse = [stmt.orelse] if isinstance(stmt.orelse, cst.If) else body_of(stmt.orelse)  # `elif`: an `if`
+            b = _path_calls(orelse, env, aliases, src, callee, depth) if stmt.orelse is not None else (0, 0, [])
             notes += a[2] + b[2]
             if verdict is False and a[0]:
-                notes.append((src.line(stmt), f"`if {src.code(stmt.test)}` is false with the defaults: "
-                                              f"{a[0]} call(s) there are off by default"))
+                notes.append(Evidence(str(src.path), src.line(stmt), f"`if {src.code(stmt.test)}` is false with "
+                                                                     f"the defaults: {a[0]} call(s) there are off by "
+                                                                     "default"))
                 pick = b
             elif verdict is True:
+                if b[0] and env.args:  # read with a caller's values (a followed call): say what they turn off
+                    notes.append(Evidence(str(src.path), src.line(stmt), f"`if {src.code(stmt.test)}` is true with the "
+                                                                         f"defaults: {b[0]} call(s) after it are off"))
                 pick = a
             else:
                 pick = a if a[0] >= b[0] else b
@@ -421,13 +361,32 @@ def _path_calls(stmts, env: _Env, aliases: set[str], src: SourceFile, callee: st
         elif isinstance(stmt, cst.FunctionDef):
             continue  # a nested def runs where it is called
         else:
-            total += len(_model_calls(stmt, aliases, callee, env.helpers))
+            for call in _model_calls(stmt, aliases, callee, env.helpers):
+                a = _through_function(call, env, depth)
+                total, repeated, notes = total + a[0], repeated or a[1], notes + a[2]
             for helper in _helper_calls(stmt, env) if depth < HELPER_DEPTH else ():
                 a = _path_calls(body_of(helper), env, aliases, src, callee, depth + 1)  # the step calls the model
                 if a[0]:  # through a function of its own (`pred = model_fn(z=z, ...)`)
-                    notes.append((src.line(helper), f"the step reaches the model through `{helper.name.value}`"))
+                    notes.append(Evidence(str(src.path), src.line(helper),
+                                          f"the step reaches the model through `{helper.name.value}`"))
                 total, repeated, notes = total + a[0], repeated or a[1], notes + a[2]
     return total, repeated, notes
+
+
+def _through_function(call: cst.Call, env: Env, depth: int) -> tuple[int, int, list[Evidence]]:
+    """What one call of the model runs: one forward, or, where what it calls is a function value
+    (`self.model` holding the `k_model` that `fm_wrapper(transformer)` returned), the model calls along one path
+    of that function, read with the values the call passes it."""
+    func = value_of(call.func, env)
+    if not isinstance(func, Func) or depth > HELPER_DEPTH:
+        return 1, 0, []
+    f_env, f_aliases = called_env(func.src, None, func.fn, env, set(), call, known={}, base=func.env)
+    count, repeated, notes = _path_calls(body_of(func.fn), f_env, f_aliases | func.aliases, func.src, None,
+                                         depth + 1)
+    lines = ", ".join(f":{func.src.line(c)}" for c in _model_calls(func.fn.body, f_aliases | func.aliases))
+    why = (f"`{dotted(call.func)}` is `{func.fn.name.value}`, the function `{func.factory}(...)` returns: it calls "
+           f"the model at {lines or 'no line read'}, {count} time(s) along one path with the values passed here")
+    return count, repeated, [*notes, Evidence(str(func.src.path), func.src.line(func.fn), why)]
 
 
 __all__ = ["analyze_pipeline"]

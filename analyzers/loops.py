@@ -16,7 +16,9 @@ from integrate.source import SourceFile, dotted, find_method, iter_methods
 from integrate.syntax import (BUILTINS, assigned_names, body_of, find_all, names_read, self_attr, target_names,
                               walk_statements)
 
-from .reach import reached_methods
+from integrate.records import Evidence
+
+from .reach import Defaults, reached_methods
 from .records import ExtraOp
 
 CHECKPOINT_FUNCS = ("_gradient_checkpointing_func", "checkpoint", "gradient_checkpointing_func")
@@ -41,6 +43,7 @@ class Loop:
     indexed: str | None = None  # `x = out[0]` after `out = block(...)`: the code that picks the stream
     picked: int | None = None  # the constant index `indexed` reads (0: the stream is the output's first item)
     opaque: tuple[int, str] | None = None  # (line, why): the block is handed to a helper that could not be read
+    off: Evidence | None = None  # why the walk does not run with the constructor's defaults (reach.Defaults)
 
     def excludes(self, other: Loop) -> bool:
         """The two loops sit in different arms of one `if` / `else`: a call runs at most one of them."""
@@ -76,6 +79,8 @@ class ListUse:
     loops: list[Loop] = field(default_factory=list)
     # reads outside a loop header: (line, "len" | "sliced" | "indexed", what, in words)
     notes: list[tuple[int, str, str]] = field(default_factory=list)
+    off: dict[int, Evidence] = field(default_factory=dict)  # {line of a note: why it does not run by default}
+    defaults: Defaults | None = None  # what the constructor's defaults switch off in the class's methods
 
 
 def _refers(expr: cst.BaseExpression, attr: str, aliases: set[str]) -> tuple[bool, bool, tuple[str, ...]]:
@@ -116,67 +121,82 @@ def _unwrap_iter(it: cst.BaseExpression):
     return [it], False
 
 
-def find_list_uses(src: SourceFile, cls: cst.ClassDef, attrs: list[str], ws=None) -> dict[str, ListUse]:
+def find_list_uses(src: SourceFile, cls: cst.ClassDef, attrs: list[str], ws=None,
+                   config: dict | None = None) -> dict[str, ListUse]:
     """Every walk over and read of each list in the class's methods. `ws` (a Workspace): to read a helper the
-    block is handed to that another file defines (`auto_grad_checkpoint(block, x)`)."""
+    block is handed to that another file defines (`auto_grad_checkpoint(block, x)`); `config`: the model's config,
+    the constructor arguments that decide which code its flags switch off (reach.Defaults)."""
     helpers = _Helpers(ws, src, cls)
-    uses = {a: ListUse() for a in attrs}
+    defaults = Defaults(ws, src, cls, config)
+    uses = {a: ListUse(defaults=defaults) for a in attrs}
     reached = reached_methods(cls)  # a walk forward never runs happens while the list is whole: not a use
     for fn in iter_methods(cls):
         if fn.name.value == "__init__" or (reached is not None and fn.name.value not in reached):
             continue
-        aliases = _list_aliases(src, fn, attrs)
-        in_loop_iter: set[int] = set()
-        arms = _arms(fn)
-        for loop in find_all(fn.body, cst.For):
-            iterables, enumerated = _unwrap_iter(loop.iter)
-            for attr in attrs:
-                hits = [(_refers(x, attr, aliases[attr]), x) for x in iterables]
-                hit = next(((r, x) for r, x in hits if r[0]), None)
-                if hit is None:
-                    continue
-                (_, sliced, keys), expr = hit
-                for n in find_all(loop.iter, (cst.Attribute, cst.Name, cst.Subscript), skip_functions=False):
-                    in_loop_iter.add(id(n))
-                others = tuple(src.code(x) for r, x in hits if not r[0])
-                found = _make_loop(src, fn, loop, attr, iterables, expr, enumerated, sliced, keys, others, helpers)
-                found.arms = arms.get(id(loop), frozenset())
-                uses[attr].loops.append(found)
-        # a comprehension over the list that reads its blocks' attributes (`[b.attn.processor for b in
-        # self.blocks]`): once cached, it walks the one wrapper, which has none of them
-        for comp in find_all(fn.body, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
-            head = comp.for_in
-            for attr in attrs:
-                if not _refers(head.iter, attr, aliases[attr])[0]:
-                    continue
-                for n in find_all(head.iter, (cst.Attribute, cst.Name, cst.Subscript), skip_functions=False):
-                    in_loop_iter.add(id(n))
-                names = set(target_names(head.target))
-                body = comp.key if isinstance(comp, cst.DictComp) else comp.elt
-                reads = [a for a in find_all(body, cst.Attribute, skip_functions=False)
-                         if isinstance(a.value, cst.Name) and a.value.value in names]
-                if reads:
-                    uses[attr].notes.append((src.line(comp), "comprehension",
-                                             f"`{src.code(comp)[:80]}` (reads `{src.code(reads[0])}` of each "
-                                             f"block) in {fn.name.value}"))
-        # len(list), list[i] outside loop headers; a length only tested for emptiness (`if len(self.blocks) > 0`)
-        # is the same for the wrapper cache-dit leaves there (one element for a list that had some)
-        emptiness = _emptiness_tests(fn)
-        for call in find_all(fn.body, cst.Call):
-            if dotted(call.func) == "len" and call.args and id(call) not in emptiness:
-                for attr in attrs:
-                    if _refers(call.args[0].value, attr, aliases[attr])[0]:
-                        uses[attr].notes.append((src.line(call), "len", f"`{src.code(call)}` in {fn.name.value}"))
-        for sub in find_all(fn.body, cst.Subscript):
-            if id(sub) in in_loop_iter:
-                continue
-            for attr in attrs:
-                refers, sliced, keys = _refers(sub, attr, aliases[attr])
-                base = sub.value
-                if refers and not keys and (self_attr(base) == attr or isinstance(base, cst.Name)):
-                    what = "sliced" if sliced else "indexed"
-                    uses[attr].notes.append((src.line(sub), what, f"{what} as `{src.code(sub)}` in {fn.name.value}"))
+        before = {a: (len(u.loops), len(u.notes)) for a, u in uses.items()}
+        _uses_in(src, fn, attrs, uses, helpers)
+        for attr, use in uses.items():  # code the constructor's defaults switch off runs no walk and no read
+            for loop in use.loops[before[attr][0]:]:
+                loop.off = defaults.off(loop.method, loop.line)
+            for line, _, _ in use.notes[before[attr][1]:]:
+                if (why := defaults.off(fn.name.value, line)) is not None:
+                    use.off[line] = why
     return uses
+
+
+def _uses_in(src: SourceFile, fn: cst.FunctionDef, attrs: list[str], uses: dict[str, ListUse], helpers) -> None:
+    """The walks over and reads of each list in one method, added to `uses`."""
+    aliases = _list_aliases(src, fn, attrs)
+    in_loop_iter: set[int] = set()
+    arms = _arms(fn)
+    for loop in find_all(fn.body, cst.For):
+        iterables, enumerated = _unwrap_iter(loop.iter)
+        for attr in attrs:
+            hits = [(_refers(x, attr, aliases[attr]), x) for x in iterables]
+            hit = next(((r, x) for r, x in hits if r[0]), None)
+            if hit is None:
+                continue
+            (_, sliced, keys), expr = hit
+            for n in find_all(loop.iter, (cst.Attribute, cst.Name, cst.Subscript), skip_functions=False):
+                in_loop_iter.add(id(n))
+            others = tuple(src.code(x) for r, x in hits if not r[0])
+            found = _make_loop(src, fn, loop, attr, iterables, expr, enumerated, sliced, keys, others, helpers)
+            found.arms = arms.get(id(loop), frozenset())
+            uses[attr].loops.append(found)
+    # a comprehension over the list that reads its blocks' attributes (`[b.attn.processor for b in
+    # self.blocks]`): once cached, it walks the one wrapper, which has none of them
+    for comp in find_all(fn.body, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+        head = comp.for_in
+        for attr in attrs:
+            if not _refers(head.iter, attr, aliases[attr])[0]:
+                continue
+            for n in find_all(head.iter, (cst.Attribute, cst.Name, cst.Subscript), skip_functions=False):
+                in_loop_iter.add(id(n))
+            names = set(target_names(head.target))
+            body = comp.key if isinstance(comp, cst.DictComp) else comp.elt
+            reads = [a for a in find_all(body, cst.Attribute, skip_functions=False)
+                     if isinstance(a.value, cst.Name) and a.value.value in names]
+            if reads:
+                uses[attr].notes.append((src.line(comp), "comprehension",
+                                         f"`{src.code(comp)[:80]}` (reads `{src.code(reads[0])}` of each "
+                                         f"block) in {fn.name.value}"))
+    # len(list), list[i] outside loop headers; a length only tested for emptiness (`if len(self.blocks) > 0`)
+    # is the same for the wrapper cache-dit leaves there (one element for a list that had some)
+    emptiness = _emptiness_tests(fn)
+    for call in find_all(fn.body, cst.Call):
+        if dotted(call.func) == "len" and call.args and id(call) not in emptiness:
+            for attr in attrs:
+                if _refers(call.args[0].value, attr, aliases[attr])[0]:
+                    uses[attr].notes.append((src.line(call), "len", f"`{src.code(call)}` in {fn.name.value}"))
+    for sub in find_all(fn.body, cst.Subscript):
+        if id(sub) in in_loop_iter:
+            continue
+        for attr in attrs:
+            refers, sliced, keys = _refers(sub, attr, aliases[attr])
+            base = sub.value
+            if refers and not keys and (self_attr(base) == attr or isinstance(base, cst.Name)):
+                what = "sliced" if sliced else "indexed"
+                uses[attr].notes.append((src.line(sub), what, f"{what} as `{src.code(sub)}` in {fn.name.value}"))
 
 
 def _is_len(node) -> bool:
@@ -335,8 +355,10 @@ def _constant_index(sub: cst.Subscript) -> int | None:
     return None
 
 
-def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> tuple[ExtraOp, ...]:
-    """Every statement of the loop body besides the block call and trivial guards (pitfall B reads them)."""
+def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str],
+                  defaults: Defaults | None = None) -> tuple[ExtraOp, ...]:
+    """Every statement of the loop body besides the block call and trivial guards (pitfall B reads them); one the
+    constructor's defaults switch off (`defaults`) is listed, inactive."""
     if loop.call is None:
         return ()
     ops: list[ExtraOp] = []
@@ -360,7 +382,8 @@ def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> tup
         code = src.code(stmt)
         first_line = code.splitlines()[0] + (" ..." if "\n" in code else "")
         guard = _optional_guard(stmt, optional_inputs)
-        active = guard is None
+        off = _off(src, loop, stmt, defaults) if guard is None else None
+        active = guard is None and off is None
         if (loop.index_var and loop.index_var in reads) or (reads & counters) or (reads & derived):
             kind, why = "index_dependent", "uses the loop index; the wrapper runs the body once, with index 0"
         elif after_call and writes & set(loop.outputs):
@@ -371,12 +394,22 @@ def classify_body(src: SourceFile, loop: Loop, optional_inputs: set[str]) -> tup
             kind, why = "other", "runs once per block on loop-carried values; the wrapper runs it once"
         if guard is not None:
             why += f"; only runs when `{guard}` is given (default None)"
+        if off is not None:
+            why += f"; {off.why} at line {off.line}"
         if kind == "index_dependent":
             derived |= writes  # `start = 3 * i` makes `x[:, start:]` index-dependent too
         if kind != "hoistable":
             varying |= writes
         ops.append(ExtraOp(src.line(stmt), first_line, kind, active, why))
     return tuple(ops)
+
+
+def _off(src: SourceFile, loop: Loop, stmt: cst.CSTNode, defaults: Defaults | None) -> Evidence | None:
+    """Why the statement of the loop body does not run with the constructor's defaults: an `if` (without `else`)
+    whose test they make false (None: it may run)."""
+    if defaults is None or not isinstance(stmt, cst.If) or stmt.orelse is not None or not body_of(stmt):
+        return None
+    return defaults.off(loop.method, src.line(body_of(stmt)[0]))
 
 
 def _loop_carried(loop: Loop, varying: set[str]) -> set[str]:

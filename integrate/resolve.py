@@ -214,6 +214,23 @@ class Workspace:
             self._roots[top] = installed_root(top)
         return self._roots[top]
 
+    def locate(self, qualname: str) -> tuple[Path | None, str]:
+        """The file of the module an external name lives in (`sat.model.base_model.BaseModel` ->
+        .../sat/model/base_model.py), found on this machine without importing, or None; and what was found, in
+        words. A top-level name found as a folder that lacks the module (a repository's own `sat/` folder on the
+        path, shadowing the SwissArmyTransformer package `sat`) is not that package: None, saying where it led."""
+        module = qualname.rpartition(".")[0] or qualname
+        top = module.split(".")[0]
+        root = self.package_root(top)
+        if root is None:
+            return None, "is not installed here"
+        path = self.module_file(root, module)
+        if path is None:
+            wanted = "/".join(module.split("."))
+            return None, (f"is not installed here: `{top}` resolves to {root / top}, which holds no {wanted}.py "
+                          "(a folder of the same name, not that package)")
+        return path, f"is read from {path}"
+
     def module_file(self, root: Path, dotted_name: str) -> Path | None:
         base = root.joinpath(*dotted_name.split(".")) if dotted_name else root
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
@@ -238,6 +255,14 @@ class Workspace:
             sibling = self.module_file(src.path.parent, module)
             if sibling is not None:
                 return sibling
+            if "." in module and self.package_root(top) is None:
+                # folders without __init__.py (namespace packages) imported from the repository's root, where its
+                # scripts run: the nearest folder above that holds the whole module path as a file (never for a
+                # name an installed package answers: a repository's own `torch/` does not stand for torch)
+                for folder in src.path.parent.parents:
+                    found = self.module_file(folder, module)
+                    if found is not None:
+                        return found
         root = self._namespace_root(src.path, module)
         if root is not None:  # a namespace package the file lies in, above its regular package if it has one
             return self.module_file(root, module)

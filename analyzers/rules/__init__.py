@@ -77,7 +77,9 @@ class ListContext:
     @cached_property
     def extra_ops(self) -> tuple[ExtraOp, ...]:
         """Every statement of the walk's body besides the block call (classified by the loop reader)."""
-        return classify_body(self.src, self.loop, set(self.optional_inputs)) if self.loop is not None else ()
+        if self.loop is None:
+            return ()
+        return classify_body(self.src, self.loop, set(self.optional_inputs), self.use.defaults)
 
     @property
     def streams(self) -> set[str]:

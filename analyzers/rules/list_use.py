@@ -60,6 +60,12 @@ class ListUse(Rule):
             guard = optional_guard_at(ctx.src, fwd, line, set(ctx.optional_inputs)) if fwd is not None else None
             if guard is not None:  # inactive on a default call (like pitfall B's guarded statements): silent
                 continue
+            off = ctx.use.off.get(line)
+            if off is not None:  # the constructor's defaults switch it off: a note, nothing to patch
+                yield self.finding(ctx, f"if switched on: {what} (line {line}) would evaluate differently once the "
+                                        f"list holds one wrapper; {off.why} at line {off.line}", patch=False,
+                                   line=line, kind=kind, evidence=(off,), confidence="low")
+                continue
             yield self.finding(ctx, f"restructure: {what} (line {line}) evaluates differently once the list holds one "
                                     "wrapper", line=line, kind=kind)
 

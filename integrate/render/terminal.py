@@ -37,6 +37,8 @@ def analysis(data: dict, markdown: bool = False) -> str:
     lines = [h(f"Analysis of {t['class']}") if markdown else f"{t['class']}  ({_short(t['file'])}:{t['line']})", ""]
     lines += gate(data["gate"]) + [""]
     lines.append(h("Block lists"))
+    if not t["block_lists"]:  # nothing found is not "nothing to cache": the unknowns below say why, if known
+        lines.append("- none found" + ("; the unknowns below say what could not be read" if t["unknowns"] else ""))
     for bl in t["block_lists"]:
         mark = {True: "BLOCKS", False: "not blocks", None: "unknown"}[bl["is_blocks"]]
         head = f"- {bl['attr']} [{bl['container']}] -> {mark}"
@@ -83,7 +85,8 @@ def analysis(data: dict, markdown: bool = False) -> str:
                  f"no module list was found in {t['class']}")
         lines.append(f"no block list: {found}, so the cache has nothing to wrap (exit 1)")
     lines.append("")
-    lines.append(f"needs_patch_functor: {t['needs_patch_functor']}")
+    decided = t["needs_patch_functor"] if t["block_lists"] else "not decided (no block list)"
+    lines.append(f"needs_patch_functor: {decided}")
     lines += [f"  - {r}" for r in t["patch_functor_reasons"]]
     lines += [f"  unknown: {u}" for u in t["unknowns"]]
     lines.append("")
