@@ -53,8 +53,7 @@ def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry
         env.ws = ws  # followed into the repository's other modules from here on
         held = _step_holder(fn, env, aliases)
         if held is None:
-            return PipelineFacts(cls_name, entry, path, None, "unknown", 0,
-                                 (Evidence(path, src.line(fn), f"no transformer call inside a loop in `{entry}`"),))
+            return PipelineFacts(cls_name, entry, path, None, "unknown", 0, (_no_model_call(src, fn, entry),))
         fn, env, aliases, via = held
         loops = [lp for lp in find_all(fn.body, cst.For) if _reaches_model(lp.body, env, aliases)]
     # the step loop: the outermost loop over the schedule (`for i, t in enumerate(timesteps)`), else the outermost
@@ -190,6 +189,22 @@ def _one_call(src: SourceFile, cls_name: str | None, entry: str, fn: cst.Functio
                                                      "run it once per condition)"))
         confidence = "medium"
     return PipelineFacts(cls_name, entry, path, False, confidence, count, tuple(evidence), other_models=others)
+
+
+def _no_model_call(src: SourceFile, fn: cst.FunctionDef, entry: str) -> Evidence:
+    """Why no loop of the entry was found to call the model: one calls a callable the entry is given (`func(z, t)`,
+    a parameter: which model or guidance wrapper stands behind it is the caller's choice), or none calls anything
+    that reaches a model."""
+    params = _params(fn)
+    for loop in find_all(fn.body, cst.For):
+        called = next((c for c in find_all(loop.body, cst.Call)
+                       if isinstance(c.func, cst.Name) and c.func.value in params), None)
+        if called is not None:
+            return Evidence(str(src.path), src.line(called),
+                            f"the step loop calls `{called.func.value}`, a parameter of `{entry}`: which model (or "
+                            "guidance wrapper) it stands for is its caller's choice, not in this function; CFG style "
+                            "unknown")
+    return Evidence(str(src.path), src.line(fn), f"no transformer call inside a loop in `{entry}`")
 
 
 def _params(fn: cst.FunctionDef) -> set[str]:

@@ -153,3 +153,27 @@ def test_a_step_loop_deeper_than_the_bound_is_unknown(tmp_path):
     '''
     p = _pipeline(tmp_path, call=call, more=more)
     assert p["has_separate_cfg"] is None and p["confidence"] == "unknown", p
+
+
+def test_a_step_loop_that_calls_a_callable_it_is_given_says_so(tmp_path):
+    """A sampler whose loop calls `func`, a parameter (OmniGen's scheduler: `pred, cache = func(z, t, ...)`): which
+    model or guidance wrapper the caller passes is not in the function, so the CFG style is unknown, and the
+    evidence points at that call, not at a loop with no model call."""
+    sampler = '''
+    import torch
+
+
+    class Sampler:
+        def __call__(self, z, func, model_kwargs, steps=4):
+            for i in range(steps):
+                t = torch.zeros(len(z)) + i
+                pred = func(z, t, **model_kwargs)
+                z = z + pred
+            return z
+    '''
+    (tmp_path / "sampler.py").write_text(textwrap.dedent(sampler))
+    p = analyse_source(tmp_path, textwrap.dedent(MODEL), "Net", pipeline_class="Sampler.__call__",
+                       pipeline_file=str(tmp_path / "sampler.py"))["pipeline"]
+    assert p["has_separate_cfg"] is None and p["confidence"] == "unknown", p
+    (ev,) = p["evidence"]
+    assert ev["line"] == 9 and "`func`, a parameter of `__call__`" in ev["why"], ev
