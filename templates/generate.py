@@ -136,7 +136,9 @@ def _model_roots(plan: Plan) -> list[str]:
     roots = list(plan.model.roots)
     t_file = Path(plan.model.transformer_file or "")
     if t_file.is_file() and not installed(t_file):
-        root = str(Workspace(source_roots=roots).root_of(t_file) or t_file.resolve().parent)  # a loose file's folder
+        # the package root the analysis named the module from (a namespace package's too, read from the file's own
+        # imports), else a loose file's folder
+        root = str(Workspace(source_roots=roots).load(t_file).package_root or t_file.resolve().parent)
         roots += [root] if root not in roots else []
     return roots
 

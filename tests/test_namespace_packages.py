@@ -110,3 +110,19 @@ def test_an_installed_library_is_not_resolved_by_the_walk(tmp_path):
     src = ws.load(models / "model.py")
     assert src.package_root is None
     assert isinstance(ws.resolve(src, "Linear"), External)
+
+
+def test_the_generated_launcher_imports_from_the_namespace_root(tmp_path):
+    """generate's launcher puts the folder the repository imports itself from on PYTHONPATH (the folder above
+    `mypkg/`), not the transformer file's own folder, from which `mypkg.models...` cannot be imported."""
+    from conftest import source_flags
+
+    from integrate import api
+
+    models = _layout(tmp_path / "repo")
+    api.write_plan(api.plan(source_flags(models, textwrap.dedent(MODEL)), probe=False), tmp_path / "plan")
+    api.approve(tmp_path / "plan", "test")
+    report = api.generate(tmp_path / "plan", out=tmp_path / "out")
+    launcher = report.plugin.launcher
+    path = launcher.split("PYTHONPATH=")[1].split()[0].split(":")
+    assert str((tmp_path / "repo").resolve()) in path and str(models.resolve()) not in path, launcher
