@@ -114,6 +114,16 @@ def _plan_list(b: BlockStructure, missed: tuple[str, ...] = ()) -> TpList:
         c.confidence = "low"
     if missed:
         _missed_linears(c, b, missed)
+    elif not c.layer_plan and c.strategy == "standard" and c.confidence in ("high", "medium"):
+        # nothing of the block is planned: TP would divide its head counts and shard no Linear (a proof is vacuous)
+        why = (f"the layer plan of `{b.attr}` is empty: the static read found no Linear of the block to shard, so TP "
+               "would divide head counts and shard nothing; name the block's projections with `integrate revise` "
+               "(or plan with the probe, which builds block 0 and lists its Linears)")
+        c.confidence = "low"
+        c.notes.append(why)
+        first = b.evidence[0] if b.evidence else (Evidence(b.modules[0].file, b.modules[0].line, "") if b.modules
+                                                    else Evidence("", 0, ""))
+        c.evidence.append(Evidence(first.file, first.line, why))
     return TpList(
         attr=b.attr,
         block_class=b.block_class,

@@ -294,3 +294,55 @@ def test_split_by_an_attribute_width(code, expected):
     call = cst.parse_expression(code)
     got = split_by_width(None, call)
     assert (got[1:] if got else None) == expected
+
+
+_PARAM_ONLY = '''
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Attn(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv_weight = nn.Parameter(torch.randn(3 * dim, dim))
+        self.out_weight = nn.Parameter(torch.randn(dim, dim))
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = F.linear(x, self.qkv_weight).view(b, s, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        o = F.scaled_dot_product_attention(q, k, v)
+        return F.linear(o.transpose(1, 2).reshape(b, s, d), self.out_weight)
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.attn = Attn(dim, heads)
+
+    def forward(self, hidden_states):
+        return hidden_states + self.attn(hidden_states)
+
+
+class Model(nn.Module):
+    def __init__(self, dim=32, heads=2, layers=2):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(dim, heads) for _ in range(layers)])
+
+    def forward(self, hidden_states):
+        for block in self.blocks:
+            hidden_states = block(hidden_states)
+        return hidden_states
+'''
+
+
+def test_an_empty_layer_plan_is_never_high(tmp_path):
+    """A block whose projections are bare weights (F.linear over nn.Parameters): the static read finds no Linear to
+    shard, so a "standard" TP plan would divide head counts and shard nothing. Low, with why (it was "high")."""
+    from conftest import source_flags
+
+    (tl,) = api.plan(source_flags(tmp_path, _PARAM_ONLY), probe=False).parallelism.tp.block_lists
+    assert tl.strategy == "standard" and tl.layer_plan == {} and tl.confidence == "low", tl
+    assert any("layer plan of `blocks` is empty" in n for n in tl.notes), tl.notes
+    assert any("layer plan of `blocks` is empty" in e.why for e in tl.evidence)
