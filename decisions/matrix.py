@@ -35,7 +35,9 @@ def _planner_exists(plan: Plan, kind: str) -> bool:
     """A `kind` ("cp" / "tp") planner for the model: one the plan writes, or cache-dit's own that answers for it and
     is deferred to (the plan's support note: written for this very class; a plan older than analyze 1.16 has no
     verdicts, and a planner cache-dit registers for a model it supports stands)."""
-    written = bool(plan.parallelism.cp.plan) if kind == "cp" else bool(plan.parallelism.tp.block_lists)
+    decision = plan.parallelism.cp if kind == "cp" else plan.parallelism.tp
+    # a planner the plan decides but generate does not write (`blocked_by`: a person must act first) has no row
+    written = bool(decision.plan if kind == "cp" else decision.block_lists) and not decision.blocked_by
     support = plan.already_supported
     if support is not None and support.answers:
         return written or any(a.kind == kind and a.deferred for a in support.answers)

@@ -421,3 +421,9 @@ def test_the_gpu_matrix_lists_the_same_rows_in_the_script_pr_and_verify_and_none
         plan.parallelism, cp=dataclasses.replace(plan.parallelism.cp, plan={}),
         tp=dataclasses.replace(plan.parallelism.tp, block_lists=())))
     assert [r.name for r in rows(bare)] == ["baseline", "cache"]  # no planner written, none of cache-dit's
+    # a CP plan that a person must act on first (`blocked_by`): generate writes no CP planner, so no CP row either
+    from integrate.records import Evidence
+
+    blocked = dataclasses.replace(plan, parallelism=dataclasses.replace(plan.parallelism, cp=dataclasses.replace(
+        plan.parallelism.cp, blocked_by=(Evidence("x.py", 1, "calls the kernel directly"),))))
+    assert not {"ulysses2", "ulysses2+cache", "ring2", "ulysses2+tp2"} & {r.name for r in rows(blocked)}
