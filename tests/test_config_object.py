@@ -100,6 +100,10 @@ def test_empty_model_folder_to_a_passing_cache_proof(repo):
     # exit 1: the CP planner's last-block key needs the depth, which only the config object knows (said, manual)
     assert out.returncode == 1 and "MANUAL: a CP hook key" in out.stdout, out.stdout + out.stderr
     assert list(gen.glob("*/adapter.py")), "the cache integration is written"
+    # printing the GPU matrix runs nothing of the model's: no --trust-code asked; running it (no GPU here) does ask
+    printed = run_cli("verify", str(plan), "--generated", str(gen), "--gpu", "--print")
+    assert printed.returncode == 0 and "--cache" in printed.stdout, printed.stdout + printed.stderr
+    assert run_cli("verify", str(plan), "--generated", str(gen), "--gpu").returncode == 2
     out = run_cli("verify", str(plan), "--generated", str(gen), "--proof", "cache", "--trust-code", "--json",
                   process=True)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -128,7 +128,9 @@ def run_or_print(plan_dir: Path, generated: Path, *, out: str, print_only: bool,
 
     from .run import Verifier
 
-    v = Verifier(plan_dir, generated, trust_code=trust_code, progress=progress)
+    # printing the commands runs nothing of the model's: no --trust-code is needed for it (running them is another
+    # matter: the matrix imports the model)
+    v = Verifier(plan_dir, generated, trust_code=trust_code or print_only, progress=progress)
     m = v.plan.model
     dotted(v.import_name), ident(m.example_name)
     rows = matrix(v.plan, out)
