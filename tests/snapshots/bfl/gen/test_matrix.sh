@@ -33,6 +33,3 @@ run 2 --parallel ulysses --track-memory --save-path "$OUT/ulysses2.png" && check
 # the plan gathers on a cached list's last block: with the cache on, that block must be among the last Bn
 run 2 --parallel ulysses --cache --Bn 1 --track-memory --save-path "$OUT/ulysses2_cache.png" && check ulysses2_cache.png
 run 2 --parallel ring --track-memory --save-path "$OUT/ring2.png" && check ring2.png
-run 2 --parallel tp --track-memory --save-path "$OUT/tp2.png" && check tp2.png
-# cache-dit takes the degrees from the process count: Ulysses 2 x TP 2 needs 4 processes
-run 4 --parallel ulysses_tp --track-memory --save-path "$OUT/ulysses2_tp2.png" && check ulysses2_tp2.png
