@@ -752,6 +752,13 @@ def pipeline_masks(ws: Workspace, gate: GateReport) -> tuple[MaskFact, ...]:
     return tuple(out)
 
 
+def _transformer_calls(entry: cst.FunctionDef) -> list[cst.Call]:
+    """The entry's calls of the transformer by a diffusers pipeline's names for it (`self.transformer*(...)`, a
+    local `transformer(...)`)."""
+    return [c for c in find_all(entry, cst.Call)
+            if (dotted(c.func) or "").startswith("self.transformer") or dotted(c.func) == "transformer"]
+
+
 def pipeline_call_keywords(ws: Workspace, gate: GateReport) -> list[str]:
     """Keywords the pipeline's entry passes to the transformer, in the order first seen: those written out,
     and the string keys of a dict it spreads into the call (`**model_kwargs`, where the entry builds that
@@ -759,8 +766,7 @@ def pipeline_call_keywords(ws: Workspace, gate: GateReport) -> list[str]:
     src, cls, entry = _pipeline_entry(ws, gate)
     out: list[str] = []
     positional = None
-    calls = [c for c in find_all(entry, cst.Call) if (dotted(c.func) or "").startswith("self.transformer")
-             or dotted(c.func) == "transformer"] if entry is not None else []
+    calls = _transformer_calls(entry) if entry is not None else []
     if entry is not None and not calls:  # a sampler's own name for the model (`model(img=img, ...)`)
         calls = loop_model_calls(src, cls, entry)
     for call in calls:
@@ -861,10 +867,7 @@ def pipeline_arg_ndims(ws: Workspace, gate: GateReport) -> dict[str, tuple[int, 
     if entry is None:
         return {}
     out: dict[str, tuple[int, Evidence]] = {}
-    for call in find_all(entry, cst.Call):
-        name = dotted(call.func) or ""
-        if not (name.startswith("self.transformer") or name == "transformer"):
-            continue
+    for call in _transformer_calls(entry):
         for a in call.args:
             if a.keyword is None or a.keyword.value in out:
                 continue

@@ -22,7 +22,11 @@ import types
 from pathlib import Path
 from typing import Any
 
-from integrate.verify.tiny import TEXT_TOKENS, build  # even, and never the image token count (16 per frame below)
+from integrate.verify.tiny import (  # even, and never the image token count (16 per frame below)
+    TEXT_TOKENS,
+    build,
+    object_defaults,
+)
 
 PROMPT = "a small test prompt"  # what a stand-in text encoder encodes, where the pipeline takes no embeddings
 _TEXT_INPUT = ("encoder_hidden", "text", "prompt", "context", "caption", "cap_")  # a transformer's text input
@@ -189,8 +193,7 @@ def _narrowed(cls, config: dict, notes: list[str], name: str):
     not a change or its constructor refuses it."""
     from .standins import narrow_channels
 
-    full = config or {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
-                      if k != "self" and v.default is not inspect.Parameter.empty}
+    full = config or object_defaults(cls)
     narrow = narrow_channels(full)
     if narrow == full or not hasattr(cls, "from_config"):
         return None
