@@ -999,6 +999,11 @@ def _dispatch(job: dict) -> dict:
 
         fx = load(Path(job["fixture"]))
         result = {"error": plain_forward(_load_class(fx.TRANSFORMER_MODULE, fx.TRANSFORMER_CLASS), fx)}
+    elif mode == "component":  # a text encoder's or a VAE's proof (verify/components/): it reports through its files
+        if job["proof"] not in ("tep", "vaep"):  # the modules of verify/components/
+            raise ValueError(f"no component proof {job['proof']!r}")
+        importlib.import_module(f"integrate.verify.components.{job['proof']}").run(job)
+        result = {"ok": True}
     else:
         result = {"ok": bool(run(job))}  # a run reports through its files
     return result

@@ -13,7 +13,7 @@ from integrate.records import OMIT, Omit
 
 NOT_REQUESTED = "not requested"  # the `why` of a proof this run was not asked for
 VERIFY_SCHEMA = "integrate.verify"
-VERIFY_SCHEMA_VERSION = "1.8"
+VERIFY_SCHEMA_VERSION = "1.9"
 GPU_SCHEMA = "integrate.verify.gpu"
 GPU_SCHEMA_VERSION = "1.0"
 
@@ -257,9 +257,45 @@ class ParallelProof:
 
 
 @dataclass(frozen=True)
+class ComponentRun:
+    """1.9: one pipeline part (a text encoder, the VAE) built tiny from its config and run through its cache-dit
+    planner across `world` gloo processes, against its own 1-process run (computed on each rank before the planner
+    was applied). `engaged` is what shows the planner acted (TE-P: sharded parameters with their local shapes; VAE-P:
+    the tiles each rank decoded); without it the run is `vacuous`."""
+
+    component: str  # the model_index key: "text_encoder_2", "vae"
+    cls: str
+    status: Status
+    why: str | Omit = OMIT
+    planner: str | Omit = OMIT  # the planner class cache-dit's registry answered with (dotted)
+    config_from: str | Omit = OMIT  # "model folder" or "class defaults"
+    world: int | Omit = OMIT
+    figures: Figures | Omit = OMIT  # the planner's output against the 1-process run (the worst one)
+    engaged: dict[str, Any] | Omit = OMIT
+    first_divergence: dict[str, Any] | Omit = OMIT  # {module (None: none found), compared, not_comparable, ...}
+    # VAE-P: the planner's (tiled) decode against the untiled one, PSNR and SSIM over the frames, reported only
+    # (blending overlapping tiles changes pixels); and the largest difference on the tile borders
+    untiled: dict[str, Any] | Omit = OMIT
+    seams: dict[str, Any] | Omit = OMIT
+    error: WorkerError | Omit = OMIT
+    seconds: float | Omit = OMIT
+
+
+@dataclass(frozen=True)
+class ComponentProof:
+    """1.9: a TE-P or VAE-P proof: one run per part the plan gives a planner to."""
+
+    status: Status
+    why: str | Omit = OMIT
+    first_divergence: Divergence | None = None  # always None: each part's own is in its run
+    runs: tuple[ComponentRun, ...] | Omit = OMIT
+
+
+@dataclass(frozen=True)
 class FixtureReport:
     path: str
-    status: Literal["derived", "edited", "needs-edit", "error"]
+    # skipped (1.9): only component proofs (TE-P, VAE-P) were asked for, which build parts of their own
+    status: Literal["derived", "edited", "needs-edit", "error", "skipped"]
     errors: tuple[str, ...] = ()
     parameters: int | None | Omit = OMIT
     changes: dict[str, Any] | Omit = OMIT  # config key -> [before, after]

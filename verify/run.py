@@ -20,7 +20,7 @@ from integrate.errors import InputError
 from integrate.resolve import Workspace
 from integrate.workers import installed, model_roots, user_path, worker_env
 
-from . import fixture, paired, processes
+from . import component, fixture, paired, processes
 from . import proofs as registry
 from .locate import Baseline
 from .proofs import cache as cache_proof
@@ -48,9 +48,12 @@ class Verifier:
         self.baseline, self.only = baseline, set(variants) if variants else None
         self.skip, self.fail_fast = set(skip), fail_fast
         self.plan_dir, self.generated = plan_dir, generated
-        self.proofs = () if fixture_only else tuple(proofs or registry.CHOICES)
+        self.proofs = () if fixture_only else tuple(proofs or registry.DEFAULTS)
+        self.trust_code = trust_code
         # proofs that run the model follow: their fork server starts with the fixture, which is forked from it too
-        self._proofs_follow = bool(set(self.proofs) - set(_names("meta")))
+        self._proofs_follow = bool(set(self.proofs) - set(_names("meta")) - set(_names("component")))
+        # the transformer's fixture is needed by every proof but the component ones (a text encoder's, the VAE's)
+        self._needs_fixture = fixture_only or bool(set(self.proofs) - set(_names("component")))
         self.progress = progress or (lambda message: None)
         self.plan, approval = require_approved(plan_dir)
         m = self.plan.model
@@ -161,6 +164,10 @@ class Verifier:
         head = dict(schema=VERIFY_SCHEMA, schema_version=VERIFY_SCHEMA_VERSION,
                     model=VerifyModel(self.plan.model.transformer_class, self.plan.model.pipeline_class),
                     plugin=PluginRef(str(self.generated.resolve()), self.import_name))
+        if not self._needs_fixture:  # only pipeline parts other than the transformer are proved
+            fx = FixtureReport(str(self.fixture.path), "skipped", errors=(
+                "not needed: the proofs asked for build their own parts",))
+            return self._report(head, fx, started, results=self._components())
         sizing = self._start_meta()  # runs beside the fixture's derivation: it needs no fixture
         try:
             fx = self.fixture.ensure()
@@ -234,7 +241,27 @@ class Verifier:
                         break  # the variants after it are not run
                 judged = judged or paired.judge(baseline, ran, runs)  # (fail-fast judged every variant run)
                 results[proof.NAME] = paired.with_stub(judged, waiting, self.stub)
+        results.update(self._components())
         return self._report(head, fx, started, results=results)
+
+    def _components(self) -> dict:
+        """The requested component proofs (TE-P, VAE-P): each part of the pipeline with a planner, in processes of
+        its own; a proof with nothing to prove says why."""
+        results = {}
+        for proof in registry.ALL:
+            if proof.KIND != "component" or proof.NAME not in self.proofs:
+                continue
+            unplanned = proof.not_planned(self.plan)
+            if unplanned:
+                results[proof.NAME] = proof.RECORD("skipped", why=unplanned)
+                continue
+            plugin = None if self.cache_dit_own else {"path": str(self.generated.resolve()),
+                                                      "import_name": self.import_name}
+            with tempfile.TemporaryDirectory(prefix="integrate-verify-") as tmp:
+                results[proof.NAME] = component.run(proof, proof.parts(self.plan), self.plan.model.model_path,
+                                                    plugin, self.trust_code, self.env, self.paths, Path(tmp),
+                                                    self.progress)
+        return results
 
     def _start_meta(self) -> list:
         """(proof, process) of each requested meta-device proof, started now: they need no fixture."""

@@ -10,7 +10,11 @@ A proof module declares what the rest of the tool reads about it:
   `"single"`: one process beside the baseline, judged by its `judge`;
   `"derived"`: judged from another proof's process (`FROM` names that proof);
   `"meta"`: no fixture: the real config on the meta device (`job(plan)`, `judge(result, error)`);
-- `RECORD`: the record it reports; `REQUESTABLE`: a `--proof` choice;
+  `"component"`: no fixture: a pipeline part other than the transformer (a text encoder, the VAE) built tiny from
+  its config and run through its planner over gloo processes of its own (`verify/component.py`); it has
+  `parts(plan)`, `not_planned(plan)`, `engaged(report, reports)`, `evidence(report)` and `passed(report)`;
+- `RECORD`: the record it reports; `REQUESTABLE`: a `--proof` choice (run with no `--proof` too, unless it
+  declares `BY_DEFAULT = False`);
 - `REPAIRS`: the plan decisions `integrate repair` may change when it fails (the prefixes of
   `Alternative.decision`), `()` when repair cannot act on it;
 - `TITLE` (how messages name it) and `SUMMARY` (one line for help texts);
@@ -28,10 +32,11 @@ import importlib
 import pkgutil
 from types import ModuleType
 
-KINDS = ("paired", "single", "derived", "meta")
+KINDS = ("paired", "single", "derived", "meta", "component")
 _DECLARED = ("NAME", "ORDER", "KIND", "RECORD", "REQUESTABLE", "REPAIRS", "TITLE", "SUMMARY", "lines", "details")
 _BY_KIND = {"paired": ("not_planned", "variants", "progress"), "single": ("judge",), "derived": ("FROM", "judge"),
-            "meta": ("job", "judge")}
+            "meta": ("job", "judge"),
+            "component": ("parts", "not_planned", "engaged", "evidence", "passed")}
 
 
 def _load() -> tuple[ModuleType, ...]:
@@ -55,9 +60,11 @@ ALL = _load()
 BY_NAME = {p.NAME: p for p in ALL}
 REPORTED = tuple(p.NAME for p in ALL)  # the report's keys, in order
 CHOICES = tuple(p.NAME for p in ALL if p.REQUESTABLE)  # `verify --proof`
+# `verify` with no --proof (`BY_DEFAULT = False`: only when asked)
+DEFAULTS = tuple(p.NAME for p in ALL if p.REQUESTABLE and getattr(p, "BY_DEFAULT", True))
 PAIRED = tuple(p for p in ALL if p.KIND == "paired")
 REPAIRABLE = tuple(p.NAME for p in ALL if p.REPAIRS)  # `repair --proof`
 # `audit --proof`: the proofs that run a model through an integration (cache-dit's own, or ours)
-AUDITED = tuple(p.NAME for p in ALL if p.REQUESTABLE and p.KIND in ("single", "paired"))
+AUDITED = tuple(p.NAME for p in ALL if p.NAME in DEFAULTS and p.KIND in ("single", "paired"))
 
-__all__ = ["ALL", "AUDITED", "BY_NAME", "CHOICES", "KINDS", "PAIRED", "REPAIRABLE", "REPORTED"]
+__all__ = ["ALL", "AUDITED", "BY_NAME", "CHOICES", "DEFAULTS", "KINDS", "PAIRED", "REPAIRABLE", "REPORTED"]

@@ -1,0 +1,178 @@
+"""What the component proofs share: the process group, the class and the plugin, seeded weights every rank holds,
+module outputs recorded in call order, and the first module whose output parts from the 1-process run."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import sys
+import traceback
+from typing import Any
+
+from integrate.verify.compare import figures
+
+
+def init() -> tuple[int, int]:
+    """(rank, world) of this job's gloo group, started from the launcher's environment."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def load_class(library: str, name: str):
+    """`name` from the package model_index.json names (`transformers`, `diffusers`, or a module path)."""
+    return getattr(importlib.import_module(library), name)
+
+
+def import_plugin(job: dict) -> None:
+    """The generated plugin, imported as the user's script would: it registers its planners."""
+    plugin = job.get("plugin")
+    if plugin:
+        sys.path.insert(0, plugin["path"])
+        importlib.import_module(plugin["import_name"])
+
+
+def cpu_mesh() -> bool:
+    """cache-dit's text-encoder and VAE planners build their mesh on `torch.accelerator`'s device, None on a CPU-only
+    machine: there the mesh is built on "cpu" (gloo). True when that was needed."""
+    import torch
+    from cache_dit.distributed.autoencoders.register import AutoEncoderDataParallelismPlanner
+    from cache_dit.distributed.text_encoders.register import TextEncoderTensorParallelismPlanner
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if torch.accelerator.current_accelerator() is not None:
+        return False
+
+    def te_mesh(self, parallelism_config, **kwargs):
+        return init_device_mesh(device_type="cpu", mesh_shape=[parallelism_config.text_encoder_world_size])
+
+    def vae_mesh(self, parallelism_config, **kwargs):
+        return init_device_mesh(device_type="cpu", mesh_shape=[parallelism_config.auto_encoder_world_size])
+
+    TextEncoderTensorParallelismPlanner.mesh = te_mesh
+    AutoEncoderDataParallelismPlanner.mesh = vae_mesh
+    return True
+
+
+def seeded(model, seed: int = 0) -> None:
+    """Seeded weights with no zeros (a zero-initialised output layer would make every run agree), then rank 0's
+    copy on every rank."""
+    import torch
+    import torch.distributed as dist
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.numel() == 0:
+                continue
+            if p.ndim >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(max(1, p[0].numel())))
+            elif name.endswith("bias"):
+                p.copy_(0.02 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+        if dist.is_initialized():
+            for t in list(model.parameters()) + list(model.buffers()):
+                if t.is_floating_point() or t.dtype in (torch.int64, torch.int32):
+                    dist.broadcast(t.data, src=0)
+
+
+def plain(t):
+    """A float32 CPU copy of a tensor (a DTensor's full tensor)."""
+    import torch
+
+    if hasattr(t, "full_tensor"):
+        t = t.full_tensor()
+    return t.detach().to(torch.float32).cpu()
+
+
+def tensors(value) -> list:
+    """The tensors in a module's output, in order (model outputs, tuples, dicts)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in tensors(v)]
+    if isinstance(value, dict) or hasattr(value, "to_tuple"):
+        items = value.values() if isinstance(value, dict) else value.to_tuple()
+        return [t for v in items for t in tensors(v)]
+    if hasattr(value, "sample"):
+        return tensors(value.sample)
+    return []
+
+
+class Outputs:
+    """Forward hooks on every named module: the first tensor each returned, in the order modules finished."""
+
+    def __init__(self, model) -> None:
+        self.seen: list[tuple[str, Any]] = []
+        self.handles = [m.register_forward_hook(self._hook(name)) for name, m in model.named_modules() if name]
+
+    def _hook(self, name: str):
+        def hook(module, args, output):
+            ts = tensors(output)
+            if ts:
+                self.seen.append((name, plain(ts[0]).numpy()))
+        return hook
+
+    def take(self) -> list[tuple[str, Any]]:
+        seen, self.seen = self.seen, []
+        return seen
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def first_divergence(ref: list[tuple[str, Any]], got: list[tuple[str, Any]]) -> dict:
+    """The first module (in the 1-process run's order) whose output differs; modules whose output is shaped otherwise
+    on the rank (a column-wise shard) are counted as not comparable, never as a match."""
+    by_name: dict[str, Any] = {}
+    for name, value in got:
+        by_name.setdefault(name, value)
+    compared = not_comparable = 0
+    done: set[str] = set()
+    for name, value in ref:
+        if name in done:
+            continue
+        done.add(name)
+        other = by_name.get(name)
+        if other is None or other.shape != value.shape:
+            not_comparable += 1
+            continue
+        compared += 1
+        f = figures(value, other)
+        if not f.ok:
+            return {"module": name, "max_abs": round(f.max_abs, 9), "cosine": round(f.cosine, 9),
+                    "compared": compared, "not_comparable": not_comparable}
+    return {"module": None, "compared": compared, "not_comparable": not_comparable}
+
+
+def error(stage: str, exc: BaseException) -> dict:
+    """An exception as the report carries it: where, what, the last lines of its trace."""
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    return {"stage": stage, "module": None, "after": None,
+            "at": f"{frame.filename}:{frame.lineno}" if frame else "?", "type": type(exc).__name__,
+            "message": (str(exc).splitlines() or [""])[0][:300],
+            "trace": traceback.format_exception(exc)[-6:]}
+
+
+def finish(out: str, rank: int, report: dict) -> None:
+    """Write this rank's report, wait for the peers, and leave without tearing the groups down one by one."""
+    import json
+
+    import torch.distributed as dist
+
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    if "error" not in report and dist.is_initialized():
+        dist.barrier()
+    sys.stderr.flush()
+    os._exit(0)
