@@ -1,0 +1,103 @@
+"""`verify --proof tep` and `--proof vaep`: a text encoder and a VAE built tiny from the installed transformers /
+diffusers classes, proved through cache-dit 1.5.3's planners over 2 gloo processes; the judge calls a run that
+agrees but shows no engagement `vacuous`; and a part from an untrusted package is refused as the attack it is."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from conftest import EXAMPLE, run_cli
+from integrate.verify import component
+from integrate.verify.components import tep as tep_worker
+from integrate.verify.components import vaep as vaep_worker
+from integrate.verify.proofs import tep, vaep
+
+
+def _model(base: Path, **parts: list[str]) -> Path:
+    """The MotifVideo example's folder with model_index.json naming `parts` (component -> [library, class])."""
+    model = base / "model"
+    shutil.copytree(EXAMPLE, model)
+    index = json.loads((model / "model_index.json").read_text())
+    index.update(parts)
+    (model / "model_index.json").write_text(json.dumps(index))
+    return model
+
+
+def _plan_generate(model: Path, base: Path) -> tuple[Path, Path]:
+    plan_dir, out = base / "plan", base / "out"
+    assert run_cli("plan", str(model), "--out", str(plan_dir), "--no-probe").returncode == 0
+    assert run_cli("approve", str(plan_dir), "--reviewer", "Ada Lovelace").returncode == 0
+    assert run_cli("generate", str(plan_dir), "--out", str(out)).returncode in (0, 1)
+    return plan_dir, out
+
+
+def test_tep_and_vaep_pass_with_cache_dits_planners_and_show_what_they_engaged(tmp_path):
+    model = _model(tmp_path, text_encoder=["transformers", "T5EncoderModel"], vae=["diffusers", "AutoencoderKL"])
+    plan_dir, out = _plan_generate(model, tmp_path)
+    proc = run_cli("verify", str(plan_dir), "--generated", str(out), "--proof", "tep", "--proof", "vaep", "--json")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["fixture"]["status"] == "skipped"  # no transformer fixture for parts of their own
+    assert report["cache"]["status"] == "skipped"
+    (te,) = report["tep"]["runs"]
+    assert te["status"] == "pass" and te["class"] == "T5EncoderModel"
+    assert te["planner"].endswith("T5EncoderTensorParallelismPlanner")
+    shards = {s["name"]: s for s in te["engaged"]["shards"]}
+    q = shards["encoder.block.0.layer.0.SelfAttention.q.weight"]
+    assert q["local"][0] * 2 == q["full"][0]  # column-wise: half the rows on each rank
+    (v,) = report["vaep"]["runs"]
+    assert v["status"] == "pass" and v["planner"].endswith("AutoencoderKLDataParallelismPlanner")
+    calls = v["engaged"]["decoder_calls_per_rank"]
+    assert sum(calls) == v["engaged"]["decoder_calls_1process"] > 2 and max(calls) < sum(calls)
+    assert v["figures"]["ok"] and v["seams"]["ok"] and v["seams"]["borders"]["rows"] > 0
+    assert "psnr" in v["untiled"] and "ssim" in v["untiled"]  # reported beside the judged comparison
+
+
+def test_an_agreeing_run_that_engaged_nothing_is_vacuous():
+    job = {"component": "vae", "cls": "AutoencoderKL"}
+    same = {"rank": 0, "figures": {"max_abs": 0.0, "cosine": 1.0, "rel_l2": 0.0, "ok": True}}
+    every_rank_all = dict(same, decoder_calls_1process=9, decoder_calls_per_rank=[9, 9])
+    run = component.judge_run(vaep, job, [every_rank_all, every_rank_all], [None, None])
+    assert run.status == "vacuous" and "every tile" in run.why
+    untiled = dict(same, decoder_calls_1process=1, decoder_calls_per_rank=[1, 0])
+    assert component.judge_run(vaep, job, [untiled, untiled], [None, None]).status == "vacuous"
+    nothing = dict(same, parameters=12, sharded=0, shards=[], hidden_states=3)
+    run = component.judge_run(tep, {"component": "text_encoder", "cls": "T5EncoderModel"}, [nothing, nothing],
+                              [None, None])
+    assert run.status == "vacuous" and "sharded" in run.why
+    assert component.verdict([run]).status == "vacuous"
+
+
+def test_tiny_configs_keep_what_parallelism_needs():
+    import transformers
+
+    config, changes = tep_worker.shrink(transformers.Qwen2_5_VLConfig().to_dict())
+    text = config["text_config"]
+    assert text["num_key_value_heads"] == 2 and text["num_attention_heads"] % 2 == 0  # TP 2 divides both
+    assert text["hidden_size"] // text["num_attention_heads"] == 128  # each head as wide as the real one
+    assert len(text["layer_types"]) == text["num_hidden_layers"] == 2
+    assert text["vocab_size"] == tep_worker.VOCAB
+    config, _ = vaep_worker.shrink({"block_out_channels": [128, 256, 512, 512], "layers_per_block": 2,
+                                    "latent_channels": 4, "norm_num_groups": 32})
+    assert config["block_out_channels"] == [32, 64, 128, 128] and config["layers_per_block"] == 1
+
+
+def test_a_part_from_an_untrusted_package_is_refused_before_it_runs(tmp_path):
+    marker = tmp_path / "marker"
+    evil = tmp_path / "evilpkg"
+    evil.mkdir()
+    (evil / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nclass Enc: pass\n")
+    model = _model(tmp_path, text_encoder=["evilpkg", "Enc"])
+    plan_dir, out = _plan_generate(model, tmp_path)
+    plan = json.loads((plan_dir / "plan.json").read_text())
+    part = {"component": "text_encoder", "library": "evilpkg", "cls": "Enc"}
+    try:
+        component.job("tep", part, plan["model"]["model_path"], None, trust_code=False)
+    except Exception as exc:
+        assert "--trust-code" in str(exc)
+    else:
+        raise AssertionError("an untrusted library's class was accepted")
+    proc = run_cli("verify", str(plan_dir), "--generated", str(out), "--proof", "tep", env={"PYTHONPATH": str(tmp_path)})
+    assert proc.returncode in (0, 1, 2) and not marker.exists()
