@@ -27,11 +27,11 @@ CASES: dict[str, tuple[dict, dict, tuple, dict]] = {
         dict(tile_sample_min_height=8, tile_sample_min_width=8, tile_sample_stride_height=6,
              tile_sample_stride_width=6), (1, 4, 12, 12), {}),
     "AutoencoderKLHunyuanImage": (
-        dict(in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 8), layers_per_block=1,
+        dict(in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(32, 32), layers_per_block=1,
              spatial_compression_ratio=2, sample_size=16),
         dict(tile_sample_min_size=8, tile_latent_min_size=4, tile_overlap_factor=0.25), (1, 4, 12, 12), {}),
     "AutoencoderKLKVAE": (
-        dict(in_channels=3, channels=8, num_enc_blocks=1, num_dec_blocks=1, z_channels=4, ch_mult=(1, 2),
+        dict(in_channels=3, channels=32, num_enc_blocks=1, num_dec_blocks=1, z_channels=4, ch_mult=(1, 2),
              sample_size=16),
         dict(tile_sample_min_size=8, tile_latent_min_size=4, tile_overlap_factor=0.25), (1, 4, 12, 12), {}),
     "AutoencoderKLCogVideoX": (
@@ -59,8 +59,8 @@ CASES: dict[str, tuple[dict, dict, tuple, dict]] = {
         dict(tile_sample_min_height=8, tile_sample_min_width=8, tile_sample_stride_height=6,
              tile_sample_stride_width=6), (1, 4, 2, 12, 12), {"temb": None}),
     "AutoencoderKLMochi": (
-        dict(in_channels=15, out_channels=3, encoder_block_out_channels=(8, 8, 8, 8),
-             decoder_block_out_channels=(8, 8, 8, 8), latent_channels=4, layers_per_block=(1, 1, 1, 1, 1),
+        dict(in_channels=15, out_channels=3, encoder_block_out_channels=(32, 32, 32, 32),
+             decoder_block_out_channels=(32, 32, 32, 32), latent_channels=4, layers_per_block=(1, 1, 1, 1, 1),
              add_attention_block=(False, False, False, False, False), latents_mean=(0.0,) * 4,
              latents_std=(1.0,) * 4),
         dict(tile_sample_min_height=16, tile_sample_min_width=16, tile_sample_stride_height=12,
@@ -73,9 +73,9 @@ CASES: dict[str, tuple[dict, dict, tuple, dict]] = {
         dict(tile_sample_min_height=8, tile_sample_min_width=8, tile_sample_stride_height=6,
              tile_sample_stride_width=6), (1, 4, 2, 12, 12), {}),
     "AutoencoderVidTok": (
-        dict(in_channels=3, out_channels=3, ch=8, ch_mult=[1, 2], z_channels=4, num_res_blocks=1),
-        dict(tile_sample_min_height=8, tile_sample_min_width=8, tile_overlap_factor_height=0.25,
-             tile_overlap_factor_width=0.25), (1, 4, 2, 12, 12), {}),
+        dict(in_channels=3, out_channels=3, ch=32, ch_mult=[1, 1, 1, 1], z_channels=4, num_res_blocks=1),
+        dict(tile_sample_min_height=32, tile_sample_min_width=32, tile_latent_min_height=4, tile_latent_min_width=4,
+             tile_overlap_factor_height=0.25, tile_overlap_factor_width=0.25), (1, 4, 2, 12, 12), {}),
 }
 
 
