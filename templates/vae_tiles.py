@@ -15,15 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
+from integrate.analyzers.records import VaeTiles
 from libcst.metadata import BuiltinScope, GlobalScope, MetadataWrapper, ScopeProvider
 
 from integrate import escape
-from integrate.analyzers.records import VaeTiles
 from integrate.escape import Code, UnsafeValue
 from integrate.source import SourceFile
 
-# names the planner module defines or imports itself: a global of the VAE's module with one of these names would be
-# shadowed (or shadow ours)
+# names the planner module defines or imports itself: a global of the VAE's module with one of these names
+# would be shadowed (or shadow ours)
 RESERVED = frozenset({"_vaep_begin", "_TileDealer", "parallelize_tiled_decode", "tile_counts", "types", "logging",
                       "torch", "dist", "init_device_mesh", "AutoEncoderDataParallelismPlanner",
                       "AutoEncoderDataParallelismPlannerRegister", "REGISTERED", "ANSWERED_BY", "TILED_DECODE_FROM"})
