@@ -25,10 +25,10 @@ import libcst as cst
 
 from integrate.errors import InputError
 from integrate.records import Evidence
-from integrate.resolve import Workspace
-from integrate.source import SourceFile, dotted, find_method
+from integrate.resolve import External, Resolved, Workspace
+from integrate.source import SourceFile, base_names, dotted, find_method
 
-from .encoders import VAE_REGISTER, _ancestors, registrations
+from .encoders import MAX_DEPTH, ROOT_BASES, VAE_REGISTER, registrations
 from .records import VaeReuse, VaeTiles
 
 # methods a built-in planner replaces or calls on the VAE: a subclass overriding one is not the class it was written for
@@ -63,6 +63,30 @@ def locate(ws: Workspace, library: str | None, cls: str) -> tuple[SourceFile, cs
     if not isinstance(found.node, cst.ClassDef):
         return f"`{library}.{cls}` is not a class"
     return found.src, found.node
+
+
+def _ancestors(ws: Workspace, src: SourceFile, node: cst.ClassDef) -> list[tuple[SourceFile, cst.ClassDef]]:
+    """The class and its bases, depth first (the MRO for single inheritance); a base imported from an installed
+    package (`from diffusers import AutoencoderKL`) is followed into that package's source."""
+    out: list[tuple[SourceFile, cst.ClassDef]] = []
+    stack = [(src, node)]
+    while stack and len(out) < MAX_DEPTH:
+        s, n = stack.pop(0)
+        if n.name.value in ROOT_BASES or any(n is seen for _, seen in out):
+            continue
+        out.append((s, n))
+        bases = []
+        for b in base_names(n):
+            found = ws.resolve(s, b)
+            if isinstance(found, External) and found.qualname.split(".")[0] in ("diffusers",):
+                try:
+                    found = ws.locate_class("diffusers", found.qualname.rsplit(".", 1)[-1])
+                except InputError:
+                    continue
+            if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef):
+                bases.append((found.src, found.node))
+        stack[:0] = bases
+    return out
 
 
 def _class_ev(src: SourceFile, node: cst.ClassDef, why: str) -> Evidence:
