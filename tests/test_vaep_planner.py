@@ -9,12 +9,12 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from integrate.templates import vae_planner
 
 from analyzers.encoders import vae_facts
 from decisions.encoders import decide_vaep
 from integrate import escape
 from integrate.resolve import Workspace
-from integrate.templates import vae_planner
 
 ROOT = Path(__file__).resolve().parent.parent
 
