@@ -273,4 +273,10 @@ def vae_facts(ws: Workspace, model_path: Path | None, model_index: dict | None) 
     if isinstance(entry, str):
         return VaeFacts("vae", None, None, None, None, notes=(entry,))
     supported, by, evidence, notes = _support(registrations(ws, "autoencoders", VAE_REGISTER), entry[1], prefix=False)
-    return VaeFacts("vae", entry[1], entry[0], supported, by, evidence, notes)
+    tiles = reuse = None
+    if supported is False:  # what a planner written for it would deal to ranks (1.18)
+        from .vae_tiles import vae_tiles
+
+        tiles, reuse, more = vae_tiles(ws, entry[0], entry[1])
+        notes = (*notes, *more)
+    return VaeFacts("vae", entry[1], entry[0], supported, by, evidence, notes, tiles, reuse)

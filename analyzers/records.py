@@ -16,7 +16,7 @@ from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
 from .fixes import Fix
 
-ANALYSIS_SCHEMA_VERSION = "1.17"
+ANALYSIS_SCHEMA_VERSION = "1.18"
 
 
 @dataclass(frozen=True)
@@ -405,6 +405,32 @@ class TextEncoderFacts:
 
 
 @dataclass(frozen=True)
+class VaeTiles:
+    """1.18: the VAE's `tiled_decode` (own or inherited) and whether its tile loop has the shape a generated VAE-P
+    planner deals to ranks (analyzers/vae_tiles.py): `rows = []`; `for i in range(..)`: `row = []`; `for j in
+    range(..)`: <one tile, no state carried to the next>; `row.append(X)`; `rows.append(row)`."""
+
+    source: Evidence | None  # `def tiled_decode` (why: the class it is defined on); None: the class has none
+    loop: Evidence | None  # the outer tile loop when understood, else the line the reading stopped at, and why
+    understood: bool
+    module: str | None  # dotted module the function is defined in (the planner imports its global names from it)
+    row: str | None  # the inner list (`row`) and the list of rows (`rows`) when understood
+    rows: str | None
+    confidence: Confidence = "high"
+
+
+@dataclass(frozen=True)
+class VaeReuse:
+    """1.18: the VAE subclasses a VAE cache-dit registers, and overrides none of the methods that planner replaces or
+    calls: that planner, registered under the subclass's exact name."""
+
+    base: str  # the registered class name
+    planner: str  # cache-dit's planner class registered for it
+    module: str  # the cache-dit module that defines the planner
+    chain: tuple[Evidence, ...]  # the class, each base between, the base; and the registration
+
+
+@dataclass(frozen=True)
 class VaeFacts:
     component: str  # "vae"
     cls: str | None
@@ -413,6 +439,8 @@ class VaeFacts:
     supported_by: str | None
     evidence: tuple[Evidence, ...] = ()
     notes: tuple[str, ...] = ()
+    tiles: VaeTiles | None = None  # 1.18: read when no planner is registered for the class (None: not read)
+    reuse: VaeReuse | None = None  # 1.18: a registered base's planner answers for it
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from integrate.analyzers.records import ParallelFacts
 
@@ -29,13 +30,31 @@ def decide_vaep(facts: ParallelFacts) -> VaePlan | None:
     vae = facts.vae
     if vae is None:
         return None
+    tiles, reuse = vae.tiles, vae.reuse
     if vae.supported:
-        action = "reuse: cache-dit already registers a VAE-P planner; test with --parallel-vae"
+        planner, action = "reuse", "reuse: cache-dit already registers a VAE-P planner; test with --parallel-vae"
     elif vae.supported is None:
-        action = "unknown: cache-dit is not installed where the analysis ran"
+        planner, action = "unknown", "unknown: cache-dit is not installed where the analysis ran"
+    elif reuse is not None:
+        reg = reuse.chain[-1]
+        planner = "reuse-base"
+        action = (f"reuse-base: {vae.cls} derives from {reuse.base} and overrides none of the methods its planner "
+                  f"replaces or calls; {reuse.planner} ({Path(reg.file).name}:{reg.line}) registered under "
+                  f"{vae.cls}; test with --parallel-vae")
+    elif tiles is not None and tiles.understood and tiles.loop is not None:
+        planner = "generate"
+        action = (f"generate: a VAE-P planner from {tiles.source.why} ({Path(tiles.loop.file).name}:"
+                  f"{tiles.loop.line}): the tile loop's iterations dealt to ranks round robin, the tiles gathered "
+                  "to every rank before the blend; test with --parallel-vae")
+    elif tiles is not None and tiles.loop is not None:
+        planner = "manual"
+        action = (f"manual: no VAE-P planner generated: {tiles.loop.why} ({Path(tiles.loop.file).name}:"
+                  f"{tiles.loop.line}); write one by hand (references/vaep.md), or skip VAE-P")
     else:
-        action = "add a VAE-P planner (tiled decode across ranks), or skip VAE-P if decoding is not a bottleneck"
-    return VaePlan(**_fields(vae), action=action)
+        planner = "manual"
+        why = "; ".join(vae.notes[-1:]) or "its tiled_decode was not read"
+        action = f"manual: no VAE-P planner generated: {why}; write one by hand (references/vaep.md), or skip VAE-P"
+    return VaePlan(**_fields(vae), action=action, planner=planner)
 
 
 def _fields(record) -> dict:

@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.19"
+PLAN_SCHEMA_VERSION = "1.20"
 
 
 @dataclass(frozen=True)
@@ -329,6 +329,9 @@ class TextEncoderPlan(TextEncoderFacts):
 @dataclass(frozen=True)
 class VaePlan(VaeFacts):
     action: str = field(kw_only=True)
+    # 1.20: "reuse" (cache-dit's own planner), "generate" (written from tiled_decode), "reuse-base" (a registered
+    # base's planner under this class's name), "manual" (why in action, with the line), "unknown"
+    planner: str = field(default="manual", kw_only=True)
 
 
 # -- facts the decisions read, and the meta-device check -------------------------------------------

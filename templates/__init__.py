@@ -28,6 +28,7 @@ from integrate.decisions.matrix import rows as matrix_rows
 from integrate.decisions.records import Approval, Plan
 
 from integrate import __version__, escape
+from integrate.errors import InputError
 from integrate.records import OMIT, to_json
 from integrate.resolve import Workspace
 from integrate.source import SourceFile, find_method
@@ -568,12 +569,70 @@ def _encoders(b: _Build) -> list[str]:
         else:
             b.manual.append(f"{te.component} `{te.cls}`: no TE-P planner and no HF layer plan to write one from")
     vae = b.plan.vae
-    if vae:
-        b.notes.append(f"VAE `{vae.cls}`: " + ("VAE-P already supported by cache-dit" if vae.supported
-                                               else "no VAE-P planner (not generated: tiling is model-specific)"))
-        if vae.supported is False:
-            b.manual.append(f"VAE-P for `{vae.cls}`: not generated")
+    if vae and vae.supported:
+        b.notes.append(f"VAE `{vae.cls}`: VAE-P already supported by cache-dit")
+    elif vae and vae.supported is False:
+        written = _vae_planner(b, vae)
+        if written:
+            b.notes.append(f"VAE `{vae.cls}`: {written}")
     return te_modules
+
+
+def _vae_planner(b: _Build, vae) -> str | None:
+    """A VAE-P planner for a VAE cache-dit does not register (see `vae_planner`): what it wrote, or None (then
+    manual, with the line and why)."""
+    made = vae_planner(b.ws, vae, native=b.native, plan_sha=b.common["plan_sha"])
+    if isinstance(made, str):
+        b.manual.append(f"VAE-P for `{vae.cls}`: no planner generated: {made}")
+        return None
+    planner_cls, text, said = made
+    b.pieces.append(Piece("vae_planner", "vae_planner", planner_cls, text))
+    b.registered["vae_planner"] = vae.cls
+    return said
+
+
+def vae_planner(ws: Workspace, vae, native: bool = False, plan_sha: str = "") -> tuple[str, str, str] | str:
+    """(planner class, module text, what it is) of the VAE-P planner for `vae` (a VaeFacts / VaePlan of a VAE cache-dit
+    does not register): the registered base's planner under the VAE's exact name, or one dealing the tiles of its own
+    tiled_decode (templates/vae_tiles.py); else why none is written, with the line."""
+    from .vae_tiles import rewrite
+
+    tiles, reuse, cls = vae.tiles, vae.reuse, escape.ident(vae.cls)
+    planner_cls = f"{camel(cls)}DataParallelismPlanner"
+    register = ("cache_dit.distributed.autoencoders.register", "AutoEncoderDataParallelismPlannerRegister")
+    common = {"vae": {"class": cls}, "native": native, "plan_sha": escape.Code(escape.text(plan_sha))}
+    if reuse is not None:
+        if planner_cls == reuse.planner:
+            planner_cls = f"{camel(cls)}SubclassDataParallelismPlanner"
+        imports = [("logging", None)] * (not native) + [register, (escape.dotted(reuse.module), reuse.planner)]
+        text = _render("vae_planner.py.j2", imports=import_block(imports), reuse=to_json(reuse),
+                       planner_cls=planner_cls, base_cls=reuse.planner, source="", changes=[],
+                       tiled_decode=escape.Code(""), **common)
+        return planner_cls, text, f"VAE-P planner: cache-dit's {reuse.planner} (written for {reuse.base}) " \
+                                  f"registered under {cls}"
+    if tiles is None or not tiles.understood or tiles.source is None or tiles.loop is None:
+        e = tiles.loop if tiles is not None else None
+        return f"{e.why} ({Path(e.file).name}:{e.line})" if e else "; ".join(vae.notes[-1:]) or "no tiled_decode read"
+    where = f"{Path(tiles.source.file).name}:{tiles.source.line}"
+    try:
+        src = ws.load(Path(tiles.source.file))
+        fn = next((f for c in src.classes.values() for f in body_of(c)
+                   if isinstance(f, cst.FunctionDef) and f.name.value == "tiled_decode"
+                   and src.line(f) == tiles.source.line), None)
+        if fn is None:
+            raise escape.UnsafeValue(f"no tiled_decode at {where} any more")
+        dealt = rewrite(src, fn, tiles)
+    except (escape.UnsafeValue, InputError) as exc:
+        return f"{exc} ({where})"
+    imports = [("logging", None)] * (not native) + [
+        ("types", None), ("torch", None), register,
+        ("cache_dit.distributed.autoencoders.register", "AutoEncoderDataParallelismPlanner"),
+        ("torch.distributed", "init_device_mesh"), *dealt.imports]
+    text = _render("vae_planner.py.j2", imports=import_block(imports), reuse=None, planner_cls=planner_cls,
+                   base_cls="AutoEncoderDataParallelismPlanner", source=f"{tiles.source.why}, {where}",
+                   changes=list(dealt.changes), tiled_decode=dealt.code, **common)
+    return planner_cls, text, (f"VAE-P planner written from {tiles.source.why} ({Path(tiles.loop.file).name}:"
+                               f"{tiles.loop.line}): tiles dealt to ranks round robin, gathered before the blend")
 
 
 # -- CLI example, launcher, test matrix, the package --------------------------------------------------
@@ -635,7 +694,10 @@ def _package(b: _Build, adapter: dict, cp_cls: str | None, tp_cls: str | None, t
                 ("cache_dit.distributed.transformers.planners", "_activate_tp_planners")]
     if te_modules:
         activate.append(("cache_dit.distributed.text_encoders.planners", "_activate_text_encoder_tp_planners"))
-    b.extra[f"{import_name}/_activate.py"] = _render("activate.py.j2", te_modules=te_modules,
+    vae = "vae_planner" in b.registered
+    if vae:
+        activate.append(("cache_dit.distributed.autoencoders.planners", "_activate_auto_encoder_dp_planners"))
+    b.extra[f"{import_name}/_activate.py"] = _render("activate.py.j2", te_modules=te_modules, vae=vae,
                                                      imports=import_block(activate), **b.common)
     b.extra[f"{import_name}/__init__.py"] = _render(
         "plugin_init.py.j2", contents=contents, package_imports=_package_imports(modules), approval=b.approval,
@@ -809,7 +871,9 @@ def checkout_layout(gen: Generated, plan: Plan):
     }
     artifacts, registrations = [], []
     for piece in gen.pieces:
-        if piece.role == "te_planner":
+        if piece.role == "vae_planner":
+            rel, kind, module = (f"distributed/autoencoders/vae_{name}.py", "vae_planner", f".vae_{name}")
+        elif piece.role == "te_planner":
             rel, kind, module = (f"distributed/text_encoders/{piece.module}_{name}.py", "te_planner",
                                  f".{piece.module}_{name}")
         else:
@@ -832,6 +896,8 @@ _ACTIVATION = {
                    "cache_dit.distributed.transformers.register", "TensorParallelismPlannerRegister"),
     "te_planner": ("cache_dit.distributed.text_encoders.planners", "_activate_text_encoder_tp_planners",
                    "cache_dit.distributed.text_encoders.register", "TextEncoderTensorParallelismPlannerRegister"),
+    "vae_planner": ("cache_dit.distributed.autoencoders.planners", "_activate_auto_encoder_dp_planners",
+                    "cache_dit.distributed.autoencoders.register", "AutoEncoderDataParallelismPlannerRegister"),
 }
 
 
