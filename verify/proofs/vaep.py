@@ -23,8 +23,8 @@ SUMMARY = "the VAE's VAE-P planner over 2 gloo processes against its 1-process t
 
 
 def _has_planner(vae) -> bool:
-    """cache-dit registers one, or generate writes one (from the VAE's tiled decode, or its supported base's)."""
-    return bool(vae.supported) or bool(getattr(vae, "planner", None))
+    """cache-dit registers one, or generate writes one (from the VAE's tiled decode, or its registered base's)."""
+    return bool(vae.supported) or vae.planner in ("reuse", "generate", "reuse-base")
 
 
 def parts(plan: Plan) -> list[dict]:
