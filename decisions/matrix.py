@@ -65,7 +65,7 @@ def rows(plan: Plan) -> tuple[MatrixRow, ...]:
         if any(te.supported or te.tp_plan for te in plan.text_encoders):
             out.append(MatrixRow("tp2+te-p", 2, ("--parallel", "tp", "--parallel-text"), "tp2_tep",
                                  "--parallel-text and --parallel-vae act only beside a --parallel type"))
-        if plan.vae is not None and plan.vae.supported:
+        if plan.vae is not None and (plan.vae.supported or plan.vae.planner in ("generate", "reuse-base")):
             out.append(MatrixRow("tp2+vae-p", 2, ("--parallel", "tp", "--parallel-vae"), "tp2_vaep"))
     if cp_rows and tp_rows:
         out.append(MatrixRow("ulysses2+tp2", 4, ("--parallel", "ulysses_tp", *uaa), "ulysses2_tp2",

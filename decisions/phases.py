@@ -63,7 +63,8 @@ def phases(plan: Plan) -> tuple[Phase, ...]:
         ]},
         {"id": 7, "title": "Final: CP + TP together, results table", "steps": [
             "Record latency, PSNR, SSIM and memory for every configuration; look at one output of each",
-            "CPU proof first: `integrate verify <plan dir> --generated <out>`; GPU rows: add `--gpu`",
+            "CPU proof first: `integrate verify <PLAN_DIR> --generated <OUT>` (every default proof), then "
+            "`--proof hybrid` (Ulysses 2 x TP 2 over 4 gloo processes); GPU rows: add `--gpu`",
         ], "commands": [
             # the degrees come from the process count: Ulysses 2 x TP 2 is 4 processes
             f"{run2.replace('--nproc_per_node=2', '--nproc_per_node=4')} --parallel ulysses_tp "
@@ -105,10 +106,18 @@ def _parallel_steps(plan: Plan, uaa: list[str]) -> dict[str, list[str]]:
     tp_steps = [f"`{x.attr}`: {x.strategy}; shard_div_attr {_shard_text(x.shard_div_attr)}" for x in tp.block_lists]
     if tp.patch_kernels_first:
         tp_steps.insert(0, "Patch fused / env-gated kernels to PyTorch ops before parallelize_module")
-    return {"cp": cp_steps, "tp": tp_steps,
-            "tep": [f"{t.component} `{t.cls}`: {t.action}" for t in plan.text_encoders] or [
-                "no text encoder in model_index.json"],
-            "vae": [f"`{vae.cls}`: {vae.action}"] if vae else ["no VAE in model_index.json"]}
+    tep = [f"{t.component} `{t.cls}`: {t.action}" for t in plan.text_encoders] or [
+        "no text encoder in model_index.json"]
+    vae_steps = [f"`{vae.cls}`: {vae.action}"] if vae else ["no VAE in model_index.json"]
+    # each phase's CPU proof before its GPU rows (the component proofs are run only when asked for by name)
+    return {"cp": cp_steps + [_proof("cp")], "tp": tp_steps + [_proof("tp")],
+            "tep": tep + ([_proof("tep")] if any(t.supported or t.tp_plan for t in plan.text_encoders) else []),
+            "vae": vae_steps + ([_proof("vaep")] if vae and (vae.supported or vae.planner in ("generate", "reuse-base"))
+                                else [])}
+
+
+def _proof(name: str) -> str:
+    return f"CPU proof first: `integrate verify <PLAN_DIR> --generated <OUT> --proof {name}`"
 
 
 def _shard_text(shard: dict[str, tuple[str, ...]]) -> str:
