@@ -13,7 +13,7 @@ from integrate.records import OMIT, Omit
 
 NOT_REQUESTED = "not requested"  # the `why` of a proof this run was not asked for
 VERIFY_SCHEMA = "integrate.verify"
-VERIFY_SCHEMA_VERSION = "1.8"
+VERIFY_SCHEMA_VERSION = "1.9"
 GPU_SCHEMA = "integrate.verify.gpu"
 GPU_SCHEMA_VERSION = "1.0"
 
@@ -254,6 +254,9 @@ class ParallelProof:
     why: str | Omit = OMIT
     first_divergence: Divergence | None = None
     variants: dict[str, Variant] | Omit = OMIT
+    # 1.9: the fixture config keys a proof ran on changed, key -> [fixture's, its own] (hybrid: twice the heads, of
+    # half the head dim); its 1-process run is the plain model on the same config
+    config: dict[str, Any] | Omit = OMIT
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,14 @@ A proof module declares what the rest of the tool reads about it:
 - `NAME`: its key in the verify report, in a survey row's verify summary and as a `--proof` choice;
 - `ORDER`: its place among the report's keys;
 - `KIND`: how verify runs it —
-  `"paired"`: over 2 gloo processes of its own, one per configuration; it has `not_planned(plan)`,
+  `"paired"`: over gloo processes of its own (2, or a variant's `world`), one set per configuration; it has
+  `not_planned(plan)`,
   `variants(plan)` and `progress(variants)`, and `verify/paired.py` judges it against the 1-process run;
   `"single"`: one process beside the baseline, judged by its `judge`;
   `"derived"`: judged from another proof's process (`FROM` names that proof);
   `"meta"`: no fixture: the real config on the meta device (`job(plan)`, `judge(result, error)`);
-- `RECORD`: the record it reports; `REQUESTABLE`: a `--proof` choice;
+- `RECORD`: the record it reports; `REQUESTABLE`: a `--proof` choice (run with no `--proof` too, unless it
+  declares `BY_DEFAULT = False`);
 - `REPAIRS`: the plan decisions `integrate repair` may change when it fails (the prefixes of
   `Alternative.decision`), `()` when repair cannot act on it;
 - `TITLE` (how messages name it) and `SUMMARY` (one line for help texts);
@@ -55,9 +57,11 @@ ALL = _load()
 BY_NAME = {p.NAME: p for p in ALL}
 REPORTED = tuple(p.NAME for p in ALL)  # the report's keys, in order
 CHOICES = tuple(p.NAME for p in ALL if p.REQUESTABLE)  # `verify --proof`
+# `verify` with no --proof (`BY_DEFAULT = False`: only when asked)
+DEFAULTS = tuple(p.NAME for p in ALL if p.REQUESTABLE and getattr(p, "BY_DEFAULT", True))
 PAIRED = tuple(p for p in ALL if p.KIND == "paired")
 REPAIRABLE = tuple(p.NAME for p in ALL if p.REPAIRS)  # `repair --proof`
 # `audit --proof`: the proofs that run a model through an integration (cache-dit's own, or ours)
-AUDITED = tuple(p.NAME for p in ALL if p.REQUESTABLE and p.KIND in ("single", "paired"))
+AUDITED = tuple(p.NAME for p in ALL if p.NAME in DEFAULTS and p.KIND in ("single", "paired"))
 
-__all__ = ["ALL", "AUDITED", "BY_NAME", "CHOICES", "KINDS", "PAIRED", "REPAIRABLE", "REPORTED"]
+__all__ = ["ALL", "AUDITED", "BY_NAME", "CHOICES", "DEFAULTS", "KINDS", "PAIRED", "REPAIRABLE", "REPORTED"]
