@@ -115,7 +115,6 @@ def test_a_hybrid_variant_where_cp_or_tp_did_not_act_is_vacuous_though_its_outpu
     """Ulysses x TP proves both or nothing: the outputs of all 4 ranks agree with the 1-process run, yet a run where
     the TP plan sharded nothing, or no CP hook split a tensor, is `vacuous`; both acting is a pass."""
     import numpy as np
-
     from integrate.verify.locate import Baseline
     from integrate.verify.paired import judge
 
