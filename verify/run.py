@@ -2,7 +2,8 @@
 
 1. fixture  - a tiny config and forward inputs (derived, or the user's edited file): fixture.py
 2. baseline - the plain model, one process, no plugin: the reference outputs and every module's output
-3. the proofs in `proofs/` (state dict, cache, CP, TP), each judged against the baseline
+3. the proofs in `proofs/` (state dict, cache, CP, TP, ...), each judged against the baseline (a paired proof on a
+   tiny config of its own, hybrid's, against the plain model run on that config beside it)
 A proof that fails is followed module by module against the baseline to the first divergent module.
 """
 
