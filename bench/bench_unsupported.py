@@ -2,7 +2,7 @@
 cache-dit does not register: the models `integrate` exists for.
 
     python bench/bench_unsupported.py [--fixture-only] [--only CLASS ...] [--tests DIR] [--separate-cfg yes|no]
-                                      [--registered] [--json]
+                                      [--registered] [--hybrid] [--json]
 
 Each model gets a config-only model directory (its class defaults stand in for a real config), then the
 same steps `integrate survey --verify` runs, one model after another; a model no pipeline uses is planned
@@ -13,8 +13,12 @@ failed or errored beside them), and the median and maximum time per model.
 (they import accelerate); where a file cannot be imported the fixture comes from the other sources (the row's
 fixture source says which).
 `--registered` runs the models cache-dit does register instead (our own integration of each, as `audit` makes
-it), for the fixture target on supported models. A benchmark, not a test: it takes minutes (about half a minute per model on 2 cores, a few seconds each
-with --fixture-only).
+it), for the fixture target on supported models.
+`--hybrid` then runs `verify --proof hybrid` (Ulysses 2 x TP 2 over 4 gloo processes) on each model whose CP and TP
+both pass, and prints how many of those pass it, each proof's time and the peak memory of its processes together
+(the sum of their proportional set sizes, sampled every 0.1 s).
+A benchmark, not a test: it takes minutes (about half a minute per model on 2 cores, a few seconds each with
+--fixture-only).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from integrate import api
 from integrate.records import to_json
 from integrate.survey import run_survey
 from integrate.survey.verify import verify_row
@@ -59,12 +64,69 @@ def test_files(folder: Path, classes: set[str]) -> dict[str, Path]:
     return found
 
 
+def _pss(root: int) -> int:
+    """The proportional set size, in bytes, of `root` and every process under it (forked workers share pages)."""
+    import os
+
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            total += sum(int(line.split()[1]) * 1024 for line in open(f"/proc/{pid}/smaps_rollup")
+                         if line.startswith("Pss:"))
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def hybrid(work: Path, row, fixture_from: Path | None) -> dict:
+    """`verify --proof hybrid` on the row's plan and plugin as verify_row left them: status, why, seconds and the
+    peak memory (GiB) of this process and its workers together."""
+    import os
+    import threading
+
+    base = work / row.transformer_class
+    peak, done = [0], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.1):
+            peak[0] = max(peak[0], _pss(os.getpid()))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    started = time.monotonic()
+    try:
+        report = to_json(api.verify(base / "plan", base / "out", proofs=("hybrid",), fixture_from=fixture_from,
+                                    trust_code=fixture_from is not None))["hybrid"]
+    except Exception as exc:  # noqa: BLE001 - one row failing never stops the benchmark
+        report = {"status": "error", "why": f"{type(exc).__name__}: {exc}"}
+    finally:
+        done.set()
+        sampler.join()
+    engaged = [v.get("engaged", {}) for v in (report.get("variants") or {}).values()]
+    return {"status": report["status"], "why": report.get("why", ""), "config": report.get("config"),
+            "both_engaged": bool(engaged) and all(e.get("tp", {}).get("sharded") and e.get("cp", {}).get("split")
+                                                  for e in engaged),
+            "seconds": round(time.monotonic() - started, 1), "peak_gib": round(peak[0] / 2**30, 2)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fixture-only", action="store_true", help="derive the fixture and run the plain model only")
     ap.add_argument("--only", nargs="*", default=[], metavar="CLASS")
     ap.add_argument("--registered", action="store_true",
                     help="the models cache-dit does register instead (our integration, generated as for any model)")
+    ap.add_argument("--hybrid", action="store_true",
+                    help="then `verify --proof hybrid` on each model whose CP and TP both pass")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--separate-cfg", choices=["yes", "no"], default="no",
                     help="the CFG style declared for models no pipeline uses (planned with --no-pipeline)")
@@ -87,6 +149,8 @@ def main() -> int:
             results.append({"class": row.transformer_class, "status": v.status, "why": data.get("why", ""),
                             "fixture": data.get("fixture"), "fixture_source": data.get("fixture_source"),
                             **{p: data.get(p) for p in ("cache", "cp", "tp")}, "seconds": round(seconds, 1)})
+            if args.hybrid and data.get("cp") == data.get("tp") == "pass":
+                results[-1]["hybrid"] = hybrid(Path(tmp), row, tests.get(row.transformer_class))
     if args.json:
         print(json.dumps(results, indent=2, default=str))
     else:
@@ -96,6 +160,10 @@ def main() -> int:
                   f"  {r['seconds']} s")
             if r["why"]:
                 print(f"    {r['why'][:200]}")
+            if "hybrid" in r:
+                h = r["hybrid"]
+                print(f"    hybrid {h['status']} (both engaged: {h['both_engaged']}) {h['seconds']} s, "
+                      f"peak {h['peak_gib']} GiB" + (f": {h['why'][:200]}" if h["why"] else ""))
     ran = [r for r in results if r["fixture"] in ("derived", "edited")]
     times = [r["seconds"] for r in results] or [0.0]
     which = "registered" if args.registered else "not registered"
@@ -108,6 +176,14 @@ def main() -> int:
             counts = {s: sum(r[proof] == s for r in results) for s in ("pass", "skipped", "needs-code", "fail", "error")}
             rest = ", ".join(f"{n} {s}" for s, n in counts.items() if n and s != "pass")
             print(f"{proof}: {counts['pass']} pass" + (f" ({rest})" if rest else ""), file=sys.stderr)
+    tried = [r["hybrid"] for r in results if "hybrid" in r]
+    if args.hybrid and tried:
+        counts = {s: sum(h["status"] == s for h in tried) for s in ("pass", "skipped", "vacuous", "fail", "error")}
+        rest = ", ".join(f"{n} {s}" for s, n in counts.items() if n and s != "pass")
+        print(f"hybrid: {counts['pass']} pass of {len(tried)} with CP and TP both passing" + (f" ({rest})" if rest
+              else "") + f"; per proof median {statistics.median(h['seconds'] for h in tried):.1f} s, max "
+              f"{max(h['seconds'] for h in tried):.1f} s; peak {max(h['peak_gib'] for h in tried):.2f} GiB",
+              file=sys.stderr)
     print(f"time per model: median {statistics.median(times):.1f} s, max {max(times):.1f} s", file=sys.stderr)
     return 0
 

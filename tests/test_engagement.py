@@ -109,3 +109,30 @@ def test_a_cp_planner_that_cuts_inside_its_own_forward_is_engaged_by_the_shapes_
     assert "no hook split a tensor" in why
     whole = [{**cut[0], "input_shapes": {"blocks.0": {"hidden_states": [1, 64, 32]}}}]
     assert engagement(variant, whole, base)[1] == "vacuous"
+
+
+def test_a_hybrid_variant_where_cp_or_tp_did_not_act_is_vacuous_though_its_outputs_agree():
+    """Ulysses x TP proves both or nothing: the outputs of all 4 ranks agree with the 1-process run, yet a run where
+    the TP plan sharded nothing, or no CP hook split a tensor, is `vacuous`; both acting is a pass."""
+    import numpy as np
+    from integrate.verify.locate import Baseline
+    from integrate.verify.paired import judge
+
+    out = np.ones((4, 1, 8, 4), dtype=np.float32)
+    base = Baseline({"order": [], "input_shapes": {}}, {"baseline/out": out}, None)
+    variant = {"name": "ulysses2xtp2", "ulysses": 2, "tp": 2, "world": 4}
+    tp = {"parameters": 10, "sharded": 6, "shards": [], "unresolved": []}
+    cp = {"hooks": 2, "fired": 2, "unfired": [], "split": 3,
+          "splits": [{"module": "", "dim": 1, "full": [1, 8, 4], "local": [1, 4, 4]}]}
+
+    def judged(engaged: dict):
+        reps = [{"engaged": engaged, "input_shapes": {}} for _ in range(4)]
+        return judge(base, [variant], {"ulysses2xtp2": (reps, [{"ulysses2xtp2/out": out}] * 4, [""] * 4)})
+
+    assert judged({"tp": tp, "cp": cp}).status == "pass"
+    no_tp = judged({"tp": {**tp, "sharded": 0}, "cp": cp})
+    assert no_tp.status == "vacuous" and "nothing was sharded" in no_tp.why
+    no_cp = judged({"tp": tp})
+    assert no_cp.status == "vacuous" and "no context-parallel hook" in no_cp.why
+    whole = judged({"tp": tp, "cp": {**cp, "split": 0}})
+    assert whole.status == "vacuous" and "no tensor was split" in whole.why

@@ -65,3 +65,11 @@ def test_the_clis_proof_choices_are_the_registrys():
         bad = runner.invoke(main, [command, "p", "--generated", "g", "--proof", "nonesuch"] if command != "audit"
                             else [command, "--proof", "nonesuch"])
         assert bad.exit_code == 2 and "nonesuch" in bad.output
+
+
+def test_a_proof_run_only_when_asked_is_a_choice_but_no_default_nor_audited():
+    """hybrid (4 processes) declares BY_DEFAULT = False: `verify` with no --proof, the survey's and the audit's runs
+    leave it out; `--proof hybrid` asks for it."""
+    assert proofs.DEFAULTS == tuple(p.NAME for p in proofs.ALL if p.REQUESTABLE and getattr(p, "BY_DEFAULT", True))
+    assert "hybrid" in proofs.CHOICES and "hybrid" not in proofs.DEFAULTS and "hybrid" not in proofs.AUDITED
+    assert {"cache", "cp", "tp"} <= set(proofs.AUDITED) <= set(proofs.DEFAULTS)

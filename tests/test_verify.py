@@ -60,7 +60,7 @@ def _planted(motif, tmp_path, edit: tuple[str, str, str]) -> Path:
 def test_motif_video_generated_integration_passes_every_cpu_proof(motif):
     _, out, rc, r = motif
     assert rc == 0, json.dumps({k: r[k] for k in ("cache", "cp", "tp", "state_dict")}, indent=1)[:3000]
-    assert r["schema"] == "integrate.verify" and r["schema_version"] == "1.8"
+    assert r["schema"] == "integrate.verify" and r["schema_version"] == "1.9"
     fx = r["fixture"]
     assert fx["status"] == "derived" and fx["parameters"] < 1_000_000
     assert fx["image_tokens"] != fx["text_tokens"]  # swapped streams cannot hide behind equal shapes
@@ -83,6 +83,23 @@ def test_motif_video_generated_integration_passes_every_cpu_proof(motif):
             assert r[proof]["variants"][v]["cosine"] > 0.999999
             engaged = r[proof]["variants"][v]["engaged"][proof]  # and the plan acted: shards, splits
             assert (engaged["sharded"] if proof == "tp" else engaged["split"]) > 0, engaged
+
+
+def test_hybrid_ulysses_x_tp_passes_with_both_engaged_on_a_config_with_heads_to_cut_twice(motif):
+    """`--proof hybrid`: Ulysses 2 x TP 2 over 4 gloo processes, with and without the cache, against the plain model
+    run on the same config: the fixture's, with twice the heads of half the head dim (TP 2 then Ulysses 2 cut the
+    heads; the fixture's 2 heads cut once only). Both CP and TP acted in each run."""
+    plan_dir, out, _, _ = motif
+    rc, r = _verify(plan_dir, out, "hybrid")
+    h = r["hybrid"]
+    assert rc == 0 and h["status"] == "pass", json.dumps(h, indent=1)[:3000]
+    assert r["cp"]["status"] == "skipped"  # only the proof asked for ran
+    assert h["config"] == {"num_attention_heads": [2, 4], "attention_head_dim": [16, 8],
+                           "rope_axes_dim": [[2, 6, 8], [2, 2, 4]]}
+    assert sorted(h["variants"]) == ["ulysses2xtp2", "ulysses2xtp2+cache"]
+    for v in h["variants"].values():
+        assert v["status"] == "pass" and v["max_abs"] < 1e-5
+        assert v["engaged"]["tp"]["sharded"] > 0 and v["engaged"]["cp"]["split"] > 0, v["engaged"]
 
 
 def test_the_fixture_is_an_editable_file_and_an_edit_is_used(motif, tmp_path):

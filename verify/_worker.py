@@ -602,7 +602,9 @@ def _pattern_hooks(adapter) -> tuple[list, list]:
 
 
 def _cpu_mesh() -> None:
-    """cache-dit builds the TP mesh on `torch.accelerator`'s device, None on a CPU-only machine."""
+    """cache-dit builds the TP mesh on `torch.accelerator`'s device, None on a CPU-only machine. A hybrid (CP and TP
+    together) takes the TP mesh cache-dit cut from its (ring, ulysses, tp) mesh, built on
+    `torch._C._get_accelerator()`: the CPU here, so gloo runs it as it is."""
     import torch
     from cache_dit.distributed.transformers.register import TensorParallelismPlanner
     from torch.distributed.device_mesh import init_device_mesh
@@ -665,7 +667,9 @@ def run(job: dict) -> dict:
         key = variant["name"]
         rec = report["variants"][key] = {}
         torch.manual_seed(fx.SEED)
-        model = build(cls, fx.CONFIG).eval()
+        # a proof whose variants need another tiny config (hybrid: more heads) names the keys it changes, and its
+        # own 1-process baseline is run on the same
+        model = build(cls, {**fx.CONFIG, **variant.get("config", {})}).eval()
         _randomize(model, fx.SEED)
         names = {id(m): n for n, m in model.named_modules()}
         recorder = Recorder(names)

@@ -254,6 +254,9 @@ class ParallelProof:
     why: str | Omit = OMIT
     first_divergence: Divergence | None = None
     variants: dict[str, Variant] | Omit = OMIT
+    # 1.9: the fixture config keys a proof ran on changed, key -> [fixture's, its own] (hybrid: twice the heads, of
+    # half the head dim); its 1-process run is the plain model on the same config
+    config: dict[str, Any] | Omit = OMIT
 
 
 @dataclass(frozen=True)

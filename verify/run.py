@@ -2,12 +2,14 @@
 
 1. fixture  - a tiny config and forward inputs (derived, or the user's edited file): fixture.py
 2. baseline - the plain model, one process, no plugin: the reference outputs and every module's output
-3. the proofs in `proofs/` (state dict, cache, CP, TP), each judged against the baseline
+3. the proofs in `proofs/` (state dict, cache, CP, TP, ...), each judged against the baseline (a paired proof on a
+   tiny config of its own, hybrid's, against the plain model run on that config beside it)
 A proof that fails is followed module by module against the baseline to the first divergent module.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -98,20 +100,22 @@ class Verifier:
             job["plugin"] = {"path": str(self.generated.resolve()), "import_name": self.import_name}
         return job
 
-    def _single(self, kind: str, out: Path, plugin: bool):
+    def _single(self, kind: str, out: Path, plugin: bool, config: dict | None = None):
         out.mkdir(parents=True, exist_ok=True)
-        return processes.spawn(self._job(kind, [{"name": kind}], out, plugin), self.env, self.paths)
+        variant = {"name": kind, **({"config": config} if config else {})}
+        return processes.spawn(self._job(kind, [variant], out, plugin), self.env, self.paths)
 
     def _pair(self, variants: list[dict], out: Path) -> tuple[list, list]:
         out.mkdir(parents=True, exist_ok=True)
         port = processes.free_port()
+        world = _world(variants)
         procs = []
-        for rank in range(2):
-            env = dict(self.env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+        for rank in range(world):
+            env = dict(self.env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
                        MASTER_PORT=str(port))
             procs.append(processes.spawn(self._job("parallel", variants, out), env, self.paths))
         tails = processes.wait(procs)
-        return [processes.load_rank(out, r) for r in range(2)], tails
+        return [processes.load_rank(out, r) for r in range(world)], tails
 
     def _singles(self) -> list:
         """The requested proofs that run in one process of their own beside the baseline."""
@@ -131,11 +135,45 @@ class Verifier:
         procs = [self._single("baseline", work / "baseline", plugin=False)]
         if self.stub is None:
             procs += [self._single(p.NAME, work / p.NAME, plugin=True) for p in self._singles()]
+        own = [(name, changes) for name, changes in self._own.items() if isinstance(changes, dict) and changes]
+        procs += [self._single("baseline", work / f"baseline-{name}", plugin=False, config=_after(changes))
+                  for name, changes in own]  # the plain model on a proof's own config, beside the plain run
         tails = processes.wait(procs, grace=processes.PROCESS_TIMEOUT)
+        self._own_tails.update({name: tail for (name, _), tail in zip(own, tails[len(procs) - len(own):])})
         base_rep, base = processes.load_rank(work / "baseline", 0)
         if self.baseline is not None and base_rep is not None:
             shutil.copytree(work / "baseline", self.baseline, dirs_exist_ok=True)
         return base_rep, base, tails
+
+    def _own_configs(self) -> dict[str, dict | str]:
+        """{proof: the fixture config keys it changes (key -> (fixture's, its own)), or why it cannot} of each
+        requested paired proof that runs on a tiny config of its own (`config(fixture_config)`: hybrid's heads)."""
+        out: dict[str, dict | str] = {}
+        for proof in registry.PAIRED:
+            if proof.NAME not in self.proofs or not hasattr(proof, "config"):
+                continue
+            if not self.cache_dit_own and proof.not_planned(self.plan):
+                continue
+            config = fixture.constant(self.fixture.path, "CONFIG")
+            out[proof.NAME] = (proof.config(config) if isinstance(config, dict) else
+                               f"the fixture's CONFIG ({self.fixture.path}) is not a literal {proof.NAME} can change")
+        return out
+
+    def _own_baseline(self, name: str, changes: dict, work: Path) -> tuple[Baseline | None, str | None]:
+        """The plain model's run on a proof's own config (run beside the plain run, or here when that was kept from
+        an earlier verify), or why there is none."""
+        out = work / f"baseline-{name}"
+        if name not in self._own_tails:
+            self._own_tails[name] = processes.wait([self._single("baseline", out, plugin=False,
+                                                                 config=_after(changes))],
+                                                   grace=processes.PROCESS_TIMEOUT)[0]
+        rep, arrays = processes.load_rank(out, 0)
+        said = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items())
+        if rep is None or "error" in rep["variants"]["baseline"]:
+            why = rep["variants"]["baseline"]["error"] if rep else {"message": self._own_tails[name]}
+            return None, (f"the plain tiny model does not run on {name}'s config ({said}): {why.get('message')} "
+                          f"(module {why.get('module')}): a fact of the fixture, not of the integration")
+        return Baseline(rep["variants"]["baseline"], arrays, self.fixture.streams()), None
 
     def _pair_runs(self, variants: list[dict], work: Path) -> dict[str, tuple[list, list, list]]:
         """{variant: (per-rank report, per-rank arrays, stderr tails)}, in as few process pairs as possible:
@@ -154,7 +192,7 @@ class Verifier:
                     reached.append(v)
             if not reached:  # the pair reported nothing at all: say why for every variant left
                 for v in todo:
-                    runs[v["name"]] = ([None, None], [{}, {}], tails)
+                    runs[v["name"]] = ([None] * _world(todo), [{}] * _world(todo), tails)
                 break
             todo = todo[todo.index(reached[-1]) + 1:]
         return runs
@@ -169,6 +207,7 @@ class Verifier:
                 "not needed: the proofs asked for build their own parts",))
             return self._report(head, fx, started, results=self._components())
         sizing = self._start_meta()  # runs beside the fixture's derivation: it needs no fixture
+        self._own, self._own_tails = {}, {}
         try:
             fx = self.fixture.ensure()
         except InputError:  # the model cannot be imported here (a missing package): the meta proofs stop too
@@ -186,6 +225,7 @@ class Verifier:
             if fx.status == "edited":
                 fx = self.fixture.check_edited()
             return self._report(head, fx, started, results=results)
+        self._own = self._own_configs()
         with tempfile.TemporaryDirectory(prefix="integrate-verify-") as tmp:
             work = Path(tmp)
             self.progress("baseline: the plain model's run, kept from an earlier verify of this fixture"
@@ -214,7 +254,16 @@ class Verifier:
                 if unplanned:  # the plugin has nothing to prove here: said, not run into an error
                     results[proof.NAME] = proof.RECORD("skipped", why=unplanned)
                     continue
-                planned = proof.variants(self.plan)
+                changes, base = self._own.get(proof.NAME), baseline
+                if isinstance(changes, str):  # a tiny config of its own is needed, and this fixture gives none
+                    results[proof.NAME] = proof.RECORD("skipped", why=changes)
+                    continue
+                if changes:
+                    base, why = self._own_baseline(proof.NAME, changes, work)
+                    if why is not None:
+                        results[proof.NAME] = proof.RECORD("skipped", why=why, config=changes)
+                        continue
+                planned = [{**v, "config": _after(changes)} if changes else v for v in proof.variants(self.plan)]
                 # the named variants, or what they were retried from (`ulysses2+anything` of `ulysses2`); every
                 # variant where none of them is this plan's (a revision changed its variants)
                 named = [v for v in planned if self.only is None or v["name"] in self.only
@@ -236,11 +285,12 @@ class Verifier:
                         batch = batch + again
                     runs.update(got)
                     ran += batch
-                    judged = paired.judge(baseline, ran, runs) if self.fail_fast else None
+                    judged = paired.judge(base, ran, runs) if self.fail_fast else None
                     if judged is not None and judged.status in ("fail", "error"):
                         break  # the variants after it are not run
-                judged = judged or paired.judge(baseline, ran, runs)  # (fail-fast judged every variant run)
-                results[proof.NAME] = paired.with_stub(judged, waiting, self.stub)
+                judged = judged or paired.judge(base, ran, runs)  # (fail-fast judged every variant run)
+                judged = paired.with_stub(judged, waiting, self.stub)
+                results[proof.NAME] = dataclasses.replace(judged, config=changes) if changes else judged
         results.update(self._components())
         return self._report(head, fx, started, results=results)
 
@@ -310,3 +360,13 @@ def _open_stub(plugin: Path) -> str | None:
         return (f"{path.name} is a stub: write apply_manual as its contract says (the changes integrate could not "
                 "write), then delete NEEDS_CODE")
     return None
+
+
+def _after(changes: dict) -> dict:
+    """{key: its new value} of {key: (before, after)}."""
+    return {k: after for k, (_, after) in changes.items()}
+
+
+def _world(variants: list[dict]) -> int:
+    """How many processes a set of paired variants runs on: 2, or the `world` they declare (one for them all)."""
+    return max((v.get("world", 2) for v in variants), default=2)

@@ -91,19 +91,11 @@ def tiny_config(config: dict[str, Any], widths: str = "tiny", head: int = HEAD_D
     # the width) keeps its factor of three
     head_dim = head * 3 // 2 if old_head and old_head % 3 == 0 else head
     for k, v in cfg.items():
-        if ("head_dim" in k or k.endswith("dim_head") or k == "d_kv") and isinstance(v, int) and not isinstance(v, bool):
+        if (("head_dim" in k or k.endswith("dim_head") or k == "d_kv") and isinstance(v, int)
+                and not isinstance(v, bool)):
             put(k, head_dim)
-    for k, v in cfg.items():
-        if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v) and old_head and sum(v) == old_head:
-            put(k, _split_even(list(v), head_dim))
-        elif (isinstance(v, (list, tuple)) and len(v) > 1 and all(isinstance(x, int) for x in v) and old_head
-              and sum(v) * 2 == old_head):  # sections of half a head (multimodal RoPE over cos / sin halves)
-            put(k, _split_even(list(v), head_dim // 2))
-        elif (isinstance(v, (list, tuple)) and len(v) > 1 and all(isinstance(x, int) and x > 0 for x in v)
-              and old_head and sum(v) < old_head and "section" in k):  # axes_dim sum to the head: above
-            # sections indexing into a head some other way (Ideogram4's interleaved RoPE reads 3 * section of
-            # the head_dim / 2 frequencies): scaled with the head, so every index stays inside it
-            put(k, [max(1, x * head_dim // old_head) for x in v])
+    for k, v in _head_lists(cfg, old_head, head_dim).items():
+        put(k, v)
     # a block interval or index (`inject_..._blocks`: every n-th block) stays within the shrunk lists
     tiny_layers = min((out[k] for k in layers if out[k] > 0), default=None)
     for k, v in cfg.items():
@@ -154,6 +146,60 @@ def tiny_config(config: dict[str, Any], widths: str = "tiny", head: int = HEAD_D
             if v % divisor == 0:
                 put(k, v // divisor)
     return Tiny(out, changes)
+
+
+def _head_lists(cfg: dict[str, Any], old_head: int | None, head_dim: int) -> dict[str, list[int]]:
+    """{key: the list re-split} for each list of `cfg` that is cut from a head of `old_head`: RoPE axes that sum
+    to it (each even), sections of half a head, sections indexing into a head some other way."""
+    out: dict[str, list[int]] = {}
+    if not old_head:
+        return out
+    for k, v in cfg.items():
+        if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v) and sum(v) == old_head:
+            out[k] = _split_even(list(v), head_dim)
+        elif (isinstance(v, (list, tuple)) and len(v) > 1 and all(isinstance(x, int) for x in v)
+              and sum(v) * 2 == old_head):  # sections of half a head (multimodal RoPE over cos / sin halves)
+            out[k] = _split_even(list(v), head_dim // 2)
+        elif (isinstance(v, (list, tuple)) and len(v) > 1 and all(isinstance(x, int) and x > 0 for x in v)
+              and sum(v) < old_head and "section" in k):  # axes_dim sum to the head: above
+            # sections indexing into a head some other way (Ideogram4's interleaved RoPE reads 3 * section of
+            # the head_dim / 2 frequencies): scaled with the head, so every index stays inside it
+            out[k] = [max(1, x * head_dim // old_head) for x in v]
+    return out
+
+
+HYBRID_HEADS = 2  # what `more_heads` multiplies the head counts by: TP 2 then Ulysses 2 cut a tiny model's 2 heads
+
+
+def more_heads(config: dict[str, Any], factor: int = HYBRID_HEADS) -> dict[str, tuple[Any, Any]] | str:
+    """{key: (fixture's, new)}: a tiny config with `factor` times the heads (query and KV alike, so a GQA ratio
+    stays) of a head dim `factor` times smaller, the RoPE axes re-split to it; the model's widths, its Linear
+    shapes and so every input stay as they are. Hybrid parallelism cuts the heads twice (TP 2, then Ulysses 2 of
+    each rank's share) and the tiny model's 2 heads cut once only. A string: why no such config is made."""
+    heads = {k: v for k, v in config.items() if k.endswith("heads") and isinstance(v, int)
+             and not isinstance(v, bool) and v > 0}
+    if not heads:
+        return "the fixture's config names no head count to raise"
+    q = [v for k, v in heads.items() if "kv" not in k and "key_value" not in k] or list(heads.values())
+    old_head = next((config[k] for k in _HEAD_DIM_KEYS if isinstance(config.get(k), int)
+                     and not isinstance(config.get(k), bool)), None)
+    hidden = next((config[k] for k in _HIDDEN_KEYS if isinstance(config.get(k), int)
+                   and not isinstance(config.get(k), bool)), None)
+    if old_head is None and hidden and hidden % max(q) == 0:
+        old_head = hidden // max(q)
+    if not old_head or old_head % (2 * factor):
+        return f"the fixture's head dim ({old_head}) does not divide into {factor} even parts"
+    head_dim = old_head // factor
+    new: dict[str, Any] = {k: v * factor for k, v in heads.items()}
+    for k, v in config.items():
+        if (("head_dim" in k or k.endswith("dim_head") or k == "d_kv") and isinstance(v, int)
+                and not isinstance(v, bool) and v == old_head):
+            new[k] = head_dim
+    for k, v in _head_lists(config, old_head, head_dim).items():
+        if sum(v) not in (head_dim, head_dim // 2) and "section" not in k:
+            return f"`{k}` {config[k]} cannot be re-split to a head dim of {head_dim}"
+        new[k] = v
+    return {k: (config[k], v) for k, v in new.items() if config[k] != v}
 
 
 def fill_unset(config: dict[str, Any]) -> dict[str, Any]:

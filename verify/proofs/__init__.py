@@ -5,8 +5,10 @@ A proof module declares what the rest of the tool reads about it:
 - `NAME`: its key in the verify report, in a survey row's verify summary and as a `--proof` choice;
 - `ORDER`: its place among the report's keys;
 - `KIND`: how verify runs it —
-  `"paired"`: over 2 gloo processes of its own, one per configuration; it has `not_planned(plan)`,
-  `variants(plan)` and `progress(variants)`, and `verify/paired.py` judges it against the 1-process run;
+  `"paired"`: over gloo processes of its own (2, or a variant's `world`), one set per configuration; it has
+  `not_planned(plan)`, `variants(plan)` and `progress(variants)`, and `verify/paired.py` judges it against the
+  1-process run; one that needs another tiny config declares `config(fixture_config)` (the keys it changes,
+  key -> (fixture's, its own), or why it cannot): its variants and a 1-process run of its own use that config;
   `"single"`: one process beside the baseline, judged by its `judge`;
   `"derived"`: judged from another proof's process (`FROM` names that proof);
   `"meta"`: no fixture: the real config on the meta device (`job(plan)`, `judge(result, error)`);
