@@ -176,17 +176,24 @@ def more_heads(config: dict[str, Any], factor: int = HYBRID_HEADS) -> dict[str, 
     stays) of a head dim `factor` times smaller, the RoPE axes re-split to it; the model's widths, its Linear
     shapes and so every input stay as they are. Hybrid parallelism cuts the heads twice (TP 2, then Ulysses 2 of
     each rank's share) and the tiny model's 2 heads cut once only. A string: why no such config is made."""
-    heads = {k: v for k, v in config.items() if k.endswith("heads") and isinstance(v, int)
-             and not isinstance(v, bool) and v > 0}
-    if not heads:
-        return "the fixture's config names no head count to raise"
+    def number(key: str) -> int | None:
+        v = config.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+    heads = {k: v for k, v in config.items() if k.endswith("heads") and number(k)}
     q = [v for k, v in heads.items() if "kv" not in k and "key_value" not in k] or list(heads.values())
-    old_head = next((config[k] for k in _HEAD_DIM_KEYS if isinstance(config.get(k), int)
-                     and not isinstance(config.get(k), bool)), None)
-    hidden = next((config[k] for k in _HIDDEN_KEYS if isinstance(config.get(k), int)
-                   and not isinstance(config.get(k), bool)), None)
-    if old_head is None and hidden and hidden % max(q) == 0:
+    # the model's width: a hidden size's name, or the heads' own (`dit_heads` beside `dit_dim`)
+    widths = (*_HIDDEN_KEYS, *_MODEL_WIDTH_KEYS, *(f"{k[:-len('heads')]}dim" for k in heads))
+    hidden = next((number(k) for k in widths if number(k)), None)
+    old_head = next((number(k) for k in _HEAD_DIM_KEYS if number(k)), None)
+    if old_head is None and hidden and q and hidden % max(q) == 0:
         old_head = hidden // max(q)
+    if not heads:  # heads implied, the RoPE axes spanning one (Kandinsky6: model_dim / sum(axes_dims) heads)
+        axes = [v for k, v in config.items() if "axes" in k and isinstance(v, (list, tuple)) and v
+                and all(isinstance(x, int) for x in v)]
+        if not (hidden and axes and hidden % sum(axes[0]) == 0):
+            return "the fixture's config names no head count to raise, nor RoPE axes that span one head"
+        old_head = sum(axes[0])
     if not old_head or old_head % (2 * factor):
         return f"the fixture's head dim ({old_head}) does not divide into {factor} even parts"
     head_dim = old_head // factor
