@@ -47,11 +47,12 @@ def _planner_exists(plan: Plan, kind: str) -> bool:
 
 def rows(plan: Plan) -> tuple[MatrixRow, ...]:
     """Baseline and cache always; Ulysses 2 (with the cache too), ring 2, TP 2, TP + TE-P, TP + VAE-P and Ulysses 2 x
-    TP 2 where the plan has what they exercise."""
+    TP 2 (with the cache too) where the plan has what they exercise."""
     cp = plan.parallelism.cp
     uaa = ("--ulysses-anything",) if any(v.needed for v in cp.ulysses_anything.values()) else ()
     out = [MatrixRow("baseline", 1, (), "base"), MatrixRow("cache", 1, ("--cache", "--summary"), "cache")]
     cp_rows, tp_rows = _planner_exists(plan, "cp"), _planner_exists(plan, "tp")
+    bn_all = ("--Bn", str(int(cp.cache_bn_min))) if cp.cache_bn_min else ()
     if cp_rows:
         out.append(MatrixRow("ulysses2", 2, ("--parallel", "ulysses", *uaa), "ulysses2"))
         bn = ("--Bn", str(int(cp.cache_bn_min))) if cp.cache_bn_min else ()
@@ -70,4 +71,6 @@ def rows(plan: Plan) -> tuple[MatrixRow, ...]:
     if cp_rows and tp_rows:
         out.append(MatrixRow("ulysses2+tp2", 4, ("--parallel", "ulysses_tp", *uaa), "ulysses2_tp2",
                              "cache-dit takes the degrees from the process count: Ulysses 2 x TP 2 needs 4 processes"))
+        out.append(MatrixRow("ulysses2+tp2+cache", 4, ("--parallel", "ulysses_tp", *uaa, "--cache", *bn_all),
+                             "ulysses2_tp2_cache", "the hybrid with the cache on, as verify --proof hybrid proves it"))
     return tuple(out)

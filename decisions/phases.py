@@ -70,6 +70,9 @@ def phases(plan: Plan) -> tuple[Phase, ...]:
             f"{run2.replace('--nproc_per_node=2', '--nproc_per_node=4')} --parallel ulysses_tp "
             f"--save-path {tmp}/ulysses2_tp2.png",
             check("ulysses2_tp2.png", PSNR_PARALLEL),
+            f"{run2.replace('--nproc_per_node=2', '--nproc_per_node=4')} --parallel ulysses_tp --cache "
+            f"--save-path {tmp}/ulysses2_tp2_cache.png",
+            check("ulysses2_tp2_cache.png", PSNR_CACHE),
         ]},
     ]
     return tuple(Phase(r["id"], r["title"], tuple(r["steps"]), tuple(r["commands"])) for r in rows)

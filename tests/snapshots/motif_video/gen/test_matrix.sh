@@ -37,3 +37,5 @@ run 2 --parallel tp --parallel-text --track-memory --save-path "$OUT/tp2_tep.mp4
 run 2 --parallel tp --parallel-vae --track-memory --save-path "$OUT/tp2_vaep.mp4" && check tp2_vaep.mp4
 # cache-dit takes the degrees from the process count: Ulysses 2 x TP 2 needs 4 processes
 run 4 --parallel ulysses_tp --track-memory --save-path "$OUT/ulysses2_tp2.mp4" && check ulysses2_tp2.mp4
+# the hybrid with the cache on, as verify --proof hybrid proves it
+run 4 --parallel ulysses_tp --cache --track-memory --save-path "$OUT/ulysses2_tp2_cache.mp4" && check ulysses2_tp2_cache.mp4

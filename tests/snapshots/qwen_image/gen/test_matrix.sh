@@ -34,3 +34,5 @@ run 2 --parallel ulysses --cache --track-memory --save-path "$OUT/ulysses2_cache
 run 2 --parallel tp --track-memory --save-path "$OUT/tp2.png" && check tp2.png
 # cache-dit takes the degrees from the process count: Ulysses 2 x TP 2 needs 4 processes
 run 4 --parallel ulysses_tp --track-memory --save-path "$OUT/ulysses2_tp2.png" && check ulysses2_tp2.png
+# the hybrid with the cache on, as verify --proof hybrid proves it
+run 4 --parallel ulysses_tp --cache --track-memory --save-path "$OUT/ulysses2_tp2_cache.png" && check ulysses2_tp2_cache.png

@@ -35,3 +35,5 @@ run 2 --parallel ring --track-memory --save-path "$OUT/ring2.mp4" && check ring2
 run 2 --parallel tp --track-memory --save-path "$OUT/tp2.mp4" && check tp2.mp4
 # cache-dit takes the degrees from the process count: Ulysses 2 x TP 2 needs 4 processes
 run 4 --parallel ulysses_tp --ulysses-anything --track-memory --save-path "$OUT/ulysses2_tp2.mp4" && check ulysses2_tp2.mp4
+# the hybrid with the cache on, as verify --proof hybrid proves it
+run 4 --parallel ulysses_tp --ulysses-anything --cache --track-memory --save-path "$OUT/ulysses2_tp2_cache.mp4" && check ulysses2_tp2_cache.mp4
