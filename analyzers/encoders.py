@@ -21,40 +21,10 @@ from integrate.source import SourceFile, base_names, dotted, find_method
 from integrate.syntax import body_of, find_all, self_attr
 
 from .records import TextEncoderFacts, VaeFacts
-
-TE_REGISTER = "TextEncoderTensorParallelismPlannerRegister"
-VAE_REGISTER = "AutoEncoderDataParallelismPlannerRegister"
-ROOT_BASES = {"PreTrainedModel", "PreTrainedConfig", "PretrainedConfig"}  # hold only `None` defaults
-MAX_DEPTH = 12
+from .registries import MAX_DEPTH, ROOT_BASES, TE_REGISTER, VAE_REGISTER, registrations
+from .vae_tiles import vae_tiles
 
 Class = tuple[SourceFile, cst.ClassDef]
-
-
-# -- cache-dit's planner registries ----------------------------------------------------------
-
-
-def registrations(ws: Workspace, folder: str, register: str) -> dict[str, Evidence] | None:
-    """{name: where} for each `@<register>.register("Name")` on a class in
-    cache_dit/distributed/<folder>/*.py, in file order; None when cache-dit is not installed."""
-    root = ws.package_root("cache_dit")
-    if root is None:
-        return None
-    out: dict[str, Evidence] = {}
-    for path in sorted((root / "cache_dit" / "distributed" / folder).glob("*.py")):
-        try:
-            src = ws.load(path, root)
-        except InputError:
-            continue
-        for node in src.classes.values():
-            for call in (d.decorator for d in node.decorators if isinstance(d.decorator, cst.Call)):
-                owner, _, meth = (dotted(call.func) or "").rpartition(".")
-                if meth != "register" or not call.args or not isinstance(call.args[0].value, cst.SimpleString):
-                    continue
-                target = ws.resolve(src, owner)
-                if isinstance(target, Resolved) and target.name == register:
-                    name = call.args[0].value.evaluated_value
-                    out.setdefault(name, Evidence(str(path), src.line(call), f"@{register}.register({name!r})"))
-    return out
 
 
 def _support(registry: dict[str, Evidence] | None, cls: str, prefix: bool):
@@ -275,8 +245,6 @@ def vae_facts(ws: Workspace, model_path: Path | None, model_index: dict | None) 
     supported, by, evidence, notes = _support(registrations(ws, "autoencoders", VAE_REGISTER), entry[1], prefix=False)
     tiles = reuse = None
     if supported is False:  # what a planner written for it would deal to ranks (1.18)
-        from .vae_tiles import vae_tiles
-
         tiles, reuse, more = vae_tiles(ws, entry[0], entry[1])
         notes = (*notes, *more)
     return VaeFacts("vae", entry[1], entry[0], supported, by, evidence, notes, tiles, reuse)

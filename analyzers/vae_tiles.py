@@ -28,8 +28,8 @@ from integrate.records import Evidence
 from integrate.resolve import External, Resolved, Workspace
 from integrate.source import SourceFile, base_names, dotted, find_method
 
-from .encoders import MAX_DEPTH, ROOT_BASES, VAE_REGISTER, registrations
 from .records import VaeReuse, VaeTiles
+from .registries import MAX_DEPTH, ROOT_BASES, VAE_REGISTER, registrations
 
 # methods a built-in planner replaces or calls on the VAE: a subclass overriding one is not the class it was written for
 BUILTIN_METHODS = ("tiled_decode", "_decode", "decode", "tiled_encode", "_tiled_encode", "_encode", "encode",

@@ -16,7 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _vaep_runner import CASES, run  # noqa: E402
-from integrate.analyzers.encoders import VAE_REGISTER, registrations, vae_facts  # noqa: E402
+from integrate.analyzers.encoders import vae_facts  # noqa: E402
+from integrate.analyzers.registries import VAE_REGISTER, registrations  # noqa: E402
 from integrate.templates import vae_planner  # noqa: E402
 
 from integrate.resolve import Workspace  # noqa: E402
