@@ -17,13 +17,28 @@ def decide_tep(facts: ParallelFacts) -> tuple[TextEncoderPlan, ...]:
             action = "reuse: cache-dit already registers a TE-P planner; test with --parallel-text"
         elif te.supported is None:
             action = "unknown: cache-dit is not installed where the analysis ran"
-        elif te.tp_plan:
+        elif shards_layers(te.tp_plan):
             action = ("add a TE-P planner: shard the encoder layers as the HF config's base_model_tp_plan says "
                       "(module pattern -> colwise / rowwise)")
+        elif te.tp_plan:
+            named = ", ".join(f"{k}: {v}" for k, v in te.tp_plan.items())
+            action = (f"add a TE-P planner by hand: the HF config's base_model_tp_plan shards no layer ({named}), "
+                      "or skip TE-P if the encoder is small")
         else:
             action = "add a TE-P planner by hand (no base_model_tp_plan found), or skip TE-P if the encoder is small"
         out.append(TextEncoderPlan(**_fields(te), action=action))
     return tuple(out)
+
+
+def shards_layers(tp_plan: dict[str, str]) -> bool:
+    """Does an HF layer plan shard a layer of a list (`layers.*.self_attn.q_proj: colwise`)? A plan naming only the
+    embedding (`embed_tokens: embedding_rowwise`, Qwen3-VL's text config) gives a planner nothing to apply."""
+    return any(".*." in key and style in ("colwise", "rowwise") for key, style in tp_plan.items())
+
+
+def has_tep_planner(te) -> bool:
+    """cache-dit registers a TE-P planner for the encoder, or generate writes one from its HF layer plan."""
+    return bool(te.supported) or (te.supported is False and shards_layers(te.tp_plan))
 
 
 def decide_vaep(facts: ParallelFacts) -> VaePlan | None:

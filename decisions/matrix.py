@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .encoders import has_tep_planner
 from .records import Plan
 
 
@@ -63,7 +64,7 @@ def rows(plan: Plan) -> tuple[MatrixRow, ...]:
             out.append(MatrixRow("ring2", 2, ("--parallel", "ring"), "ring2"))
     if tp_rows:
         out.append(MatrixRow("tp2", 2, ("--parallel", "tp"), "tp2"))
-        if any(te.supported or te.tp_plan for te in plan.text_encoders):
+        if any(has_tep_planner(te) for te in plan.text_encoders):
             out.append(MatrixRow("tp2+te-p", 2, ("--parallel", "tp", "--parallel-text"), "tp2_tep",
                                  "--parallel-text and --parallel-vae act only beside a --parallel type"))
         if plan.vae is not None and (plan.vae.supported or plan.vae.planner in ("generate", "reuse-base")):

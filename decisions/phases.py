@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .encoders import has_tep_planner
 from .records import Phase, Plan
 
 PSNR_CACHE, PSNR_PARALLEL, SSIM_MIN = 30, 35, 0.90
@@ -114,7 +115,7 @@ def _parallel_steps(plan: Plan, uaa: list[str]) -> dict[str, list[str]]:
     vae_steps = [f"`{vae.cls}`: {vae.action}"] if vae else ["no VAE in model_index.json"]
     # each phase's CPU proof before its GPU rows (the component proofs are run only when asked for by name)
     return {"cp": cp_steps + [_proof("cp")], "tp": tp_steps + [_proof("tp")],
-            "tep": tep + ([_proof("tep")] if any(t.supported or t.tp_plan for t in plan.text_encoders) else []),
+            "tep": tep + ([_proof("tep")] if any(has_tep_planner(t) for t in plan.text_encoders) else []),
             "vae": vae_steps + ([_proof("vaep")] if vae and (vae.supported or vae.planner in ("generate", "reuse-base"))
                                 else [])}
 

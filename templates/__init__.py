@@ -24,6 +24,7 @@ from integrate.analyzers.fixes import Manual
 from integrate.analyzers.records import Analysis, BuiltinAnswer, Finding
 from integrate.decisions import patch_findings
 from integrate.decisions.cp import TEXT_STREAMS
+from integrate.decisions.encoders import shards_layers
 from integrate.decisions.matrix import rows as matrix_rows
 from integrate.decisions.records import Approval, Plan
 
@@ -550,7 +551,7 @@ def _encoders(b: _Build) -> list[str]:
     """TE-P planners written from a text encoder's HF layer plan; VAE-P noted (not generated)."""
     te_modules = []
     for te, data in zip(b.plan.text_encoders, b.data["text_encoders"]):
-        if te.supported is False and te.tp_plan:
+        if te.supported is False and shards_layers(te.tp_plan):
             te_cls = f"{camel(te.cls)}TensorParallelismPlanner"
             module = escape.ident(f"te_{te.component}")
             source = te.tp_plan_source
@@ -567,7 +568,8 @@ def _encoders(b: _Build) -> list[str]:
         elif te.supported:
             b.notes.append(f"{te.component} `{te.cls}`: TE-P already supported by cache-dit")
         else:
-            b.manual.append(f"{te.component} `{te.cls}`: no TE-P planner and no HF layer plan to write one from")
+            b.manual.append(f"{te.component} `{te.cls}`: no TE-P planner and no HF layer plan to write one from"
+                            + (f" (its plan shards no layer: {', '.join(te.tp_plan)})" if te.tp_plan else ""))
     vae = b.plan.vae
     if vae and vae.supported:
         b.notes.append(f"VAE `{vae.cls}`: VAE-P already supported by cache-dit")

@@ -193,3 +193,22 @@ def test_all_evidence_points_at_real_lines(ws):
     assert evidence
     for e in evidence:
         assert e.line > 0 and line_at(e.file, e.line).strip() and e.why
+
+
+def test_an_hf_plan_that_shards_no_layer_gives_no_generated_te_planner(ws):
+    """Qwen3-VL's text config declares only `embed_tokens: embedding_rowwise`: a planner written from it would shard
+    nothing (verify --proof tep said `vacuous`), so the plan asks for one by hand and no TE-P proof or GPU row
+    follows."""
+    from decisions.encoders import decide_tep, has_tep_planner, shards_layers
+
+    facts = text_encoder_facts(ws, None, {"text_encoder": ["transformers", "Qwen3VLModel"]})
+    (te,) = facts
+    if te.supported is not False or not te.tp_plan:
+        pytest.skip("the installed packages register Qwen3VLModel or declare no plan for it")
+    cfg = ast.parse(Path(te.tp_plan_source.file).read_text(encoding="utf-8"))
+    declared = next(ast.literal_eval(n.value) for n in ast.walk(cfg) if isinstance(n, ast.Assign)
+                    and any(getattr(t, "id", None) == "base_model_tp_plan" for t in n.targets)
+                    and n.lineno == te.tp_plan_source.line)
+    assert te.tp_plan == declared and not shards_layers(declared)
+    (decided,) = decide_tep(type("F", (), {"text_encoders": facts})())
+    assert "by hand" in decided.action and "shards no layer" in decided.action and not has_tep_planner(decided)

@@ -75,6 +75,10 @@ def shrink(config: dict[str, Any], outer: dict[str, int] | None = None) -> tuple
         elif v and all(isinstance(x, int) and not isinstance(x, bool) for x in v) and max(v) >= 2 and (
                 "index" in k or "block" in k):  # layer indices (`fullatt_block_indexes`): those two layers have
             put(k, sorted({x for x in v if x < 2}) or [0])
+    for k, v in config.items():  # per-layer settings keyed by layer index (Gemma 4's `per_layer_config`)
+        if real_layers and isinstance(v, dict) and v and not _is_model_config(v) and all(
+                str(x).isdigit() for x in v):
+            put(k, {x: y for x, y in v.items() if int(x) < 2})
     if outer and width:
         for k, v in ints(config).items():  # a nested config's output width sized to the outer model's
             if k != width[0] and v == outer["real"]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from integrate.decisions.encoders import has_tep_planner
+
 from ..records import ComponentProof
 
 if TYPE_CHECKING:
@@ -25,7 +27,7 @@ SUMMARY = "each text encoder's TE-P planner over 2 gloo processes against its 1-
 def parts(plan: Plan) -> list[dict]:
     """The text encoders a TE-P planner exists for: cache-dit's, or ours (written from the HF layer plan)."""
     return [{"component": te.component, "library": te.library, "cls": te.cls} for te in plan.text_encoders
-            if te.cls and (te.supported or te.tp_plan)]
+            if te.cls and has_tep_planner(te)]
 
 
 def not_planned(plan: Plan) -> str | None:
