@@ -36,7 +36,10 @@ def _plan_generate(model: Path, base: Path) -> tuple[Path, Path]:
 def test_tep_with_cache_dits_planner_and_vaep_with_a_generated_one_pass_and_show_what_they_engaged(tmp_path):
     # cache-dit registers T5EncoderModel's TE-P planner; AutoencoderDC's VAE-P planner is generate's, from its
     # tiled_decode (the six VAEs cache-dit registers: bench/bench_components.py --vaep)
-    model = _model(tmp_path, text_encoder=["transformers", "T5EncoderModel"], vae=["diffusers", "AutoencoderDC"])
+    # text_encoder_2: the example's own T5Gemma2Encoder, whose planner generate writes from its HF layer plan and
+    # whose class defaults build only as its composite config (T5Gemma2Config.encoder) fills them in
+    model = _model(tmp_path, text_encoder=["transformers", "T5EncoderModel"], vae=["diffusers", "AutoencoderDC"],
+                   text_encoder_2=["transformers", "T5Gemma2Encoder"])
     plan_dir, out = _plan_generate(model, tmp_path)
     # a reviewer says the encoder has a layer plan: the proof would now run the class
     revised = run_cli("revise", str(plan_dir), "--set", 'text_encoders.0.tp_plan={"layers.*.q": "colwise"}',
@@ -48,8 +51,10 @@ def test_tep_with_cache_dits_planner_and_vaep_with_a_generated_one_pass_and_show
     report = json.loads(proc.stdout)
     assert report["fixture"]["status"] == "skipped"  # no transformer fixture for parts of their own
     assert report["cache"]["status"] == "skipped"
-    (te,) = report["tep"]["runs"]
+    te, te2 = report["tep"]["runs"]
     assert te["status"] == "pass" and te["class"] == "T5EncoderModel"
+    assert te2["status"] == "pass" and te2["planner"].startswith("integrate_motif_video.")
+    assert te2["config_from"] == "class defaults, as T5Gemma2Config.encoder sets them" and te2["engaged"]["sharded"]
     assert te["planner"].endswith("T5EncoderTensorParallelismPlanner")
     shards = {s["name"]: s for s in te["engaged"]["shards"]}
     q = shards["encoder.block.0.layer.0.SelfAttention.q.weight"]

@@ -200,7 +200,7 @@ def verify(report: dict) -> str:
     fx = report["fixture"]
     source = f", inputs from {fx['source']}" if fx.get("source") else ""
     lines = [f"fixture: {fx['status']} ({fx['path']}{source})"]
-    lines += [f"  cannot derive {e}" for e in fx.get("errors", [])]
+    lines += [f"  {e}" if fx.get("status") == "skipped" else f"  cannot derive {e}" for e in fx.get("errors", [])]
     lines += [f"  tried {t}" for t in fx.get("tried", [])]
     lines += [f"  note: {n}" for n in fx.get("notes", [])]
     ran = [proof for proof in ALL if not (report[proof.NAME]["status"] == "skipped"

@@ -107,9 +107,31 @@ def _is_model_config(value: dict) -> bool:
     return any(k in value for k in ("hidden_size", "d_model", "num_attention_heads", "num_heads"))
 
 
-def _config(cls, given: dict | None):
+def _composed(cfg_cls) -> tuple[str, dict] | None:
+    """("Composite.attr", the config) where a configuration class of the same transformers module holds one of
+    `cfg_cls` among its defaults: the sub-config as the whole model's config fills it in (T5Gemma2Config sets its
+    encoder's `dropout_rate`, which T5Gemma2EncoderConfig's own defaults leave out)."""
+    import inspect
+    import sys
+
+    module = sys.modules.get(cfg_cls.__module__)
+    for name, other in sorted(vars(module).items()) if module else ():
+        if not inspect.isclass(other) or other is cfg_cls or not hasattr(other, "to_dict") or \
+                other.__module__ != cfg_cls.__module__:
+            continue
+        try:
+            held = vars(other())
+        except Exception:  # a config class whose defaults do not construct
+            continue
+        for attr, value in held.items():
+            if isinstance(value, cfg_cls):
+                return f"{name}.{attr}", value.to_dict()
+    return None
+
+
+def _config(cls, given: dict | None, raw: dict | None = None):
     cfg_cls = cls.config_class
-    raw = dict(given) if given else cfg_cls().to_dict()
+    raw = raw or (dict(given) if given else cfg_cls().to_dict())
     tiny, changes = shrink(raw)
     config = cfg_cls.from_dict(tiny)
     if hasattr(config, "_attn_implementation"):
@@ -168,8 +190,17 @@ def run(job: dict) -> None:
         cls = common.load_class(job["library"], job["cls"])
         config, changes = _config(cls, job.get("config"))
         report["config_from"] = "model folder" if job.get("config") else "class defaults"
+        try:
+            model = cls(config).eval()
+        except Exception:
+            composed = None if job.get("config") else _composed(cls.config_class)
+            if composed is None:
+                raise
+            # the class's own defaults leave out what its composite model's config fills in: built from that
+            config, changes = _config(cls, None, composed[1])
+            report["config_from"] = f"class defaults, as {composed[0]} sets them"
+            model = cls(config).eval()
         report["changes"] = changes
-        model = cls(config).eval()
         common.seeded(model)
         inputs = _inputs(model, config)
         outputs = common.Outputs(model)
