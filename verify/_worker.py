@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from integrate.verify.engagement import Engagement
+from integrate.verify.tensors import plain, randomize, tensors
 from integrate.verify.tiny import build, model_config
 
 sys.stdout, _REAL = sys.stderr, sys.stdout  # library chatter goes to stderr, the JSON to stdout
@@ -188,7 +189,7 @@ def _from_pipeline(cls, job: dict, config: dict, static: dict) -> dict:
     for share in (1, 2, 3, 4):
         torch.manual_seed(0)
         model = build(cls, config).eval()
-        _randomize(model, 0)
+        randomize(model, 0)
         notes: list[str] = []
         try:
             calls, stood_in = capture(cls, model, job["pipeline"], config, static["slots"], job.get("steps", 1),
@@ -338,15 +339,15 @@ def plain_forward(cls, fx) -> dict | None:
     recorder = None
     try:
         model = build(cls, fx.CONFIG).eval()
-        _randomize(model, fx.SEED)
+        randomize(model, fx.SEED)
         recorder = Recorder({id(m): n for n, m in model.named_modules()})
         recorder.attach(model)
         with torch.no_grad():
             result = model(**fx.inputs(0))
-        outs = _tensors(result)
+        outs = tensors(result)
         if not outs:
             return {"type": "NoOutput", "message": "the forward returned no tensor", "module": None}
-        if not all(torch.isfinite(_plain(t)).all() for t in outs[:1]):
+        if not all(torch.isfinite(plain(t)).all() for t in outs[:1]):
             return {"type": "NonFinite", "message": "the output holds NaN or inf", "module": None}
         return None
     except Exception as exc:  # the model's own code rejected the fixture: say where
@@ -406,49 +407,6 @@ def full_size(job: dict) -> dict:
 # ---- run -----------------------------------------------------------------------------------------------
 
 
-def _randomize(model, seed: int) -> None:
-    """Seeded weights with no zeros (zero-initialised output layers would make every output agree)."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.numel() == 0:
-                continue
-            if p.ndim >= 2:
-                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(max(1, p[0].numel())))
-            elif name.endswith("bias"):
-                p.copy_(0.02 * torch.randn(p.shape, generator=g))
-            else:  # norm scales and learned vectors
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
-
-
-def _plain(t):
-    import torch
-
-    wait = getattr(t, "trigger_wait", None)
-    if wait is not None:
-        t = wait()
-    if hasattr(t, "full_tensor"):
-        t = t.full_tensor()
-    return torch.Tensor(t).detach().to(torch.float32).cpu() if type(t) is not torch.Tensor else \
-        t.detach().to(torch.float32).cpu()
-
-
-def _tensors(value) -> list:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    if hasattr(value, "sample") and isinstance(value.sample, torch.Tensor):
-        return [value.sample]
-    return []
-
-
 class Recorder:
     """Forward hooks on the original modules, under their original paths: the first output of each
     module in the recorded call, the shapes of its tensor inputs (by parameter name), the order modules finished
@@ -486,10 +444,10 @@ class Recorder:
             if self.active and path not in self.outputs:
                 self.outputs[path] = _output_shapes(output)
             if self.active and path not in self.acts:
-                ts = _tensors(output)
+                ts = tensors(output)
                 if ts:
                     self.order.append(path)
-                    self.acts[path] = [_plain(t).numpy() for t in ts]
+                    self.acts[path] = [plain(t).numpy() for t in ts]
         return hook
 
 
@@ -670,7 +628,7 @@ def run(job: dict) -> dict:
         # a proof whose variants need another tiny config (hybrid: more heads) names the keys it changes, and its
         # own 1-process baseline is run on the same
         model = build(cls, {**fx.CONFIG, **variant.get("config", {})}).eval()
-        _randomize(model, fx.SEED)
+        randomize(model, fx.SEED)
         names = {id(m): n for n, m in model.named_modules()}
         recorder = Recorder(names)
         skipped = _SkippedSplits(recorder) if kind == "parallel" else None
@@ -699,7 +657,7 @@ def run(job: dict) -> dict:
                         recorder.active = step == 0 and c == 0
                         result = model(**fx.inputs(step))
                         recorder.active = False
-                        outs.append(_plain(_tensors(result)[0]).numpy())
+                        outs.append(plain(tensors(result)[0]).numpy())
             arrays[f"{key}/out"] = np.stack(outs)
             rec["calls_per_step"] = calls
             if kind == "cache":
@@ -815,12 +773,12 @@ def _setup_cache(model, rec: dict, fx, recorder, arrays, key) -> int:
     seen, handles = _pattern_hooks(adapter)
     views = []  # does a cached list's last block return a tensor that is not contiguous (a transposed view)?
     handles += [blocks[-1].register_forward_hook(
-        lambda module, args, out: views.append(any(not o.is_contiguous() for o in _tensors(out))))
+        lambda module, args, out: views.append(any(not o.is_contiguous() for o in tensors(out))))
         for blocks in _lists(adapter) if len(blocks)]
     outs = []
     with torch.no_grad():
         for step in range(fx.STEPS):
-            outs.append(_plain(_tensors(model(**fx.inputs(step)))[0]).numpy())
+            outs.append(plain(tensors(model(**fx.inputs(step)))[0]).numpy())
     for h in handles:
         h.remove()
     arrays[f"{key}/patched"] = np.stack(outs)
@@ -901,7 +859,7 @@ def _contiguous_run(model, adapter, fx):
     try:
         with torch.no_grad():
             for step in range(fx.STEPS):
-                outs.append(_plain(_tensors(model(**fx.inputs(step)))[0]).numpy())
+                outs.append(plain(tensors(model(**fx.inputs(step)))[0]).numpy())
     finally:
         for h in handles:
             h.remove()
@@ -919,7 +877,7 @@ def _cached(model, fx, calls: int, threshold: float):
     with torch.no_grad():
         for step in range(fx.STEPS):
             for _ in range(calls):
-                outs.append(_plain(_tensors(model(**fx.inputs(step)))[0]).numpy())
+                outs.append(plain(tensors(model(**fx.inputs(step)))[0]).numpy())
     return np.stack(outs), _stats(model)
 
 

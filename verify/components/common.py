@@ -4,13 +4,13 @@ module outputs recorded in call order, and the first module whose output parts f
 from __future__ import annotations
 
 import importlib
-import math
 import os
 import sys
 import traceback
 from typing import Any
 
 from integrate.verify.compare import figures
+from integrate.verify.tensors import plain, randomize, tensors
 
 
 def init() -> tuple[int, int]:
@@ -61,51 +61,16 @@ def cpu_mesh() -> bool:
 
 
 def seeded(model, seed: int = 0) -> None:
-    """Seeded weights with no zeros (a zero-initialised output layer would make every run agree), then rank 0's
-    copy on every rank."""
+    """Seeded weights (integrate.verify.tensors.randomize), then rank 0's copy on every rank."""
     import torch
     import torch.distributed as dist
 
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.numel() == 0:
-                continue
-            if p.ndim >= 2:
-                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(max(1, p[0].numel())))
-            elif name.endswith("bias"):
-                p.copy_(0.02 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
-        if dist.is_initialized():
+    randomize(model, seed)
+    if dist.is_initialized():
+        with torch.no_grad():
             for t in list(model.parameters()) + list(model.buffers()):
                 if t.is_floating_point() or t.dtype in (torch.int64, torch.int32):
                     dist.broadcast(t.data, src=0)
-
-
-def plain(t):
-    """A float32 CPU copy of a tensor (a DTensor's full tensor)."""
-    import torch
-
-    if hasattr(t, "full_tensor"):
-        t = t.full_tensor()
-    return t.detach().to(torch.float32).cpu()
-
-
-def tensors(value) -> list:
-    """The tensors in a module's output, in order (model outputs, tuples, dicts)."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in tensors(v)]
-    if isinstance(value, dict) or hasattr(value, "to_tuple"):
-        items = value.values() if isinstance(value, dict) else value.to_tuple()
-        return [t for v in items for t in tensors(v)]
-    if hasattr(value, "sample"):
-        return tensors(value.sample)
-    return []
 
 
 class Outputs:
