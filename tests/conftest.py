@@ -76,6 +76,17 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None,
     return subprocess.CompletedProcess(["integrate", *args], result.exit_code, result.stdout, result.stderr)
 
 
+def plan_generate(model: Path, base: Path) -> tuple[Path, Path]:
+    """`plan --no-probe`, `approve` and `generate` of a model folder into `base`: (plan dir, generated folder).
+    generate may exit 1 (parts listed as manual): the plugin is written all the same."""
+    plan_dir, out = base / "plan", base / "out"
+    assert run_cli("plan", str(model), "--out", str(plan_dir), "--no-probe").returncode == 0
+    assert run_cli("approve", str(plan_dir), "--reviewer", "Ada Lovelace").returncode == 0
+    gen = run_cli("generate", str(plan_dir), "--out", str(out))
+    assert gen.returncode in (0, 1), gen.stderr
+    return plan_dir, out
+
+
 def computed_once(factory, name: str, make):
     """`make(folder)`, a JSON-able result, computed once per test session even across xdist workers: the
     first worker to ask runs it under a file lock in the session's shared temp folder, the others read what

@@ -8,7 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import EXAMPLE, run_cli
+from conftest import EXAMPLE, plan_generate, run_cli
 from integrate.verify import component
 from integrate.verify.components import tep as tep_worker
 from integrate.verify.components import vaep as vaep_worker
@@ -25,14 +25,6 @@ def _model(base: Path, **parts: list[str]) -> Path:
     return model
 
 
-def _plan_generate(model: Path, base: Path) -> tuple[Path, Path]:
-    plan_dir, out = base / "plan", base / "out"
-    assert run_cli("plan", str(model), "--out", str(plan_dir), "--no-probe").returncode == 0
-    assert run_cli("approve", str(plan_dir), "--reviewer", "Ada Lovelace").returncode == 0
-    assert run_cli("generate", str(plan_dir), "--out", str(out)).returncode in (0, 1)
-    return plan_dir, out
-
-
 def test_tep_with_cache_dits_planner_and_vaep_with_a_generated_one_pass_and_show_what_they_engaged(tmp_path):
     # cache-dit registers T5EncoderModel's TE-P planner; AutoencoderDC's VAE-P planner is generate's, from its
     # tiled_decode (the six VAEs cache-dit registers: bench/bench_components.py --vaep)
@@ -40,7 +32,7 @@ def test_tep_with_cache_dits_planner_and_vaep_with_a_generated_one_pass_and_show
     # whose class defaults build only as its composite config (T5Gemma2Config.encoder) fills them in
     model = _model(tmp_path, text_encoder=["transformers", "T5EncoderModel"], vae=["diffusers", "AutoencoderDC"],
                    text_encoder_2=["transformers", "T5Gemma2Encoder"])
-    plan_dir, out = _plan_generate(model, tmp_path)
+    plan_dir, out = plan_generate(model, tmp_path)
     # a reviewer says the encoder has a layer plan: the proof would now run the class
     revised = run_cli("revise", str(plan_dir), "--set", 'text_encoders.0.tp_plan={"layers.*.q": "colwise"}',
                       "--why", "test", "--reviewer", "Ada Lovelace")
@@ -102,7 +94,7 @@ def test_a_part_from_an_untrusted_package_is_refused_before_it_runs(tmp_path):
     evil.mkdir()
     (evil / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nclass Enc: pass\n")
     model = _model(tmp_path, text_encoder=["evilpkg", "Enc"])
-    plan_dir, out = _plan_generate(model, tmp_path)
+    plan_dir, out = plan_generate(model, tmp_path)
     plan = json.loads((plan_dir / "plan.json").read_text())
     part = {"component": "text_encoder", "library": "evilpkg", "cls": "Enc"}
     try:

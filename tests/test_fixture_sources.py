@@ -10,17 +10,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE, make_model_dir, run_cli
+from conftest import EXAMPLE, make_model_dir, plan_generate, run_cli
 
 from integrate.verify.proofs import full_size
-
-
-def _generated(model: Path, base: Path) -> tuple[Path, Path]:
-    plan_dir, out = base / "plan", base / "out"
-    assert run_cli("plan", str(model), "--out", str(plan_dir), "--no-probe").returncode == 0
-    assert run_cli("approve", str(plan_dir), "--reviewer", "Grace Hopper").returncode == 0
-    assert run_cli("generate", str(plan_dir), "--out", str(out)).returncode in (0, 1)
-    return plan_dir, out
 
 
 def _verify(plan_dir: Path, out: Path, *flags: str) -> tuple[int, dict]:
@@ -31,7 +23,7 @@ def _verify(plan_dir: Path, out: Path, *flags: str) -> tuple[int, dict]:
 
 @pytest.fixture(scope="module")
 def motif(tmp_path_factory):
-    return _generated(EXAMPLE, tmp_path_factory.mktemp("motif"))
+    return plan_generate(EXAMPLE, tmp_path_factory.mktemp("motif"))
 
 
 def test_the_inputs_are_what_the_models_own_pipeline_passes(motif):
@@ -53,7 +45,7 @@ def test_the_inputs_are_what_the_models_own_pipeline_passes(motif):
 
 def test_a_component_the_model_folder_does_not_name_is_a_reported_stand_in(tmp_path):
     model = make_model_dir(tmp_path / "m", "MotifVideoPipeline", "MotifVideoTransformer3DModel")
-    plan_dir, out = _generated(model, tmp_path)
+    plan_dir, out = plan_generate(model, tmp_path)
     rc, r = _verify(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["source"] == "pipeline"
@@ -81,7 +73,7 @@ def test_a_fixture_is_not_derived_unless_the_plain_model_ran_on_it(tmp_path):
     statically synthesised inputs do not fit its lyric and context streams: needs-edit, with the exception,
     where the pipeline stopped, and each source tried."""
     model = make_model_dir(tmp_path / "m", "AceStepPipeline", "AceStepTransformer1DModel")
-    plan_dir, out = _generated(model, tmp_path)
+    plan_dir, out = plan_generate(model, tmp_path)
     rc, r = _verify(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 1 and fx["status"] == "needs-edit" and fx["source"] == "static"
@@ -111,7 +103,7 @@ def test_lists_shorter_than_cache_dits_defaults_are_left_uncached_and_full_size_
     can show. The plan leaves them out (as cache-dit's own Lumina adapter does) and says why; the full-size
     proof then passes on what is cached."""
     model = make_model_dir(tmp_path / "m", "Lumina2Pipeline", "Lumina2Transformer2DModel")
-    plan_dir, out = _generated(model, tmp_path)
+    plan_dir, out = plan_generate(model, tmp_path)
     cache = json.loads((plan_dir / "plan.json").read_text())["cache"]
     assert [b["attr"] for b in cache["block_lists"]] == ["layers"]
     assert {u["attr"] for u in cache["uncached"]} == {"noise_refiner", "context_refiner"}
@@ -177,7 +169,7 @@ def test_a_union_typed_component_is_tried_member_by_member_until_the_pipeline_ru
     model_index.json names none: the first members do not take the pipeline to its transformer, a later one
     does, and the note says which (resolution binning is off, so the small size stays small)."""
     model = make_model_dir(tmp_path / "m", "SanaVideoPipeline", "SanaVideoTransformer3DModel")
-    plan_dir, out = _generated(model, tmp_path)
+    plan_dir, out = plan_generate(model, tmp_path)
     rc, r = _verify(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["status"] == "derived" and fx["source"] == "pipeline", fx
@@ -201,7 +193,7 @@ def test_static_inputs_follow_module_dict_entries_and_nested_shape_annotations()
 
 def _derived_from_pipeline(tmp_path, pipeline: str, transformer: str) -> dict:
     model = make_model_dir(tmp_path / "m", pipeline, transformer)
-    plan_dir, out = _generated(model, tmp_path)
+    plan_dir, out = plan_generate(model, tmp_path)
     rc, r = _verify(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["status"] == "derived" and fx["source"] == "pipeline", fx
@@ -250,7 +242,7 @@ def test_a_model_nobody_integrated_passes_tp_on_the_pipelines_own_inputs(tmp_pat
     `q_norm` / `k_norm` over all heads distributed by the generated planner, and TP 2 agreeing with the
     1-process run."""
     model = make_model_dir(tmp_path / "m", "LongCatAudioDiTPipeline", "LongCatAudioDiTTransformer")
-    plan_dir, out = _generated(model, tmp_path)
+    plan_dir, out = plan_generate(model, tmp_path)
     rc, r = _verify(plan_dir, out, "--proof", "tp")
     assert r["fixture"]["source"] == "pipeline" and r["tp"]["status"] == "pass", r["tp"]
 
@@ -307,7 +299,7 @@ def test_a_packed_sequence_is_synthesised_as_the_docstring_and_the_comparisons_s
     synthesis follows each (one length, one segment of zeros, the constants in runs, the sections scaled with
     the head) and the plain tiny model runs; its own pipeline cannot (a vision-language encoder)."""
     model = make_model_dir(tmp_path / "m", "Ideogram4Pipeline", "Ideogram4Transformer2DModel")
-    plan_dir, out = _generated(model, tmp_path)
+    plan_dir, out = plan_generate(model, tmp_path)
     rc, r = _verify(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["status"] == "derived" and fx["source"] == "static", fx
@@ -461,7 +453,7 @@ def test_inputs_documented_over_the_latents_grid_axes_are_shaped_by_them(tmp_pat
     ``(B, 1, T, 1, 1)``: each axis is sized as the latent's of that name, and the plain tiny model runs (a 1-D
     timestep had failed in its first block). Inputs over the latent's sequence length are left to their rules."""
     model = make_model_dir(tmp_path / "m", "SanaWMPipeline", "SanaWMTransformer3DModel")
-    plan_dir, out = _generated(model, tmp_path)
+    plan_dir, out = plan_generate(model, tmp_path)
     rc, r = _verify(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["status"] == "derived" and fx["source"] == "static", fx
@@ -478,7 +470,7 @@ def test_a_latent_too_small_to_split_over_the_cp_ranks_is_captured_again_larger(
     is one token, which no 2-process CP proof can split. The capture calls it again at twice the size, says so, and
     the fixture carries at least 2 tokens per rank."""
     model = make_model_dir(tmp_path / "m", "LTXPipeline", "LTXVideoTransformer3DModel")
-    plan_dir, out = _generated(model, tmp_path)
+    plan_dir, out = plan_generate(model, tmp_path)
     rc, r = _verify(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["source"] == "pipeline" and fx["image_tokens"] >= 4, fx

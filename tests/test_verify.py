@@ -11,18 +11,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE, computed_once, make_model_dir, run_cli
+from conftest import EXAMPLE, computed_once, make_model_dir, plan_generate, run_cli
 
 PLUGIN = "integrate_motif_video"
-
-
-def _plan_generate(model: Path, base: Path) -> tuple[Path, Path]:
-    plan_dir, out = base / "plan", base / "out"
-    assert run_cli("plan", str(model), "--out", str(plan_dir), "--no-probe").returncode == 0
-    assert run_cli("approve", str(plan_dir), "--reviewer", "Ada Lovelace").returncode == 0
-    gen = run_cli("generate", str(plan_dir), "--out", str(out))
-    assert gen.returncode in (0, 1), gen.stderr  # 1: parts listed as manual, the plugin is written all the same
-    return plan_dir, out
 
 
 def _verify(plan_dir: Path, out: Path, *proofs: str) -> tuple[int, dict]:
@@ -37,7 +28,7 @@ def _verify(plan_dir: Path, out: Path, *proofs: str) -> tuple[int, dict]:
 @pytest.fixture(scope="module")
 def motif(tmp_path_factory):
     def make(base: Path) -> list:
-        plan_dir, out = _plan_generate(EXAMPLE, base)
+        plan_dir, out = plan_generate(EXAMPLE, base)
         rc, report = _verify(plan_dir, out)
         return [str(plan_dir), str(out), rc, report]
 
@@ -223,7 +214,7 @@ def test_planted_in_place_residual_on_a_block_input_is_caught(motif, tmp_path):
 
 def test_a_model_cache_dit_supports_passes_with_its_own_integration(tmp_path):
     model = make_model_dir(tmp_path / "flux", "FluxPipeline", "FluxTransformer2DModel")
-    plan_dir, out = _plan_generate(model, tmp_path)
+    plan_dir, out = plan_generate(model, tmp_path)
     rc, r = _verify(plan_dir, out)
     assert r["cache"]["status"] == "pass" and r["tp"]["status"] == "pass", r
     assert r["cache"]["patterns"][0]["pattern"] == "Pattern_1" and r["cache"]["patterns"][0]["status"] == "pass"
@@ -314,7 +305,7 @@ def test_a_checkouts_pr_description_carries_the_saved_cpu_proofs(motif, tmp_path
 def test_cache_proof_uses_the_plugin_where_a_built_in_prefix_would_answer(tmp_path):
     """SanaVideo: cache-dit's `Sana` adapter matches the name by prefix but accepts only SanaTransformer2DModel."""
     model = make_model_dir(tmp_path / "m", "SanaVideoPipeline", "SanaVideoTransformer3DModel")
-    plan_dir, out = _plan_generate(model, tmp_path)
+    plan_dir, out = plan_generate(model, tmp_path)
     _, r = _verify(plan_dir, out, "cache")
     assert r["cache"]["status"] == "pass", r["cache"].get("why")
     assert r["cache"]["caching_on"]["cached_steps"] and r["cache"]["caching_off"]["bitwise"]
@@ -323,7 +314,7 @@ def test_cache_proof_uses_the_plugin_where_a_built_in_prefix_would_answer(tmp_pa
 def test_a_walk_the_config_never_takes_is_not_planned_and_the_plugin_still_works(tmp_path):
     """MotifVideo from its class defaults has no decoder layers: the guarded second walk is left out."""
     model = make_model_dir(tmp_path / "m", "MotifVideoPipeline", "MotifVideoTransformer3DModel")
-    plan_dir, out = _plan_generate(model, tmp_path)
+    plan_dir, out = plan_generate(model, tmp_path)
     plan = json.loads((plan_dir / "plan.json").read_text())
     assert not any(k.startswith("single_transformer_blocks.") for k in plan["parallelism"]["cp"]["plan"])
     rc, r = _verify(plan_dir, out, "cache", "cp")
@@ -336,7 +327,7 @@ def test_linear_attention_and_a_q_norm_over_all_heads_shard_correctly(tmp_path):
     (its input derives from q, k and v), so it is row-wise; and its `norm_q` / `norm_k` normalise over all
     heads, which no static read of `Attention.__init__` can size: the planner measures the built module."""
     model = make_model_dir(tmp_path / "m", "SanaVideoPipeline", "SanaVideoTransformer3DModel")
-    plan_dir, out = _plan_generate(model, tmp_path)
+    plan_dir, out = plan_generate(model, tmp_path)
     tp = json.loads((plan_dir / "plan.json").read_text())["parallelism"]["tp"]["block_lists"][0]
     assert tp["layer_plan"]["attn1.to_out.0"] == "rowwise"
     assert "no kernel call" in tp["reasons"]["attn1.to_out.0"]["why"]
