@@ -208,3 +208,18 @@ def test_a_tiny_width_keeps_the_divisibility_the_full_config_has():
     mochi = diffusers.MochiTransformer3DModel
     said = derive(mochi, defaults(mochi)).notes
     assert any("at any tiny head dim tried" in n for n in said)
+
+
+def test_block_stacks_named_num_x_blocks_shrink_in_their_order():
+    """Kandinsky 6 counts its blocks as `num_visual_blocks` / `num_text_blocks` (60 and 4 by default): both
+    shrink and keep their order. Wan-Animate's `inject_face_latents_blocks` (one adapter every k blocks) is not
+    a stack count and is not read as one."""
+    import diffusers
+    from integrate.verify.tiny import is_layers
+
+    original = _defaults(diffusers.Kandinsky6Transformer3DModel)
+    tiny = derive(diffusers.Kandinsky6Transformer3DModel, original)
+    assert tiny.error is None, tiny.error
+    cfg = tiny.config
+    assert 2 <= cfg["num_text_blocks"] < cfg["num_visual_blocks"] < original["num_visual_blocks"]
+    assert not is_layers("inject_face_latents_blocks") and not is_layers("motion_blocks")

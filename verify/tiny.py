@@ -39,7 +39,11 @@ class Tiny:
 
 
 def is_layers(key: str) -> bool:
-    return key == "num_layers" or key.endswith("_layers") or key.startswith("depth") or key == "num_blocks"
+    """A config key that counts stacked blocks: `num_layers`, `num_single_layers`, `depth`, `num_blocks`,
+    `num_visual_blocks` (Kandinsky's), ... A count that is not a stack (`motion_blocks`, a per-block period such as
+    `inject_face_latents_blocks`) does not start with `num_` and is left alone."""
+    return (key == "num_layers" or key.endswith("_layers") or key.startswith("depth")
+            or (key.startswith("num_") and key.endswith("_blocks")))
 
 
 WIDTHS = ("tiny", "scaled", "real")
