@@ -88,6 +88,22 @@ def test_tiny_configs_keep_what_parallelism_needs():
     assert config["block_out_channels"] == [32, 64, 128, 128] and config["layers_per_block"] == 1
 
 
+def test_a_flag_the_constructor_refuses_is_cleared_and_only_that_one():
+    """T5GemmaEncoderModel raises in its constructor when `config.is_encoder_decoder` is set, which its config
+    class defaults to: the tiny encoder clears that flag (read from the constructor's `if`), with the reason.
+    T5EncoderModel's constructor refuses no flag."""
+    import transformers
+
+    cls = transformers.T5GemmaEncoderModel
+    config, _ = tep_worker._config(cls, None)
+    refused = tep_worker._refusals(cls, config)
+    assert list(refused) == ["is_encoder_decoder"] and refused["is_encoder_decoder"][:2] == [True, False]
+    assert "config.is_encoder_decoder" in refused["is_encoder_decoder"][2]
+    config.is_encoder_decoder = False
+    cls(config)  # builds once the flag is cleared
+    assert tep_worker._refusals(transformers.T5EncoderModel, transformers.T5Config()) == {}
+
+
 def test_a_part_from_an_untrusted_package_is_refused_before_it_runs(tmp_path):
     marker = tmp_path / "marker"
     evil = tmp_path / "evilpkg"

@@ -129,6 +129,39 @@ def _composed(cfg_cls) -> tuple[str, dict] | None:
     return None
 
 
+def _refusals(cls, config) -> dict[str, list]:
+    """{flag: [value, the value the constructor accepts, why]} for each `if config.<flag>: raise ...` (or
+    `if not config.<flag>: ...`) in `cls.__init__` that the config's boolean `flag` trips: T5GemmaEncoderModel
+    refuses the `is_encoder_decoder=True` its config class defaults to (a real encoder-only checkpoint says False).
+    Read from the constructor's source with libcst; only boolean flags, and only a test that is the flag alone."""
+    import inspect
+    import textwrap
+
+    import libcst as cst
+
+    from integrate.syntax import find_all
+
+    try:
+        init = cst.parse_module(textwrap.dedent(inspect.getsource(cls.__init__)))
+    except (OSError, TypeError, cst.ParserSyntaxError):
+        return {}
+    found: dict[str, list] = {}
+    for branch in find_all(init.body[0], cst.If):
+        if not any(isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, cst.Raise) for x in s.body)
+                   for s in branch.body.body):
+            continue
+        test, negated = branch.test, False
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, negated = test.expression, True
+        if not (isinstance(test, cst.Attribute) and isinstance(test.value, cst.Name) and test.value.value == "config"):
+            continue
+        flag = test.attr.value
+        value = getattr(config, flag, None)
+        if isinstance(value, bool) and value != negated:
+            found[flag] = [value, not value, f"{cls.__name__}.__init__ raises when `{init.code_for_node(branch.test)}`"]
+    return found
+
+
 def _config(cls, given: dict | None, raw: dict | None = None):
     cfg_cls = cls.config_class
     raw = raw or (dict(given) if given else cfg_cls().to_dict())
@@ -193,12 +226,20 @@ def run(job: dict) -> None:
         try:
             model = cls(config).eval()
         except Exception:
-            composed = None if job.get("config") else _composed(cls.config_class)
-            if composed is None:
+            refused = {} if job.get("config") else _refusals(cls, config)
+            composed = None if job.get("config") or refused else _composed(cls.config_class)
+            if refused:
+                # the class defaults set a flag the constructor refuses (a real config of this class clears it)
+                for flag, (_, accepted, _) in refused.items():
+                    setattr(config, flag, accepted)
+                changes.update(refused)
+                report["config_from"] = "class defaults, with the flags the constructor refuses cleared"
+            elif composed is not None:
+                # the class's own defaults leave out what its composite model's config fills in: built from that
+                config, changes = _config(cls, None, composed[1])
+                report["config_from"] = f"class defaults, as {composed[0]} sets them"
+            else:
                 raise
-            # the class's own defaults leave out what its composite model's config fills in: built from that
-            config, changes = _config(cls, None, composed[1])
-            report["config_from"] = f"class defaults, as {composed[0]} sets them"
             model = cls(config).eval()
         report["changes"] = changes
         common.seeded(model)
