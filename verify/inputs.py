@@ -46,6 +46,8 @@ class Slot:
     why: str
     error: str | None = None  # set when no rule sized it: the fixture gets a `raise` here
     shape: tuple[int, ...] | None = None  # the tensor's shape, where the rule that made it knows it
+    alternatives: tuple[str, ...] = ()  # other expressions the model's own code allows, tried in turn where `expr`
+    # does not run (a mode string's other values): the bounded search in the worker's check
 
 
 @dataclass
@@ -292,15 +294,18 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
         elif _is_mapping(p.annotation):
             out.slots.append(Slot(name, None, "annotated as a dict: left at its default") if p.default is not
                              inspect.Parameter.empty else Slot(name, None, "", "a dict input the fixture cannot build"))
-        elif (any(w in low for w in _SKIP) or _state_object(p)) and p.default is inspect.Parameter.empty:
+        elif _state_object(p) and p.default is inspect.Parameter.empty:
+            out.slots.append(own_object(model, config, p))
+        elif p.default is inspect.Parameter.empty and (mode := _mode_values(model, p)) is not None:
+            values, evidence = mode
+            out.slots.append(Slot(name, repr(values[0]), f"{values[0]!r}, the first of {tuple(values)!r}: {evidence}; "
+                                  "each is tried in that order until the plain model runs",
+                                  alternatives=tuple(repr(v) for v in values[1:])))
+        elif any(w in low for w in _SKIP) and p.default is inspect.Parameter.empty:
             # required, yet no input a fixture can make: leaving it out would only move the failure into the call
-            if _state_object(p):
-                what = (f"typed `{_type_name(p.annotation)}`, an object of the model's own (state it reads or "
-                        "fills), not a tensor or a plain value")
-            else:
-                word = next(w for w in _SKIP if w in low)
-                typed = f", typed `{_type_name(p.annotation)}`" if p.annotation is not inspect.Parameter.empty else ""
-                what = f"a setting of the model's own {word} machinery{typed}, whose value no rule here picks"
+            word = next(w for w in _SKIP if w in low)
+            typed = f", typed `{_type_name(p.annotation)}`" if p.annotation is not inspect.Parameter.empty else ""
+            what = f"a setting of the model's own {word} machinery{typed}, whose value no rule here picks"
             out.slots.append(Slot(name, None, "", f"required and {what}: the fixture cannot make it (write it by "
                                                    "hand, or the model needs a step this fixture cannot take)"))
         elif any(w in low for w in _SKIP) or not needed(p):
@@ -477,6 +482,167 @@ def _state_object(p: inspect.Parameter) -> bool:
 
 def _type_name(annotation) -> str:
     return getattr(annotation, "__name__", None) or str(annotation)
+
+
+# ---- an object of the model's own, built through its constructor -------------------------------------
+
+
+def own_object(model, config: dict[str, Any], p: inspect.Parameter) -> Slot:
+    """A required input typed with a class of the model's own library (state it reads or fills: `kv_cache:
+    WanAnimate2KVCache`), built through that class's own constructor, a fresh one each call (the object carries
+    state from one call to the next: each run and each rank gets its own). The class is found with libcst from
+    the annotation forward's signature writes, through the model file's imports; each required argument of its
+    `__init__` is the tiny config's field of that name, else what the model's own code passes where it builds
+    one (`Cls(self.config.num_layers)`, `Cls(len(self.blocks))`). Where an argument has neither, the slot's
+    error names it and the constructor's line."""
+    name = p.name
+    src, fn = _forward_of(model)
+    param = next((q for q in _all_params(fn) if q.name.value == name), None) if fn is not None else None
+    typed = _type_name(p.annotation)
+    ref = _class_ref(param.annotation.annotation) if param is not None and param.annotation is not None else None
+    found = _WS.resolve(src, ref) if ref else None
+    if found is not None and not hasattr(found, "node") and hasattr(found, "qualname"):
+        found = _WS.follow(found)  # a class another installed module defines
+    node = getattr(found, "node", None)
+    if not isinstance(node, cst.ClassDef):
+        return Slot(name, None, "", f"required and typed `{typed}`, an object of the model's own: its class was not "
+                                    "found in the source (write it by hand)")
+    at = f"{found.src.path.name}:{found.src.line(node)}"
+    module = found.src.dotted_name or getattr(p.annotation, "__module__", None)
+    init = find_method(node, "__init__")
+    if init is None and any(dotted(b.value) not in ("object", None) for b in node.bases):
+        return Slot(name, None, "", f"required and typed `{typed}` ({at}): its constructor is inherited, not "
+                                    "read here (write it by hand)")
+    required = [q for q in _all_params(init)[1:] if q.default is None] if init is not None else []
+    args, said = [], []
+    for q in required:
+        arg = q.name.value
+        got = _own_argument(model, config, node.name.value, init, arg)
+        if got is None:
+            where = f"{found.src.path.name}:{found.src.line(init)}"
+            return Slot(name, None, "", f"required and typed `{typed}`, an object of the model's own; its constructor "
+                                        f"({where}) takes `{arg}`, which no config field names and the model's code "
+                                        "never passes where it builds one (write it by hand)")
+        args.append(f"{arg}={got[0]}")
+        said.append(got[1])
+    expr = f"_own({module!r}, {node.name.value!r}{''.join(', ' + a for a in args)})"
+    why = (f"a fresh `{node.name.value}` each call, built through its own constructor ({at})"
+           + (": " + "; ".join(said) if said else ", which takes no argument"))
+    return Slot(name, expr, why)
+
+
+def _all_params(fn: cst.FunctionDef | None) -> list[cst.Param]:
+    if fn is None:
+        return []
+    ps = fn.params
+    return [*ps.posonly_params, *ps.params, *ps.kwonly_params]
+
+
+def _class_ref(node: cst.BaseExpression) -> str | None:
+    """The dotted name of the class an annotation names: `Cls`, `mod.Cls`, `Cls | None`, `Optional[Cls]`,
+    `"Cls"`; None for anything else."""
+    if isinstance(node, cst.SimpleString) and isinstance(node.evaluated_value, str):
+        try:
+            node = cst.parse_expression(node.evaluated_value)
+        except (cst.ParserSyntaxError, RecursionError):
+            return None
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitOr):
+        members = [m for m in (node.left, node.right) if dotted(m) != "None"]
+        return _class_ref(members[0]) if len(members) == 1 else None
+    if isinstance(node, cst.Subscript) and dotted(node.value) in ("Optional", "typing.Optional") and \
+            len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+        return _class_ref(node.slice[0].slice.value)
+    return dotted(node)
+
+
+def _own_argument(model, config: dict[str, Any], cls_name: str, init: cst.FunctionDef,
+                  arg: str) -> tuple[str, str] | None:
+    """(the fixture expression, why) for the constructor argument `arg`: the tiny config's field of that name,
+    else the argument the model's own source passes where it builds the class (a config field read through
+    `self.config.<f>` / `config.<f>`, `len(self.<module list>)`, an int literal); None when neither says."""
+    value = config.get(arg)
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        return f"_config({arg!r}, {value!r})", f"`{arg}` is the config's field of that name ({value!r})"
+    names = [q.name.value for q in _all_params(init)[1:]]
+    found = _class_node(type(model))
+    if found is None:
+        return None
+    src = found[0]
+    for call in find_all(src.module, cst.Call, skip_functions=False):
+        if (dotted(call.func) or "").rpartition(".")[2] != cls_name:
+            continue
+        position, given = 0, None
+        for a in call.args:
+            if a.star:
+                break
+            if a.keyword is not None:
+                if a.keyword.value == arg:
+                    given = a.value
+                    break
+                continue
+            if position < len(names) and names[position] == arg:
+                given = a.value
+                break
+            position += 1
+        if given is None:
+            continue
+        line = f"{src.path.name}:{src.line(call)}"
+        field_ = dotted(given) or ""
+        head, _, last = field_.rpartition(".")
+        if head in ("self.config", "config") and isinstance(config.get(last), (int, float, str)):
+            return (f"_config({last!r}, {config[last]!r})",
+                    f"`{arg}`: the model builds one with its config's `{last}` ({line})")
+        if isinstance(given, cst.Integer):
+            return str(int(given.value)), f"`{arg}`: the model builds one with {given.value} ({line})"
+        if (isinstance(given, cst.Call) and dotted(given.func) == "len" and len(given.args) == 1
+                and (member := self_member(given.args[0].value))):
+            try:
+                n = len(model.get_submodule(member))
+            except (AttributeError, TypeError):
+                continue
+            return str(n), f"`{arg}`: the model builds one with `len(self.{member})`, {n} in the tiny model ({line})"
+    return None
+
+
+def _mode_values(model, p: inspect.Parameter) -> tuple[list[str], str] | None:
+    """(the string values a mode parameter takes, the evidence): a `Literal[...]` annotation's values; else, for a
+    parameter annotated `str` (or not at all), the values forward compares it with, read with libcst: a
+    membership test first (`if mode not in ("extract", "cached"): raise`: the values it allows, in its order),
+    then `mode == "..."` in source order. None where there are none."""
+    import typing
+
+    if typing.get_origin(p.annotation) is typing.Literal:
+        values = [v for v in typing.get_args(p.annotation) if isinstance(v, str)]
+        return (values, "the values its `Literal` annotation allows") if values else None
+    heads = _annotated(p.annotation)
+    if heads and not heads <= {"str", "None"}:
+        return None
+    src, fn = _forward_of(model)
+    if fn is None:
+        return None
+    allowed: list[str] = []
+    compared: list[str] = []
+    line = None
+    for comp in find_all(fn, cst.Comparison):
+        if not (isinstance(comp.left, cst.Name) and comp.left.value == p.name) or len(comp.comparisons) != 1:
+            continue
+        target = comp.comparisons[0]
+        if isinstance(target.operator, (cst.In, cst.NotIn)) and isinstance(target.comparator, (cst.Tuple, cst.List,
+                                                                                                cst.Set)):
+            strings = [e.value.evaluated_value for e in target.comparator.elements
+                       if isinstance(e.value, cst.SimpleString) and isinstance(e.value.evaluated_value, str)]
+            if strings and not allowed:
+                allowed, line = strings, line or src.line(comp)
+        elif isinstance(target.operator, (cst.Equal, cst.NotEqual)) and isinstance(target.comparator, cst.SimpleString):
+            value = target.comparator.evaluated_value
+            if isinstance(value, str) and value not in compared:
+                compared.append(value)
+                line = line or src.line(comp)
+    values = allowed + [v for v in compared if v not in allowed]
+    if not values:
+        return None
+    what = "the values forward's membership test allows" if allowed else "the values forward compares it with"
+    return values, f"{what} ({src.path.name}:{line})"
 
 
 def _compared_constants(model, param: str) -> list[int]:
