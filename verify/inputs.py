@@ -124,6 +124,9 @@ def consumers(module, param: str):
                 if not is_module_call and _names(n.value) & tracked:
                     for t in n.targets:
                         tracked |= {x.value for x in find_all(t.target, cst.Name)}
+                    for comp in find_all(n.value, cst.CompFor):  # `[f(u) for u in hidden_states]`: u is it too
+                        if _names(comp.iter) & tracked:
+                            tracked |= {x.value for x in find_all(comp.target, cst.Name)}
                 continue
             path = _module_path(n.func)
             if path is None:
@@ -280,14 +283,22 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
                     n *= g
                 out.image_tokens = n
     s_img, s_txt = out.image_tokens or 16, TEXT_TOKENS
+    joint = _joint_with_latent(model, config, params, latent, out.slots[0] if out.slots else None)
+    if joint:
+        out.slots[0] = joint.pop(latent)
     packed = _packed(latent, shapes)
+    docs = _doc_entries(model)
+    modes = {}  # mode parameter -> the value the fixture passes first
     named = _latent_axes(shapes.get(latent or ""), out.slots[0].shape if out.slots else None)
     for p in params:
         name, low, heads = p.name, p.name.lower(), _annotated(p.annotation)
         if name == latent:
             continue
         s_txt = s_img if name in packed else TEXT_TOKENS  # documented over the latent's own sequence
-        if name == "return_dict":
+        required = p.default is inspect.Parameter.empty
+        if name in joint:
+            out.slots.append(joint[name])
+        elif name == "return_dict":
             out.slots.append(Slot(name, "False", "the output as a tuple"))
         elif (kept := _typed_default(model, p, passed)) is not None:
             out.slots.append(Slot(name, None, kept))
@@ -298,9 +309,27 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
             out.slots.append(own_object(model, config, p))
         elif p.default is inspect.Parameter.empty and (mode := _mode_values(model, p)) is not None:
             values, evidence = mode
+            modes[name] = values[0]
             out.slots.append(Slot(name, repr(values[0]), f"{values[0]!r}, the first of {tuple(values)!r}: {evidence}; "
                                   "each is tried in that order until the plain model runs",
                                   alternatives=tuple(repr(v) for v in values[1:])))
+        elif required and heads == {"int"} and (checked := _checked_against_tokens(model, latent, name)):
+            out.slots.append(Slot(name, str(s_img), f"the latent's {s_img} tokens per sample: forward raises unless "
+                                  f"they are equal ({checked})"))
+        elif not required and p.default is None and (under := _required_under(docs.get(name, ""), modes)):
+            if "grid" in low and "Tensor" in str(p.annotation):
+                value = list(grid or (1, 4, 4))
+                out.slots.append(Slot(name, f"torch.tensor([{value!r}] * {BATCH})", f"the latent grid in tokens, one "
+                                      f"row per sample: its docstring says it is required under {under}"))
+            else:
+                out.slots.append(Slot(name, None, "", f"its docstring says it is required under {under}; no rule "
+                                                      "here makes it (write it by hand)"))
+        elif not required and p.default is None and "Tensor" in str(p.annotation) and (
+                called := _called_unguarded(model, name)):
+            slot = _documented(name, shapes.get(name), config, s_txt, s_img) or _tensor(
+                model, name, passed.get(name), s_txt, s_img)
+            out.slots.append(slot if slot.error else Slot(name, slot.expr, f"{slot.why}: optional, but {called}",
+                                                          shape=slot.shape))
         elif any(w in low for w in _SKIP) and p.default is inspect.Parameter.empty:
             # required, yet no input a fixture can make: leaving it out would only move the failure into the call
             word = next(w for w in _SKIP if w in low)
@@ -382,7 +411,156 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
             if slot.error and p.default is not inspect.Parameter.empty:  # the forward runs without it
                 slot = Slot(name, None, f"left at its default {p.default!r}: the pipeline passes it, but {slot.error}")
             out.slots.append(slot)
+    for i, slot in enumerate(out.slots):  # `list[torch.Tensor]`: one tensor per sample, without the batch axis
+        p = sig.parameters.get(slot.name)
+        if p is not None and slot.expr and slot.expr.startswith("_randn(") and _tensor_list(p.annotation):
+            out.slots[i] = Slot(slot.name, f"_samples({slot.expr})", f"{slot.why}; a list of one tensor per sample "
+                                "(without the batch axis), as its annotation `list[torch.Tensor]` says", shape=slot.shape)
     return out
+
+
+def _tensor_list(annotation) -> bool:
+    """`list[torch.Tensor]` (or that or None)."""
+    import typing
+
+    import torch
+
+    options = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else \
+        (annotation,)
+    return any(typing.get_origin(a) is list and typing.get_args(a) == (torch.Tensor,) for a in options)
+
+
+def _joint_with_latent(model, config: dict[str, Any], params, latent: str | None, slot: Slot | None) -> dict[str, Slot]:
+    """{name: slot} for the latent and each required tensor input its consumer takes with it (`torch.cat([u, v],
+    dim=0)` of the latent and a condition, then the patch embedding: both sized by one Conv): the latent keeps
+    the channels the model predicts back (the config's `out_channels` / `out_dim`), the others share the rest of
+    the consumer's. {} where no other input reaches the latent's consumer, or the config names no such width."""
+    if latent is None or slot is None or not slot.shape or slot.expr is None:
+        return {}
+    taken = intake(model, latent)
+    if taken is None or taken[0] != "conv":
+        return {}
+    width, path = taken[1]["width"], taken[2]
+    others = [p.name for p in params if p.name != latent and p.default is inspect.Parameter.empty
+              and "Tensor" in str(p.annotation) and (got := intake(model, p.name)) is not None and got[2] == path]
+    field_ = next((k for k in ("out_channels", "out_dim") if isinstance(config.get(k), int)), None)
+    if not others or field_ is None or not 0 < config[field_] < width or (width - config[field_]) % len(others):
+        return {}
+    own, rest = config[field_], (width - config[field_]) // len(others)
+    out = {}
+    for name, channels in ((latent, own), *((o, rest) for o in others)):
+        shape = (slot.shape[0], channels, *slot.shape[2:])
+        step = ", step=step" if name == latent else ""
+        out[name] = Slot(name, f"_randn({name!r}, {_shape(*shape)}{step})",
+                         f"`{path}` takes {width} channels of {' and '.join(f'`{n}`' for n in (latent, *others))} "
+                         f"together: the latent {own} (the config's `{field_}`, what the model predicts of it), "
+                         f"{'this input' if name != latent else 'each other'} {rest}", shape=shape)
+    return out
+
+
+def _doc_entries(model) -> dict[str, str]:
+    """{parameter: its entry's text} in forward's docstring (`name (`type`): text` and the lines below it), the
+    docstring read with libcst."""
+    _, fn = _forward_of(model)
+    doc = fn.get_docstring() if fn is not None else None
+    out: dict[str, str] = {}
+    current = None
+    for line in (doc or "").splitlines():
+        head = line.strip().split(" ", 1)[0]
+        if head.isidentifier() and line.strip().startswith(f"{head} (") and line.strip().endswith(":"):
+            current = head
+            out[current] = ""
+        elif current is not None:
+            if not line.strip() and out[current]:
+                current = None
+            else:
+                out[current] += " " + line.strip()
+    return out
+
+
+def _required_under(text: str, modes: dict[str, str]) -> str | None:
+    """`Required under `mode="value"`` in a docstring entry, where the fixture passes that mode that value: the
+    clause as written; None otherwise."""
+    for mode, value in modes.items():
+        clause = f'`{mode}="{value}"`'
+        if f"Required under {clause}" in " ".join(text.split()):
+            return clause
+    return None
+
+
+def _derived_from(fn: cst.FunctionDef, param: str) -> set[str]:
+    """The names forward binds from `param` (assignments whose value reads it, comprehension targets over it),
+    in order of the source, read with libcst."""
+    tracked = {param}
+    for n in find_all(fn.body, (cst.Assign, cst.CompFor)):
+        if isinstance(n, cst.Assign) and _names(n.value) & tracked:
+            for t in n.targets:
+                tracked |= {x.value for x in find_all(t.target, cst.Name)}
+        elif isinstance(n, cst.CompFor) and _names(n.iter) & tracked:
+            tracked |= {x.value for x in find_all(n.target, cst.Name)}
+    return tracked
+
+
+def _checked_against_tokens(model, latent: str | None, param: str) -> str | None:
+    """Where forward raises unless `param` equals a size of the latent's tokens (`if any(u.size(1) != seq_len for u
+    in hidden_states): raise ValueError(...)`, hidden_states being the patch-embedded latent): the file:line; None
+    otherwise."""
+    src, fn = _forward_of(model)
+    if fn is None or latent is None:
+        return None
+    tracked = _derived_from(fn, latent)
+    for test in find_all(fn, cst.If):
+        if not find_all(test.body, cst.Raise):
+            continue
+        inner = set(tracked)
+        for comp in find_all(test.test, cst.CompFor):
+            if _names(comp.iter) & inner:
+                inner |= {x.value for x in find_all(comp.target, cst.Name)}
+        for comp in find_all(test.test, cst.Comparison):
+            if len(comp.comparisons) != 1 or not isinstance(comp.comparisons[0].operator, cst.NotEqual):
+                continue
+            sides = (comp.left, comp.comparisons[0].comparator)
+            if not any(isinstance(x, cst.Name) and x.value == param for x in sides):
+                continue
+            other = next(x for x in sides if not (isinstance(x, cst.Name) and x.value == param))
+            sized = (isinstance(other, cst.Call) and isinstance(other.func, cst.Attribute)
+                     and other.func.attr.value == "size") or (isinstance(other, cst.Subscript) and isinstance(
+                         other.value, cst.Attribute) and other.value.attr.value == "shape")
+            base = other.func.value if isinstance(other, cst.Call) else getattr(other, "value", None)
+            base = getattr(base, "value", None) if isinstance(other, cst.Subscript) else base
+            if sized and isinstance(base, cst.Name) and base.value in inner:
+                return f"`{src.code(comp)}`, {src.path.name}:{src.line(test)}"
+    return None
+
+
+def _called_unguarded(model, param: str) -> str | None:
+    """Why an optional tensor input must be given: forward calls a sub-module the config built (a weight of its
+    own first: a Linear, a Conv, a norm, an Embedding) on the input itself, under no test of the input (`self.img_emb(x)
+    if self.config.use_img_emb else None`: a config switch, not `x is not None`); None otherwise."""
+    src, fn = _forward_of(model)
+    if fn is None:
+        return None
+    for call in find_all(fn.body, cst.Call):
+        path = _module_path(call.func)
+        if path is None or not any(isinstance(a.value, cst.Name) and a.value.value == param for a in call.args):
+            continue
+        try:
+            sub = model.get_submodule(path)
+        except AttributeError:
+            return None
+        line = src.line(call)
+        tests = [t.test for t in (*find_all(fn, cst.If), *find_all(fn, cst.IfExp))
+                 if src.line(t) <= line <= src.last_line(t)]
+        if any(param in _names(t) for t in tests):
+            return None
+        taken = intake(model, param)
+        if taken is None or taken[0] not in ("linear", "conv", "norm", "embedding") or sub is model:
+            return None
+        read = {self_member(a) for t in tests for a in find_all(t, cst.Attribute)} - {None}
+        switches = sorted(w for w in read if not any(o.startswith(w + ".") for o in read))
+        said = f" (`{'`, `'.join(switches)}` builds and calls it)" if switches else ""
+        return f"forward calls `{path}` on it with no test of it ({src.path.name}:{line}){said}"
+    return None
 
 
 def _typed_default(model, p: inspect.Parameter, passed: dict[str, int | None]) -> str | None:
