@@ -415,7 +415,8 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
         p = sig.parameters.get(slot.name)
         if p is not None and slot.expr and slot.expr.startswith("_randn(") and _tensor_list(p.annotation):
             out.slots[i] = Slot(slot.name, f"_samples({slot.expr})", f"{slot.why}; a list of one tensor per sample "
-                                "(without the batch axis), as its annotation `list[torch.Tensor]` says", shape=slot.shape)
+                                "(without the batch axis), as its annotation `list[torch.Tensor]` says",
+                                shape=slot.shape)
     return out
 
 
