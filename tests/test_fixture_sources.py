@@ -435,16 +435,15 @@ def test_a_required_rope_pair_is_made_as_cos_and_sin_over_the_latent_tokens(tmp_
     assert "\"video_rotary_emb\": _rope_pair('video_rotary_emb', 1, " in text and "(layout assumed)" in text
 
 
-def test_a_required_state_object_is_named_as_what_the_fixture_cannot_make(tmp_path):
+def test_a_required_state_object_is_built_through_its_own_constructor(tmp_path):
     """WanAnimate2's forward requires `kv_cache: WanAnimate2KVCache` (filled by a reference pass, read by the
-    denoising pass) and `kv_cache_mode: str`: no fixture input. The fixture says so for each, with the type,
-    instead of leaving them out and reporting the call's `missing 2 required positional arguments`."""
-    rc, fx, _ = _transformer_only(tmp_path, "WanAnimate2Transformer3DModel")
-    assert rc == 1 and fx["status"] == "needs-edit", fx
-    errors = " | ".join(fx["errors"])
-    assert "`kv_cache`: required and typed `WanAnimate2KVCache`, an object of the model's own" in errors, errors
-    assert "`kv_cache_mode`: required and a setting of the model's own cache machinery, typed `str`" in errors
-    assert "missing 2 required positional arguments" not in errors
+    denoising pass) and `kv_cache_mode: str`: the cache is built through its own constructor, the mode is a value
+    forward's check allows (tests/test_model_folder_cacheobj.py has the rest), instead of leaving them out and
+    reporting the call's `missing 2 required positional arguments`."""
+    rc, fx, out = _transformer_only(tmp_path, "WanAnimate2Transformer3DModel")
+    assert rc == 0 and fx["status"] == "derived", fx
+    text = (out / "verify_fixture.py").read_text()
+    assert "\"kv_cache\": _own(" in text and "\"kv_cache_mode\": 'extract'," in text
 
 
 def test_inputs_documented_over_the_latents_grid_axes_are_shaped_by_them(tmp_path):

@@ -165,6 +165,9 @@ def derive(job: dict) -> dict:
     if not any(s.get("error") for s in out["slots"]):
         out["check"] = _check_static(cls, job, out)
         tried += out["check"].pop("tried", [])
+        if out["check"].get("slots"):  # the search kept another value the model's own code allows
+            out["slots"] = out["check"].pop("slots")
+            out["notes"] = [*out.get("notes", []), *out["check"].pop("notes")]
     return out
 
 
@@ -306,7 +309,42 @@ def _render_check(job: dict, derived: dict, masks: str | None = None) -> str:
 
 def _check_static(cls, job: dict, derived: dict) -> dict:
     """Run the plain tiny model once on the fixture as it would be written: {"ok": True, "masks": dtype} for the
-    first mask dtype it accepts (as synthesised, then bool, then float32), else the first failure."""
+    first mask dtype it accepts (as synthesised, then bool, then float32), else the first failure.
+
+    A bounded search over what the model's own code allows: where a slot has alternatives (a mode string's other
+    values, in the order forward lists them), each is tried in its place in turn, one slot at a time, when the
+    fixture as synthesised does not run; the first the plain model runs on is kept, with a note that says which
+    and what the model raised on the one before ("slots" and "notes" in the answer)."""
+    slots = derived["slots"]
+    variants: list[tuple[dict | None, str | None, list]] = [(None, None, slots)]
+    for i, s in enumerate(slots):
+        for alt in s.get("alternatives") or ():
+            variants.append((s, alt, [*slots[:i], {**s, "expr": alt, "alternatives": []}, *slots[i + 1:]]))
+    first, later = None, []
+    for slot, alt, tried in variants:
+        got = _check_masks(cls, job, {**derived, "slots": tried})
+        if got["ok"]:
+            if slot is not None:
+                f = first or {}
+                got.update(slots=tried, notes=[
+                    f"`{slot['name']}`: {alt}, the next value the model's own code allows: the plain model does not "
+                    f"run on {slot['expr']} ({f.get('type')}: {f.get('message')}{_where(f)})"])
+            return got
+        if first is None:
+            first = got["error"]
+            later += got["tried"]
+        elif (got["error"]["type"], got["error"]["message"]) != (first["type"], first["message"]):
+            later.append(f"static, `{slot['name']}` = {alt}: {got['error']['type']}: {got['error']['message']}"
+                         f"{_where(got['error'])}")
+    return {"ok": False, "error": first, "tried": later}
+
+
+def _where(failure: dict) -> str:
+    return f" at {Path(failure['at']).name}" if failure.get("at") else ""
+
+
+def _check_masks(cls, job: dict, derived: dict) -> dict:
+    """`_check_static` for the slots as they are: each mask dtype in turn."""
     has_masks = any((s.get("expr") or "").startswith("_mask(") for s in derived["slots"])
     first, later = None, []
     for dtype in (None, "bool", "float32") if has_masks else (None,):

@@ -40,7 +40,8 @@ def _split(text: str) -> tuple[str | None, str]:
 
 # The fixture's expressions call only these (and torch's constructors below); anything else in a slot's
 # expression is refused before the file is written.
-_HELPERS = {"_randn", "_mask", "_grid_ids", "_rope_pair", "_gen", "_saved", "step", "torch", "True", "False", "None"}
+_HELPERS = {"_randn", "_mask", "_grid_ids", "_rope_pair", "_gen", "_saved", "_config", "_own", "_samples", "step",
+            "torch", "True", "False", "None"}
 _TORCH = {"zeros", "ones", "full", "randint", "tensor", "arange", "long", "float32", "bool"}
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent), trim_blocks=True,
                           lstrip_blocks=True, keep_trailing_newline=True, finalize=escape.finalize)

@@ -46,6 +46,8 @@ class Slot:
     why: str
     error: str | None = None  # set when no rule sized it: the fixture gets a `raise` here
     shape: tuple[int, ...] | None = None  # the tensor's shape, where the rule that made it knows it
+    alternatives: tuple[str, ...] = ()  # other expressions the model's own code allows, tried in turn where `expr`
+    # does not run (a mode string's other values): the bounded search in the worker's check
 
 
 @dataclass
@@ -122,6 +124,9 @@ def consumers(module, param: str):
                 if not is_module_call and _names(n.value) & tracked:
                     for t in n.targets:
                         tracked |= {x.value for x in find_all(t.target, cst.Name)}
+                    for comp in find_all(n.value, cst.CompFor):  # `[f(u) for u in hidden_states]`: u is it too
+                        if _names(comp.iter) & tracked:
+                            tracked |= {x.value for x in find_all(comp.target, cst.Name)}
                 continue
             path = _module_path(n.func)
             if path is None:
@@ -278,29 +283,58 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
                     n *= g
                 out.image_tokens = n
     s_img, s_txt = out.image_tokens or 16, TEXT_TOKENS
+    joint = _joint_with_latent(model, config, params, latent, out.slots[0] if out.slots else None)
+    if joint:
+        out.slots[0] = joint.pop(latent)
     packed = _packed(latent, shapes)
+    docs = _doc_entries(model)
+    modes = {}  # mode parameter -> the value the fixture passes first
     named = _latent_axes(shapes.get(latent or ""), out.slots[0].shape if out.slots else None)
     for p in params:
         name, low, heads = p.name, p.name.lower(), _annotated(p.annotation)
         if name == latent:
             continue
         s_txt = s_img if name in packed else TEXT_TOKENS  # documented over the latent's own sequence
-        if name == "return_dict":
+        required = p.default is inspect.Parameter.empty
+        if name in joint:
+            out.slots.append(joint[name])
+        elif name == "return_dict":
             out.slots.append(Slot(name, "False", "the output as a tuple"))
         elif (kept := _typed_default(model, p, passed)) is not None:
             out.slots.append(Slot(name, None, kept))
         elif _is_mapping(p.annotation):
             out.slots.append(Slot(name, None, "annotated as a dict: left at its default") if p.default is not
                              inspect.Parameter.empty else Slot(name, None, "", "a dict input the fixture cannot build"))
-        elif (any(w in low for w in _SKIP) or _state_object(p)) and p.default is inspect.Parameter.empty:
-            # required, yet no input a fixture can make: leaving it out would only move the failure into the call
-            if _state_object(p):
-                what = (f"typed `{_type_name(p.annotation)}`, an object of the model's own (state it reads or "
-                        "fills), not a tensor or a plain value")
+        elif _state_object(p) and p.default is inspect.Parameter.empty:
+            out.slots.append(own_object(model, config, p))
+        elif p.default is inspect.Parameter.empty and (mode := _mode_values(model, p)) is not None:
+            values, evidence = mode
+            modes[name] = values[0]
+            out.slots.append(Slot(name, repr(values[0]), f"{values[0]!r}, the first of {tuple(values)!r}: {evidence}; "
+                                  "each is tried in that order until the plain model runs",
+                                  alternatives=tuple(repr(v) for v in values[1:])))
+        elif required and heads == {"int"} and (checked := _checked_against_tokens(model, latent, name)):
+            out.slots.append(Slot(name, str(s_img), f"the latent's {s_img} tokens per sample: forward raises unless "
+                                  f"they are equal ({checked})"))
+        elif not required and p.default is None and (under := _required_under(docs.get(name, ""), modes)):
+            if "grid" in low and "Tensor" in str(p.annotation):
+                value = list(grid or (1, 4, 4))
+                out.slots.append(Slot(name, f"torch.tensor([{value!r}] * {BATCH})", f"the latent grid in tokens, one "
+                                      f"row per sample: its docstring says it is required under {under}"))
             else:
-                word = next(w for w in _SKIP if w in low)
-                typed = f", typed `{_type_name(p.annotation)}`" if p.annotation is not inspect.Parameter.empty else ""
-                what = f"a setting of the model's own {word} machinery{typed}, whose value no rule here picks"
+                out.slots.append(Slot(name, None, "", f"its docstring says it is required under {under}; no rule "
+                                                      "here makes it (write it by hand)"))
+        elif not required and p.default is None and "Tensor" in str(p.annotation) and (
+                called := _called_unguarded(model, name)):
+            slot = _documented(name, shapes.get(name), config, s_txt, s_img) or _tensor(
+                model, name, passed.get(name), s_txt, s_img)
+            out.slots.append(slot if slot.error else Slot(name, slot.expr, f"{slot.why}: optional, but {called}",
+                                                          shape=slot.shape))
+        elif any(w in low for w in _SKIP) and p.default is inspect.Parameter.empty:
+            # required, yet no input a fixture can make: leaving it out would only move the failure into the call
+            word = next(w for w in _SKIP if w in low)
+            typed = f", typed `{_type_name(p.annotation)}`" if p.annotation is not inspect.Parameter.empty else ""
+            what = f"a setting of the model's own {word} machinery{typed}, whose value no rule here picks"
             out.slots.append(Slot(name, None, "", f"required and {what}: the fixture cannot make it (write it by "
                                                    "hand, or the model needs a step this fixture cannot take)"))
         elif any(w in low for w in _SKIP) or not needed(p):
@@ -377,7 +411,157 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
             if slot.error and p.default is not inspect.Parameter.empty:  # the forward runs without it
                 slot = Slot(name, None, f"left at its default {p.default!r}: the pipeline passes it, but {slot.error}")
             out.slots.append(slot)
+    for i, slot in enumerate(out.slots):  # `list[torch.Tensor]`: one tensor per sample, without the batch axis
+        p = sig.parameters.get(slot.name)
+        if p is not None and slot.expr and slot.expr.startswith("_randn(") and _tensor_list(p.annotation):
+            out.slots[i] = Slot(slot.name, f"_samples({slot.expr})", f"{slot.why}; a list of one tensor per sample "
+                                "(without the batch axis), as its annotation `list[torch.Tensor]` says",
+                                shape=slot.shape)
     return out
+
+
+def _tensor_list(annotation) -> bool:
+    """`list[torch.Tensor]` (or that or None)."""
+    import typing
+
+    import torch
+
+    options = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else \
+        (annotation,)
+    return any(typing.get_origin(a) is list and typing.get_args(a) == (torch.Tensor,) for a in options)
+
+
+def _joint_with_latent(model, config: dict[str, Any], params, latent: str | None, slot: Slot | None) -> dict[str, Slot]:
+    """{name: slot} for the latent and each required tensor input its consumer takes with it (`torch.cat([u, v],
+    dim=0)` of the latent and a condition, then the patch embedding: both sized by one Conv): the latent keeps
+    the channels the model predicts back (the config's `out_channels` / `out_dim`), the others share the rest of
+    the consumer's. {} where no other input reaches the latent's consumer, or the config names no such width."""
+    if latent is None or slot is None or not slot.shape or slot.expr is None:
+        return {}
+    taken = intake(model, latent)
+    if taken is None or taken[0] != "conv":
+        return {}
+    width, path = taken[1]["width"], taken[2]
+    others = [p.name for p in params if p.name != latent and p.default is inspect.Parameter.empty
+              and "Tensor" in str(p.annotation) and (got := intake(model, p.name)) is not None and got[2] == path]
+    field_ = next((k for k in ("out_channels", "out_dim") if isinstance(config.get(k), int)), None)
+    if not others or field_ is None or not 0 < config[field_] < width or (width - config[field_]) % len(others):
+        return {}
+    own, rest = config[field_], (width - config[field_]) // len(others)
+    out = {}
+    for name, channels in ((latent, own), *((o, rest) for o in others)):
+        shape = (slot.shape[0], channels, *slot.shape[2:])
+        step = ", step=step" if name == latent else ""
+        out[name] = Slot(name, f"_randn({name!r}, {_shape(*shape)}{step})",
+                         f"`{path}` takes {width} channels of {' and '.join(f'`{n}`' for n in (latent, *others))} "
+                         f"together: the latent {own} (the config's `{field_}`, what the model predicts of it), "
+                         f"{'this input' if name != latent else 'each other'} {rest}", shape=shape)
+    return out
+
+
+def _doc_entries(model) -> dict[str, str]:
+    """{parameter: its entry's text} in forward's docstring (`name (`type`): text` and the lines below it), the
+    docstring read with libcst."""
+    _, fn = _forward_of(model)
+    doc = fn.get_docstring() if fn is not None else None
+    out: dict[str, str] = {}
+    current = None
+    for line in (doc or "").splitlines():
+        head = line.strip().split(" ", 1)[0]
+        if head.isidentifier() and line.strip().startswith(f"{head} (") and line.strip().endswith(":"):
+            current = head
+            out[current] = ""
+        elif current is not None:
+            if not line.strip() and out[current]:
+                current = None
+            else:
+                out[current] += " " + line.strip()
+    return out
+
+
+def _required_under(text: str, modes: dict[str, str]) -> str | None:
+    """`Required under `mode="value"`` in a docstring entry, where the fixture passes that mode that value: the
+    clause as written; None otherwise."""
+    for mode, value in modes.items():
+        clause = f'`{mode}="{value}"`'
+        if f"Required under {clause}" in " ".join(text.split()):
+            return clause
+    return None
+
+
+def _derived_from(fn: cst.FunctionDef, param: str) -> set[str]:
+    """The names forward binds from `param` (assignments whose value reads it, comprehension targets over it),
+    in order of the source, read with libcst."""
+    tracked = {param}
+    for n in find_all(fn.body, (cst.Assign, cst.CompFor)):
+        if isinstance(n, cst.Assign) and _names(n.value) & tracked:
+            for t in n.targets:
+                tracked |= {x.value for x in find_all(t.target, cst.Name)}
+        elif isinstance(n, cst.CompFor) and _names(n.iter) & tracked:
+            tracked |= {x.value for x in find_all(n.target, cst.Name)}
+    return tracked
+
+
+def _checked_against_tokens(model, latent: str | None, param: str) -> str | None:
+    """Where forward raises unless `param` equals a size of the latent's tokens (`if any(u.size(1) != seq_len for u
+    in hidden_states): raise ValueError(...)`, hidden_states being the patch-embedded latent): the file:line; None
+    otherwise."""
+    src, fn = _forward_of(model)
+    if fn is None or latent is None:
+        return None
+    tracked = _derived_from(fn, latent)
+    for test in find_all(fn, cst.If):
+        if not find_all(test.body, cst.Raise):
+            continue
+        inner = set(tracked)
+        for comp in find_all(test.test, cst.CompFor):
+            if _names(comp.iter) & inner:
+                inner |= {x.value for x in find_all(comp.target, cst.Name)}
+        for comp in find_all(test.test, cst.Comparison):
+            if len(comp.comparisons) != 1 or not isinstance(comp.comparisons[0].operator, cst.NotEqual):
+                continue
+            sides = (comp.left, comp.comparisons[0].comparator)
+            if not any(isinstance(x, cst.Name) and x.value == param for x in sides):
+                continue
+            other = next(x for x in sides if not (isinstance(x, cst.Name) and x.value == param))
+            sized = (isinstance(other, cst.Call) and isinstance(other.func, cst.Attribute)
+                     and other.func.attr.value == "size") or (isinstance(other, cst.Subscript) and isinstance(
+                         other.value, cst.Attribute) and other.value.attr.value == "shape")
+            base = other.func.value if isinstance(other, cst.Call) else getattr(other, "value", None)
+            base = getattr(base, "value", None) if isinstance(other, cst.Subscript) else base
+            if sized and isinstance(base, cst.Name) and base.value in inner:
+                return f"`{src.code(comp)}`, {src.path.name}:{src.line(test)}"
+    return None
+
+
+def _called_unguarded(model, param: str) -> str | None:
+    """Why an optional tensor input must be given: forward calls a sub-module the config built (a weight of its
+    own first: a Linear, a Conv, a norm, an Embedding) on the input itself, under no test of the input (`self.img_emb(x)
+    if self.config.use_img_emb else None`: a config switch, not `x is not None`); None otherwise."""
+    src, fn = _forward_of(model)
+    if fn is None:
+        return None
+    for call in find_all(fn.body, cst.Call):
+        path = _module_path(call.func)
+        if path is None or not any(isinstance(a.value, cst.Name) and a.value.value == param for a in call.args):
+            continue
+        try:
+            sub = model.get_submodule(path)
+        except AttributeError:
+            return None
+        line = src.line(call)
+        tests = [t.test for t in (*find_all(fn, cst.If), *find_all(fn, cst.IfExp))
+                 if src.line(t) <= line <= src.last_line(t)]
+        if any(param in _names(t) for t in tests):
+            return None
+        taken = intake(model, param)
+        if taken is None or taken[0] not in ("linear", "conv", "norm", "embedding") or sub is model:
+            return None
+        read = {self_member(a) for t in tests for a in find_all(t, cst.Attribute)} - {None}
+        switches = sorted(w for w in read if not any(o.startswith(w + ".") for o in read))
+        said = f" (`{'`, `'.join(switches)}` builds and calls it)" if switches else ""
+        return f"forward calls `{path}` on it with no test of it ({src.path.name}:{line}){said}"
+    return None
 
 
 def _typed_default(model, p: inspect.Parameter, passed: dict[str, int | None]) -> str | None:
@@ -477,6 +661,167 @@ def _state_object(p: inspect.Parameter) -> bool:
 
 def _type_name(annotation) -> str:
     return getattr(annotation, "__name__", None) or str(annotation)
+
+
+# ---- an object of the model's own, built through its constructor -------------------------------------
+
+
+def own_object(model, config: dict[str, Any], p: inspect.Parameter) -> Slot:
+    """A required input typed with a class of the model's own library (state it reads or fills: `kv_cache:
+    WanAnimate2KVCache`), built through that class's own constructor, a fresh one each call (the object carries
+    state from one call to the next: each run and each rank gets its own). The class is found with libcst from
+    the annotation forward's signature writes, through the model file's imports; each required argument of its
+    `__init__` is the tiny config's field of that name, else what the model's own code passes where it builds
+    one (`Cls(self.config.num_layers)`, `Cls(len(self.blocks))`). Where an argument has neither, the slot's
+    error names it and the constructor's line."""
+    name = p.name
+    src, fn = _forward_of(model)
+    param = next((q for q in _all_params(fn) if q.name.value == name), None) if fn is not None else None
+    typed = _type_name(p.annotation)
+    ref = _class_ref(param.annotation.annotation) if param is not None and param.annotation is not None else None
+    found = _WS.resolve(src, ref) if ref else None
+    if found is not None and not hasattr(found, "node") and hasattr(found, "qualname"):
+        found = _WS.follow(found)  # a class another installed module defines
+    node = getattr(found, "node", None)
+    if not isinstance(node, cst.ClassDef):
+        return Slot(name, None, "", f"required and typed `{typed}`, an object of the model's own: its class was not "
+                                    "found in the source (write it by hand)")
+    at = f"{found.src.path.name}:{found.src.line(node)}"
+    module = found.src.dotted_name or getattr(p.annotation, "__module__", None)
+    init = find_method(node, "__init__")
+    if init is None and any(dotted(b.value) not in ("object", None) for b in node.bases):
+        return Slot(name, None, "", f"required and typed `{typed}` ({at}): its constructor is inherited, not "
+                                    "read here (write it by hand)")
+    required = [q for q in _all_params(init)[1:] if q.default is None] if init is not None else []
+    args, said = [], []
+    for q in required:
+        arg = q.name.value
+        got = _own_argument(model, config, node.name.value, init, arg)
+        if got is None:
+            where = f"{found.src.path.name}:{found.src.line(init)}"
+            return Slot(name, None, "", f"required and typed `{typed}`, an object of the model's own; its constructor "
+                                        f"({where}) takes `{arg}`, which no config field names and the model's code "
+                                        "never passes where it builds one (write it by hand)")
+        args.append(f"{arg}={got[0]}")
+        said.append(got[1])
+    expr = f"_own({module!r}, {node.name.value!r}{''.join(', ' + a for a in args)})"
+    why = (f"a fresh `{node.name.value}` each call, built through its own constructor ({at})"
+           + (": " + "; ".join(said) if said else ", which takes no argument"))
+    return Slot(name, expr, why)
+
+
+def _all_params(fn: cst.FunctionDef | None) -> list[cst.Param]:
+    if fn is None:
+        return []
+    ps = fn.params
+    return [*ps.posonly_params, *ps.params, *ps.kwonly_params]
+
+
+def _class_ref(node: cst.BaseExpression) -> str | None:
+    """The dotted name of the class an annotation names: `Cls`, `mod.Cls`, `Cls | None`, `Optional[Cls]`,
+    `"Cls"`; None for anything else."""
+    if isinstance(node, cst.SimpleString) and isinstance(node.evaluated_value, str):
+        try:
+            node = cst.parse_expression(node.evaluated_value)
+        except (cst.ParserSyntaxError, RecursionError):
+            return None
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitOr):
+        members = [m for m in (node.left, node.right) if dotted(m) != "None"]
+        return _class_ref(members[0]) if len(members) == 1 else None
+    if isinstance(node, cst.Subscript) and dotted(node.value) in ("Optional", "typing.Optional") and \
+            len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+        return _class_ref(node.slice[0].slice.value)
+    return dotted(node)
+
+
+def _own_argument(model, config: dict[str, Any], cls_name: str, init: cst.FunctionDef,
+                  arg: str) -> tuple[str, str] | None:
+    """(the fixture expression, why) for the constructor argument `arg`: the tiny config's field of that name,
+    else the argument the model's own source passes where it builds the class (a config field read through
+    `self.config.<f>` / `config.<f>`, `len(self.<module list>)`, an int literal); None when neither says."""
+    value = config.get(arg)
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        return f"_config({arg!r}, {value!r})", f"`{arg}` is the config's field of that name ({value!r})"
+    names = [q.name.value for q in _all_params(init)[1:]]
+    found = _class_node(type(model))
+    if found is None:
+        return None
+    src = found[0]
+    for call in find_all(src.module, cst.Call, skip_functions=False):
+        if (dotted(call.func) or "").rpartition(".")[2] != cls_name:
+            continue
+        position, given = 0, None
+        for a in call.args:
+            if a.star:
+                break
+            if a.keyword is not None:
+                if a.keyword.value == arg:
+                    given = a.value
+                    break
+                continue
+            if position < len(names) and names[position] == arg:
+                given = a.value
+                break
+            position += 1
+        if given is None:
+            continue
+        line = f"{src.path.name}:{src.line(call)}"
+        field_ = dotted(given) or ""
+        head, _, last = field_.rpartition(".")
+        if head in ("self.config", "config") and isinstance(config.get(last), (int, float, str)):
+            return (f"_config({last!r}, {config[last]!r})",
+                    f"`{arg}`: the model builds one with its config's `{last}` ({line})")
+        if isinstance(given, cst.Integer):
+            return str(int(given.value)), f"`{arg}`: the model builds one with {given.value} ({line})"
+        if (isinstance(given, cst.Call) and dotted(given.func) == "len" and len(given.args) == 1
+                and (member := self_member(given.args[0].value))):
+            try:
+                n = len(model.get_submodule(member))
+            except (AttributeError, TypeError):
+                continue
+            return str(n), f"`{arg}`: the model builds one with `len(self.{member})`, {n} in the tiny model ({line})"
+    return None
+
+
+def _mode_values(model, p: inspect.Parameter) -> tuple[list[str], str] | None:
+    """(the string values a mode parameter takes, the evidence): a `Literal[...]` annotation's values; else, for a
+    parameter annotated `str` (or not at all), the values forward compares it with, read with libcst: a
+    membership test first (`if mode not in ("extract", "cached"): raise`: the values it allows, in its order),
+    then `mode == "..."` in source order. None where there are none."""
+    import typing
+
+    if typing.get_origin(p.annotation) is typing.Literal:
+        values = [v for v in typing.get_args(p.annotation) if isinstance(v, str)]
+        return (values, "the values its `Literal` annotation allows") if values else None
+    heads = _annotated(p.annotation)
+    if heads and not heads <= {"str", "None"}:
+        return None
+    src, fn = _forward_of(model)
+    if fn is None:
+        return None
+    allowed: list[str] = []
+    compared: list[str] = []
+    line = None
+    for comp in find_all(fn, cst.Comparison):
+        if not (isinstance(comp.left, cst.Name) and comp.left.value == p.name) or len(comp.comparisons) != 1:
+            continue
+        target = comp.comparisons[0]
+        if isinstance(target.operator, (cst.In, cst.NotIn)) and isinstance(target.comparator, (cst.Tuple, cst.List,
+                                                                                                cst.Set)):
+            strings = [e.value.evaluated_value for e in target.comparator.elements
+                       if isinstance(e.value, cst.SimpleString) and isinstance(e.value.evaluated_value, str)]
+            if strings and not allowed:
+                allowed, line = strings, line or src.line(comp)
+        elif isinstance(target.operator, (cst.Equal, cst.NotEqual)) and isinstance(target.comparator, cst.SimpleString):
+            value = target.comparator.evaluated_value
+            if isinstance(value, str) and value not in compared:
+                compared.append(value)
+                line = line or src.line(comp)
+    values = allowed + [v for v in compared if v not in allowed]
+    if not values:
+        return None
+    what = "the values forward's membership test allows" if allowed else "the values forward compares it with"
+    return values, f"{what} ({src.path.name}:{line})"
 
 
 def _compared_constants(model, param: str) -> list[int]:
