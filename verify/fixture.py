@@ -265,6 +265,17 @@ class Maker:
         cls = t_src.classes.get(m.transformer_class)
         return {k: list(v) for k, v in documented_dims(t_src, cls).items()} if cls is not None else {}
 
+    def described(self) -> dict[str, list]:
+        """{input: [what the transformer's forward docstring says of it, file:line]}: the values an input takes
+        (`0` video, `1` text) and what it indexes, for the worker's rules."""
+        from integrate.analyzers.structure import documented_text
+
+        m = self.plan.model
+        t_src = self.ws.load(Path(m.transformer_file))
+        cls = t_src.classes.get(m.transformer_class)
+        return {k: [text, f"{Path(t_src.path).name}:{line}"] for k, (text, line) in
+                documented_text(t_src, cls).items()} if cls is not None else {}
+
     def pipeline(self) -> dict | None:
         """What the worker needs to build the model's own pipeline: its module and class, the components
         model_index.json names and the scheduler's and VAE's configs (read and checked here, as data). None
@@ -304,6 +315,7 @@ class Maker:
         saved = path.with_suffix(".pt")
         job = {"mode": "derive", "transformer_module": self.module, "transformer_class": m.transformer_class,
                "config": config, "passed": self.passed(), "shapes": self.shapes(),
+               "described": self.described(),
                "steps": self.steps,
                "pipeline": self.pipeline(), "capture_path": str(saved.absolute()),
                "fixture_from": str(self.fixture_from.resolve()) if self.fixture_from else None}
