@@ -47,6 +47,7 @@ def test_a_packed_sequence_is_made_as_the_forward_validates_and_documents_it(tmp
     assert fx["status"] == "derived" and fx["source"] == "static", fx
     notes = [n for n in fx["notes"] if n.startswith("repair step")]
     assert notes and "its message names `token_tags`, `timestep_indices`, `position_ids`" in notes[0], notes
+    assert "raises where `token_tags.shape != (sequence_length,)" in notes[0], notes  # the forward's own check
     assert any("transformer_minimax_h3.py:" in n and "reads `hidden_states`, `text_indices`" in n for n in notes)
     text = (out / "verify_fixture.py").read_text()
     assert '"video_indices": torch.arange(0, 16),' in text and '"text_indices": torch.arange(24, 30),' in text

@@ -58,7 +58,7 @@ def derive(job: dict) -> dict:
     import dataclasses
 
     import torch
-    from integrate.verify.inputs import documented, synthesize
+    from integrate.verify.inputs import synthesize
     from integrate.verify.tiny import WIDTHS, fill_unset, object_defaults
     from integrate.verify.tiny import derive as tiny_derive
 
@@ -98,11 +98,8 @@ def derive(job: dict) -> dict:
         with torch.device("meta"):
             model = build(cls, config)
         syn = synthesize(model, model_config(model, config), dict(job.get("passed", {})), job.get("shapes") or {})
-        alternatives = documented(model, model_config(model, config), job.get("shapes") or {},
-                                  job.get("described") or {}, syn)
         return {"slots": [dataclasses.asdict(s) for s in syn.slots], "image_tokens": syn.image_tokens,
-                "text_tokens": syn.text_tokens,
-                "documented": {k: dataclasses.asdict(s) for k, s in alternatives.items()}}
+                "text_tokens": syn.text_tokens}
 
     out.update(synthesised(tiny.config))
     tried = []
@@ -168,11 +165,10 @@ def derive(job: dict) -> dict:
     if not any(s.get("error") for s in out["slots"]):
         out["check"] = _check_static(cls, job, out)
         tried += out["check"].pop("tried", [])
-        if not out["check"]["ok"] and out.get("documented"):
+        if not out["check"]["ok"] and job.get("shapes"):
             steps = _repair(cls, job, out)
             if steps:
                 out.setdefault("notes", []).extend(steps)
-    out.pop("documented", None)
     return out
 
 
@@ -184,11 +180,23 @@ def _repair(cls, job: dict, out: dict) -> list[str]:
     inputs its message names in backticks, and those the statement of the model's own source that raised it
     reads: the `if` test of a `raise`, the call that failed), swap in the documented form of each of those
     inputs (inputs.documented) with every input documented over a dim of the same name, and run again; at most
-    REPAIRS runs, each swap kept only where the model got further (a different failure, or none). Each step is a
+    REPAIRS runs, each swap kept only where that failure is gone (another one, or none, follows). Each step is a
     note, and each swapped input's comment in the fixture says the step and its evidence. Where the failure names
     no input with a documented form, every documented form is tried once together."""
+    import dataclasses
+
+    import torch
+    from integrate.verify.inputs import Slot, Synthesis, documented
+
     shapes = job.get("shapes") or {}
-    alternatives = out["documented"]
+    try:
+        with torch.device("meta"):
+            model = build(cls, out["config"])
+        made = Synthesis([Slot(**s) for s in out["slots"]])
+        alternatives = {k: dataclasses.asdict(s) for k, s in documented(
+            model, model_config(model, out["config"]), shapes, job.get("described") or {}, made).items()}
+    except Exception as exc:  # noqa: BLE001 - no candidates: the static failure stands, said as it is
+        return [f"repair search: no documented form of the inputs could be made ({type(exc).__name__}: {exc})"]
     failure = out["check"]["error"]
     steps: list[str] = []
     tried: list[set[str]] = []
@@ -215,10 +223,10 @@ def _repair(cls, job: dict, out: dict) -> list[str]:
                  if s["name"] in todo else s for s in out["slots"]]
         trial = {**out, "slots": slots}
         again = plain_forward(cls, _module_from_text(_render_check(job, trial)))
-        if again is not None and all(again.get(k) == failure.get(k) for k in ("type", "message", "model_at")):
+        if again is not None and all(again.get(key) == failure.get(key) for key in ("type", "message", "model_at")):
             steps.append(note + " - the same failure again: not kept")
             continue
-        steps.append(note + (" - the model ran" if again is None else " - kept: the model got further"))
+        steps.append(note + (" - the model ran" if again is None else " - kept: that failure is gone"))
         out["slots"] = slots
         if again is None:
             out["check"] = {"ok": True, "masks": None}
@@ -254,14 +262,30 @@ def _blamed(cls, failure: dict, inputs: list[str]) -> tuple[list[str], str]:
         if first <= line_no <= last and (best is None or last - first < best[1] - best[0]):
             best = (first, last, node)
     read: list[cst.CSTNode] = []
+    guard = None
     if best is not None:
         read.append(best[2])
-        # a `raise` in an `if`'s body: the `if`'s condition says what failed
-        for test in find_all(src.module, cst.If, skip_functions=False):
-            body = test.body
-            if src.line(body) <= line_no <= src.last_line(body) and find_all(best[2], cst.Raise):
-                read.append(test.test)
+        # a `raise` in an `if`'s body: the innermost such `if`'s condition says what the forward refuses
+        if find_all(best[2], cst.Raise):
+            for test in find_all(src.module, cst.If, skip_functions=False):
+                start, end = src.line(test), src.last_line(test)
+                if start <= line_no <= end and (guard is None or end - start < guard[1] - guard[0]):
+                    guard = (start, end, test)
+        if guard is not None:
+            read.append(guard[2].test)
+            condition = " ".join(src.code(guard[2].test).split())
+            evidence = "; ".join(filter(None, [evidence, f"{Path(file).name}:{guard[0]} raises where "
+                                               f"`{condition[:160]}`"]))
     found = [n.value for node in read for n in find_all(node, cst.Name) if n.value in inputs]
+    # a local the raise's condition reads that the same function sets from inputs (`sequence_length =
+    # position_ids.shape[0]`)
+    local = {n.value for n in find_all(guard[2].test, cst.Name)} - set(inputs) if guard is not None else set()
+    fns = [f for f in find_all(src.module, cst.FunctionDef, skip_functions=False)
+           if src.line(f) <= line_no <= src.last_line(f)]
+    for assign in find_all(fns[-1], cst.Assign) if fns and local else ():
+        if (src.line(assign) < line_no and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
+                and assign.targets[0].target.value in local):
+            found += [n.value for n in find_all(assign.value, cst.Name) if n.value in inputs]
     more = [n for n in dict.fromkeys(found) if n not in names]
     if more:
         evidence = "; ".join(filter(None, [evidence, f"{Path(file).name}:{line_no} reads " + ", ".join(
