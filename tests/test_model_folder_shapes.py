@@ -66,6 +66,8 @@ def test_streams_documented_over_one_length_share_it(tmp_path):
     assert any("reads `hidden_states`, `encoder_hidden_states`" in n and "the model ran" in n
                for n in fx["notes"]), fx["notes"]
     text = (out / "verify_fixture.py").read_text()
+    header = text.split('"""')[1]  # each step, with its evidence, is in the fixture file's own docstring
+    assert "repair step 1: the plain tiny model failed (RuntimeError: Sizes of tensors must match" in header
     assert "_randn('hidden_states', 1, 128, 4, step=step)" in text and "_randn('encoder_hidden_states', 1, 4, 32)" \
         in text
     assert r["tp"]["status"] == "pass", r["tp"]
