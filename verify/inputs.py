@@ -858,7 +858,7 @@ def documented(model, config: dict[str, Any], shapes: dict[str, list[str]], desc
             if n is None and i == len(dims) - 1 and i > 0:
                 taken = intake(model, name)
                 n = taken[1].get("width") if taken and taken[0] in ("linear", "norm", "conv") else None
-            if n is None and i > 0 and i < len(dims) - 1 or (n is None and is_length(d)):
+            if n is None and (0 < i < len(dims) - 1 or is_length(d)):  # a stream's length no input sized yet
                 text = any(w in (name + d).lower() for w in _TEXT_WORDS)
                 n = TEXT_TOKENS if text else _FRESH
             if n is None:
