@@ -462,6 +462,19 @@ def documented_shapes(src: SourceFile, fn: cst.FunctionDef) -> dict[str, tuple[t
     return out
 
 
+def documented_entries(src: SourceFile, fn: cst.FunctionDef) -> dict[str, tuple[str, int]]:
+    """{parameter: (its docstring entry's text, the entry's line)}: what the forward's docstring says of each
+    input it documents (`token_tags (...)`: "its modality: `0` video, `1` text, `2` audio")."""
+    doc = fn.get_docstring(clean=False)
+    if not doc:
+        return {}
+    first = src.line(fn.body.body[0]) if fn.body.body else src.line(fn)
+    out: dict[str, tuple[str, int]] = {}
+    for name, text, offset in _doc_entries(doc, {p.name for p in signature(src, fn)}):
+        out.setdefault(name, (text, first + offset))
+    return out
+
+
 def _doc_entries(doc: str, params: set[str]):
     """(parameter, its entry's text, the entry's first line offset) for each docstring entry that names a
     parameter: a line `name (...)` or `name: ...`, with the lines indented deeper below it."""

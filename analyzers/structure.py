@@ -27,7 +27,7 @@ from .attention import attention_facts, int_value, is_attention, is_kernel_call
 from .bases import model_mixin
 from .cfg import loop_model_calls
 from .encoders import text_encoder_facts, vae_facts
-from .forward import documented_ranks, documented_shapes
+from .forward import documented_entries, documented_ranks, documented_shapes
 from .modules import Node, Tree, module_tree
 from .ndim import last_assignment, ndim_of
 from .records import (
@@ -859,6 +859,12 @@ def documented_dims(src: SourceFile, cls: cst.ClassDef) -> dict[str, tuple[str, 
     """The dims, by name as written, of each tensor the transformer's forward docstring documents a shape for."""
     fwd = find_method(cls, "forward")
     return {k: dims for k, (dims, _) in (documented_shapes(src, fwd) if fwd is not None else {}).items()}
+
+
+def documented_text(src: SourceFile, cls: cst.ClassDef) -> dict[str, tuple[str, int]]:
+    """{input: (what the transformer's forward docstring says of it, the line)}."""
+    fwd = find_method(cls, "forward")
+    return documented_entries(src, fwd) if fwd is not None else {}
 
 
 def pipeline_arg_ndims(ws: Workspace, gate: GateReport) -> dict[str, tuple[int, Evidence]]:

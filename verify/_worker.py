@@ -168,7 +168,132 @@ def derive(job: dict) -> dict:
         if out["check"].get("slots"):  # the search kept another value the model's own code allows
             out["slots"] = out["check"].pop("slots")
             out["notes"] = [*out.get("notes", []), *out["check"].pop("notes")]
+        if not out["check"]["ok"] and job.get("shapes"):
+            steps = _repair(cls, job, out)
+            if steps:
+                out.setdefault("notes", []).extend(steps)
     return out
+
+
+REPAIRS = 6  # runs of the plain tiny model the repair search may take, after the first
+
+
+def _repair(cls, job: dict, out: dict) -> list[str]:
+    """The bounded repair search: while the plain tiny model fails on the static fixture, read the failure (the
+    inputs its message names in backticks, and those the statement of the model's own source that raised it
+    reads: the `if` test of a `raise`, the call that failed), swap in the documented form of each of those
+    inputs (inputs.documented) with every input documented over a dim of the same name, and run again; at most
+    REPAIRS runs, each swap kept only where that failure is gone (another one, or none, follows). Each step is a
+    note, and each swapped input's comment in the fixture says the step and its evidence. Where the failure names
+    no input with a documented form, every documented form is tried once together."""
+    import dataclasses
+
+    import torch
+    from integrate.verify.inputs import Slot, Synthesis, documented
+
+    shapes = job.get("shapes") or {}
+    try:
+        with torch.device("meta"):
+            model = build(cls, out["config"])
+        made = Synthesis([Slot(**s) for s in out["slots"]])
+        alternatives = {k: dataclasses.asdict(s) for k, s in documented(
+            model, model_config(model, out["config"]), shapes, job.get("described") or {}, made).items()}
+    except Exception as exc:  # noqa: BLE001 - no candidates: the static failure stands, said as it is
+        return [f"repair search: no documented form of the inputs could be made ({type(exc).__name__}: {exc})"]
+    failure = out["check"]["error"]
+    steps: list[str] = []
+    tried: list[set[str]] = []
+    tried_all = False
+    for k in range(1, REPAIRS + 1):
+        current = {s["name"]: s for s in out["slots"]}
+        names, evidence = _blamed(cls, failure, list(current))
+        todo = [n for n in names if n in alternatives and current[n]["expr"] != alternatives[n]["expr"]]
+        linked = {d for n in todo for d in shapes.get(n, ()) if not d.isdigit() and "batch" not in d.lower()}
+        todo += [n for n, dims in shapes.items() if n in alternatives and n not in todo and linked & set(dims)
+                 and current[n]["expr"] != alternatives[n]["expr"]]
+        if (not todo or set(todo) in tried) and not tried_all:
+            tried_all = True
+            todo = [n for n in alternatives if n in current and current[n]["expr"] != alternatives[n]["expr"]]
+            evidence = ("the inputs it names have no documented form left to try: all of them" if evidence else
+                        "the failure names no input with a documented form: all of them")
+        if not todo or set(todo) in tried:
+            break
+        tried.append(set(todo))
+        said = f"{failure['type']}: {failure['message']}"
+        note = (f"repair step {k}: the plain tiny model failed ({said[:200]}; {evidence}): "
+                + ", ".join(f"`{n}` taken {alternatives[n]['why']}" for n in todo))
+        slots = [{**s, **alternatives[s["name"]], "why": f"repair step {k}: {alternatives[s['name']]['why']}"}
+                 if s["name"] in todo else s for s in out["slots"]]
+        trial = {**out, "slots": slots}
+        again = plain_forward(cls, _module_from_text(_render_check(job, trial)))
+        if again is not None and all(again.get(key) == failure.get(key) for key in ("type", "message", "model_at")):
+            steps.append(note + " - the same failure again: not kept")
+            continue
+        steps.append(note + (" - the model ran" if again is None else " - kept: that failure is gone"))
+        out["slots"] = slots
+        if again is None:
+            out["check"] = {"ok": True, "masks": None}
+            return steps
+        failure = out["check"]["error"] = again
+    return steps
+
+
+def _blamed(cls, failure: dict, inputs: list[str]) -> tuple[list[str], str]:
+    """(the inputs a failure names, the evidence): backticked names in its message, then the names the statement
+    of the model's own source it raised at reads (for a `raise` under an `if`, the test too), read with libcst."""
+    import libcst as cst
+
+    from integrate.resolve import Workspace
+    from integrate.syntax import find_all
+
+    parts = (failure.get("message") or "").split("`")
+    names = [p for p in parts[1::2] if p in inputs]
+    evidence = "its message names " + ", ".join(f"`{n}`" for n in names) if names else ""
+    at = failure.get("model_at")
+    if not at:
+        return names, evidence
+    file, _, line = at.rpartition(":")
+    try:
+        src = Workspace().load(Path(file))
+    except Exception:  # noqa: BLE001 - a file libcst cannot read names nothing
+        return names, evidence
+    line_no = int(line)
+    best = None
+    for node in find_all(src.module, (cst.SimpleStatementLine, cst.If), skip_functions=False):
+        first = src.line(node.test) if isinstance(node, cst.If) else src.line(node)
+        last = src.last_line(node.test) if isinstance(node, cst.If) else src.last_line(node)
+        if first <= line_no <= last and (best is None or last - first < best[1] - best[0]):
+            best = (first, last, node)
+    read: list[cst.CSTNode] = []
+    guard = None
+    if best is not None:
+        read.append(best[2])
+        # a `raise` in an `if`'s body: the innermost such `if`'s condition says what the forward refuses
+        if find_all(best[2], cst.Raise):
+            for test in find_all(src.module, cst.If, skip_functions=False):
+                start, end = src.line(test), src.last_line(test)
+                if start <= line_no <= end and (guard is None or end - start < guard[1] - guard[0]):
+                    guard = (start, end, test)
+        if guard is not None:
+            read.append(guard[2].test)
+            condition = " ".join(src.code(guard[2].test).split())
+            evidence = "; ".join(filter(None, [evidence, f"{Path(file).name}:{guard[0]} raises where "
+                                               f"`{condition[:160]}`"]))
+    found = [n.value for node in read for n in find_all(node, cst.Name) if n.value in inputs]
+    # a local the raise's condition reads that the same function sets from inputs (`sequence_length =
+    # position_ids.shape[0]`)
+    local = {n.value for n in find_all(guard[2].test, cst.Name)} - set(inputs) if guard is not None else set()
+    fns = [f for f in find_all(src.module, cst.FunctionDef, skip_functions=False)
+           if src.line(f) <= line_no <= src.last_line(f)]
+    for assign in find_all(fns[-1], cst.Assign) if fns and local else ():
+        if (src.line(assign) < line_no and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name)
+                and assign.targets[0].target.value in local):
+            found += [n.value for n in find_all(assign.value, cst.Name) if n.value in inputs]
+    more = [n for n in dict.fromkeys(found) if n not in names]
+    if more:
+        evidence = "; ".join(filter(None, [evidence, f"{Path(file).name}:{line_no} reads " + ", ".join(
+            f"`{n}`" for n in more)]))
+    return names + more, evidence
 
 
 _WIDTH_NOTES = {
@@ -214,8 +339,9 @@ def _from_pipeline(cls, job: dict, config: dict, static: dict) -> dict:
                                                            path.with_suffix(".py")))
             if failure is None:
                 if dtype is not None:
-                    notes.append(f"the model refuses the captured integer masks (ours are a tokenizer's): passed as "
-                                 f"{str(dtype).removeprefix('torch.')}, as a pipeline's own prompt encoding may cast them")
+                    notes.append("the model refuses the captured integer masks (ours are a tokenizer's): passed as "
+                                 f"{str(dtype).removeprefix('torch.')}, as a pipeline's own prompt encoding may "
+                                 "cast them")
                 break
         latent = calls[0].get("hidden_states")
         if failure is not None and isinstance(latent, torch.Tensor) and latent.ndim in (4, 5) and isinstance(
@@ -389,13 +515,27 @@ def plain_forward(cls, fx) -> dict | None:
             return {"type": "NonFinite", "message": "the output holds NaN or inf", "module": None}
         return None
     except Exception as exc:  # the model's own code rejected the fixture: say where
-        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        frames = traceback.extract_tb(exc.__traceback__)
+        frame = frames[-1]
+        own = _own_files(cls)  # the innermost frame in the model's own source: what the repair search reads
+        mine = next((f for f in reversed(frames) if os.path.realpath(f.filename) in own), None)
         return {"type": type(exc).__name__, "message": (str(exc).splitlines() or [""])[0][:300],
                 "module": recorder.stack[-1] if recorder and recorder.stack else None,
-                "after": recorder.last if recorder else None, "at": f"{frame.filename}:{frame.lineno}"}
+                "after": recorder.last if recorder else None, "at": f"{frame.filename}:{frame.lineno}",
+                **({"model_at": f"{mine.filename}:{mine.lineno}"} if mine else {})}
     finally:
         for h in recorder.handles if recorder else ():
             h.remove()
+
+
+def _own_files(cls) -> set[str]:
+    """The source file of the model's class (its own module)."""
+    import inspect
+
+    try:
+        return {os.path.realpath(inspect.getsourcefile(cls) or "")}
+    except TypeError:
+        return set()
 
 
 # ---- full size -----------------------------------------------------------------------------------------

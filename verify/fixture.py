@@ -50,7 +50,7 @@ _ENV.filters.update(escape.FILTERS)
 
 def render(*, transformer_class: str, transformer_module: str, config: dict[str, Any], changes: dict,
            slots: list[dict[str, Any]], image_tokens: int | None, text_tokens: int, steps: int,
-           config_source: str, problems: list[str] = ()) -> str:
+           config_source: str, problems: list[str] = (), notes: list[str] = ()) -> str:
     """The fixture module's text. Every value goes through integrate.escape; the config is written as a
     Python literal that must read back as itself, and each slot's expression may only call the fixture's
     own helpers."""
@@ -65,7 +65,7 @@ def render(*, transformer_class: str, transformer_module: str, config: dict[str,
         version=escape.Code(__version__), config=config_text, slots=slots, errors=errors,
         changes=", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()) or "none",
         image_tokens=image_tokens, text_tokens=text_tokens, steps=steps, config_source=config_source,
-        sha=escape.Code("SHA"))
+        notes=list(notes), sha=escape.Code("SHA"))
     escape.check_python(text, FILENAME)
     _, body = _split(text)
     return text.replace(f"{_MARK}SHA", f"{_MARK}{_digest(body)}", 1)
@@ -266,6 +266,17 @@ class Maker:
         cls = t_src.classes.get(m.transformer_class)
         return {k: list(v) for k, v in documented_dims(t_src, cls).items()} if cls is not None else {}
 
+    def described(self) -> dict[str, list]:
+        """{input: [what the transformer's forward docstring says of it, file:line]}: the values an input takes
+        (`0` video, `1` text) and what it indexes, for the worker's rules."""
+        from integrate.analyzers.structure import documented_text
+
+        m = self.plan.model
+        t_src = self.ws.load(Path(m.transformer_file))
+        cls = t_src.classes.get(m.transformer_class)
+        return {k: [text, f"{Path(t_src.path).name}:{line}"] for k, (text, line) in
+                documented_text(t_src, cls).items()} if cls is not None else {}
+
     def pipeline(self) -> dict | None:
         """What the worker needs to build the model's own pipeline: its module and class, the components
         model_index.json names and the scheduler's and VAE's configs (read and checked here, as data). None
@@ -305,6 +316,7 @@ class Maker:
         saved = path.with_suffix(".pt")
         job = {"mode": "derive", "transformer_module": self.module, "transformer_class": m.transformer_class,
                "config": config, "passed": self.passed(), "shapes": self.shapes(),
+               "described": self.described(),
                "steps": self.steps,
                "pipeline": self.pipeline(), "capture_path": str(saved.absolute()),
                "fixture_from": str(self.fixture_from.resolve()) if self.fixture_from else None}
@@ -373,7 +385,8 @@ class Maker:
         text = render(transformer_class=self.plan.model.transformer_class, transformer_module=self.module,
                       config=d["config"], changes=d["changes"], slots=slots, image_tokens=d.get("image_tokens"),
                       text_tokens=d.get("text_tokens", 0), steps=self.steps, config_source=source,
-                      problems=[d["error"]] if d.get("error") else list(problems))
+                      problems=[d["error"]] if d.get("error") else list(problems),
+                      notes=[n for n in d.get("notes", ()) if n.startswith("repair step")])  # the search's steps
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(text)
         os.replace(tmp, self.path)

@@ -349,8 +349,8 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
             expr = {"timestep": _time(shape),
                     "mask": f"torch.ones({_shape(*shape)})"}.get(kind, f"_randn({name!r}, {_shape(*shape)})")
             what = {"timestep": "diffusion time", "mask": "every entry kept"}.get(kind, "random")
-            out.slots.append(Slot(name, expr, f"{what}, of shape ({', '.join(shapes[name])}) as the forward's docstring "
-                                  f"documents it, each axis sized as the latent's of that name", shape=shape))
+            out.slots.append(Slot(name, expr, f"{what}, of shape ({', '.join(shapes[name])}) as the forward's "
+                                  f"docstring documents it, each axis sized as the latent's of that name", shape=shape))
         elif _is_time(low):
             dims = passed.get(name) or 1
             shape = (BATCH,) if dims == 1 else (BATCH, s_img)
@@ -1131,3 +1131,145 @@ def _tensor(model, name: str, dims: int | None, s_txt: int, s_img: int) -> Slot:
     n = s_txt if text else s_img
     return Slot(name, f"_randn({name!r}, {BATCH}, {n}, {width})",
                 f"{'text' if text else 'image'} tokens for `{path}` (width {width})")
+
+
+# ---- inputs as the forward's docstring documents them (the repair search's candidates) -------------------
+
+_FRESH = 8  # tokens of a stream no other input sizes: neither the image's 16 nor the text's 6
+
+
+def _is_index(name: str) -> bool:
+    return name.lower().endswith(("indices", "_index", "_idx"))
+
+
+def _tag_values(text: str) -> list[tuple[int, str]]:
+    """(value, the word after it) for each backticked int the docstring entry lists: "its modality: `0` video,
+    `1` text" -> [(0, "video"), (1, "text")]."""
+    parts = text.split("`")
+    out = []
+    for i in range(1, len(parts) - 1, 2):
+        value, after = parts[i].strip(), parts[i + 1].strip(" ,:;.").split()
+        if value.isdigit() and after:
+            out.append((int(value), after[0].strip(",.;:").lower()))
+    return out
+
+
+def documented(model, config: dict[str, Any], shapes: dict[str, list[str]], described: dict[str, list],
+               current: Synthesis) -> dict[str, Slot]:
+    """Each input the forward's docstring documents a shape for, made as documented where that differs from
+    `current`: one size per dim name across the inputs (`(batch, in_channels, length)` beside `(batch, length,
+    condition_dim)`: one `length`), a config field's dims from the config (the docstring's `in_channels` over the
+    width the first consumer takes of a concatenation), a batch as 1, the latent's other dims as made. Integer
+    inputs follow what their entry says: `<x>_indices` beside an input `<x>` index its entries; the other
+    `*_indices` are positions in one packed sequence (each stream's rows in turn), whose length, a dim no data
+    input sizes, is their sum; a per-row input whose entry lists values (`0` video, `1` text) takes, on each row,
+    the value of the stream whose `<word>_indices` holds it. The repair search swaps these in for the inputs a
+    failure names; {} where nothing is documented."""
+    if not shapes:
+        return {}
+    sig = inspect.signature(type(model).forward)
+    params = [p.name for p in sig.parameters.values() if p.name != "self" and p.kind not in (
+        p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    made = {s.name: s for s in current.slots}
+    where = {k: (v[1] if isinstance(v, (list, tuple)) and len(v) > 1 else "the forward's docstring")
+             for k, v in described.items()}
+    bound: dict[str, int] = {}
+    latent = params[0] if params else None
+
+    def size(d: str, name: str) -> int | None:
+        low = d.lower()
+        if low.isdigit():
+            return int(low)
+        if "batch" in low or low in ("b", "bs"):
+            return BATCH
+        if d in bound:
+            return bound[d]
+        return config_size(d, config)
+
+    # the latent's named dims: as made, but a config field's from the config
+    lat = made.get(latent or "")
+    dims = shapes.get(latent or "")
+    if lat is not None and lat.shape and dims and len(dims) == len(lat.shape):
+        for d, n in zip(dims, lat.shape):
+            bound.setdefault(d, size(d, latent) or n)
+    out: dict[str, Slot] = {}
+    data = [n for n in params if shapes.get(n) and len(shapes[n]) >= 2 and not _is_index(n)
+            and not (n.lower().endswith("_ids") or is_position(n))]
+    for name in data:  # data tensors bind the stream lengths
+        dims = shapes[name]
+        sizes = []
+        for i, d in enumerate(dims):
+            n = size(d, name)
+            if n is None and i == len(dims) - 1 and i > 0:
+                taken = intake(model, name)
+                n = taken[1].get("width") if taken and taken[0] in ("linear", "norm", "conv") else None
+            if n is None and (0 < i < len(dims) - 1 or is_length(d)):  # a stream's length no input sized yet
+                text = any(w in (name + d).lower() for w in _TEXT_WORDS)
+                n = TEXT_TOKENS if text else _FRESH
+            if n is None:
+                break
+            bound.setdefault(d, n)
+            sizes.append(n)
+        if len(sizes) != len(dims):
+            continue
+        shape = tuple(sizes)
+        if made.get(name) is not None and made[name].shape == shape:
+            continue
+        step = ", step=step" if name == latent else ""
+        expr = _time(shape) if _is_time(name.lower()) else f"_randn({name!r}, {_shape(*shape)}{step})"
+        out[name] = Slot(name, expr, f"of shape ({', '.join(dims)}) = ({_shape(*shape)}) as the forward's docstring "
+                         f"documents it ({where.get(name)}), each dim named alike sized alike", shape=shape)
+    # integer inputs: indices into another input, positions in a packed sequence, per-row values
+    one_d = {n: shapes[n][0] for n in params if shapes.get(n) and len(shapes[n]) == 1}
+    packed = [n for n in one_d if _is_index(n) and n.lower().rpartition("_")[0] not in params]
+    for n in packed:
+        bound.setdefault(one_d[n], TEXT_TOKENS if any(w in n.lower() for w in _TEXT_WORDS) else _FRESH)
+    unbound = {d for n, dims in shapes.items() for d in dims if size(d, n) is None and is_length(d)}
+    seq = unbound.pop() if len(packed) >= 2 and len(unbound) == 1 else None
+    offsets, total = {}, 0
+    if seq is not None:
+        for n in packed:
+            offsets[n], total = total, total + bound[one_d[n]]
+        bound[seq] = total
+    for n in params:
+        dims = shapes.get(n)
+        if not dims or n in out or n in data:
+            continue
+        low = n.lower()
+        sizes = [size(d, n) for d in dims]
+        if None in sizes:
+            continue
+        shape = tuple(sizes)
+        written = ", ".join(dims) + ("," if len(dims) == 1 else "")
+        doc = f"({written}) as the forward's docstring documents it ({where.get(n)})"
+        if n in offsets:
+            out[n] = Slot(n, f"torch.arange({offsets[n]}, {offsets[n] + shape[0]})",
+                          f"the positions of its {shape[0]} rows in the packed sequence of {total} ({seq} = the "
+                          f"rows of {', '.join(f'`{p}`' for p in packed)} together, each stream's in turn), {doc}",
+                          shape=shape)
+        elif _is_index(n) and len(shape) == 1 and (of := low.rpartition("_")[0]) in params:
+            count = (shapes.get(of) and size(shapes[of][0], of)) or 1
+            out[n] = Slot(n, f"torch.arange({shape[0]}) % {count}",
+                          f"an index into `{of}`'s {count} entries for each of its {shape[0]} rows, {doc}",
+                          shape=shape)
+        elif len(shape) == 1 and seq is not None and dims[0] == seq and (
+                tags := _tag_values((described.get(n) or [""])[0])):
+            per_row = [0] * total
+            named = []
+            for value, word in tags:
+                stream = next((p for p in packed if p.lower().startswith(word)), None)
+                if stream is not None:
+                    named.append(f"`{value}` on `{stream}`'s rows")
+                    for i in range(offsets[stream], offsets[stream] + bound[one_d[stream]]):
+                        per_row[i] = value
+            out[n] = Slot(n, f"torch.tensor({per_row!r})",
+                          f"one of the values its entry lists per row ({'; '.join(named) or 'the first'}), {doc}",
+                          shape=shape)
+        elif (low.endswith("_ids") or is_position(n)) and len(shape) in (2, 3) and shape[-1] <= 4:
+            lead = "" if len(shape) == 2 else f", batch={shape[0]}"
+            out[n] = Slot(n, f"_grid_ids((1, 1, {shape[-2]}), {shape[-1]}{lead})",
+                          f"positions of its {shape[-2]} rows along the last of {shape[-1]} axes, {doc}",
+                          shape=shape)
+        elif _is_time(low) and made.get(n) is not None and made[n].shape not in (None, shape):
+            out[n] = Slot(n, _time(shape), f"diffusion time, {doc}", shape=shape)
+    return out

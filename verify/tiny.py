@@ -100,6 +100,12 @@ def tiny_config(config: dict[str, Any], widths: str = "tiny", head: int = HEAD_D
             put(k, head_dim)
     for k, v in _head_lists(cfg, old_head, head_dim).items():
         put(k, v)
+    # a RoPE width inside a head (`rope_freq_dim`, `rotary_dim`: the leading channels of each head that rotate, a
+    # part of the real head): scaled with the head, kept even, so the rotated channels stay inside the tiny head
+    for k, v in cfg.items():
+        if (old_head and ("rope" in k or "rotary" in k) and "dim" in k and isinstance(v, int)
+                and not isinstance(v, bool) and 0 < v < old_head and k not in changes):
+            put(k, max(2, v * head_dim // old_head // 2 * 2))
     # a block interval or index (`inject_..._blocks`: every n-th block) stays within the shrunk lists
     tiny_layers = min((out[k] for k in layers if out[k] > 0), default=None)
     for k, v in cfg.items():
