@@ -85,6 +85,10 @@ def derive(job: dict) -> dict:
             if unset:
                 tiny.error += (f" (the class defaults leave {', '.join(f'`{k}`' for k in unset[:4])} unset: the "
                                "transformer's config.json gives them: --model-path or --config)")
+    switched: dict = {}
+    if not tiny.error:
+        # modules forward calls unguarded and the config leaves unbuilt: their switches on (said in the notes)
+        config, tiny, switched = _switched_on(cls, config, tiny, filled_notes)
     filled_notes += tiny.notes
     out = {"changes": {k: list(v) for k, v in tiny.changes.items()}, "config": tiny.config,
            "parameters": tiny.parameters, "error": tiny.error}
@@ -116,7 +120,7 @@ def derive(job: dict) -> dict:
         # widths scaled down together and then the real ones are tried (each derived only when reached)
         def tier(widths: str, base: dict, extra: dict):
             t = tiny_derive(cls, base, widths=widths)
-            t.changes.update({k: (None, t.config[k]) for k in filled} | extra)
+            t.changes.update({k: (None, t.config[k]) for k in filled} | switched | extra)
             if t.error or t.config in seen:
                 return None
             seen.append(t.config)
@@ -166,6 +170,36 @@ def derive(job: dict) -> dict:
         out["check"] = _check_static(cls, job, out)
         tried += out["check"].pop("tried", [])
     return out
+
+
+def _switched_on(cls, config: dict, tiny, notes: list[str], rounds: int = 3):
+    """(config, tiny, {key: (before, after)}) with the config switch set of each module forward calls with no test
+    of its own and the tiny config leaves None (verify/switches.py); each set switch and each one no rule sets said
+    in `notes`. A module switched on may call others: a few rounds."""
+    import torch
+    from integrate.verify.switches import switches
+    from integrate.verify.tiny import derive as tiny_derive
+
+    said: set[str] = set()
+    switched: dict = {}
+    for _ in range(rounds):
+        with torch.device("meta"):
+            model = build(cls, tiny.config)
+        found = [s for s in switches(model) if s.path not in said]
+        said |= {s.path for s in found}
+        notes += [s.why for s in found if s.param is None]
+        wanted = {s.param: s for s in found if s.param is not None and config.get(s.param) != s.value}
+        if not wanted:
+            break
+        retry = tiny_derive(cls, {**config, **{k: s.value for k, s in wanted.items()}})
+        if retry.error:
+            notes.append(f"switching on {', '.join(f'`{s.path}`' for s in wanted.values())} failed: {retry.error}")
+            break
+        switched.update({k: (config.get(k), s.value) for k, s in wanted.items()})
+        retry.changes.update({k: v for k, v in tiny.changes.items() if k not in retry.changes} | switched)
+        config, tiny = {**config, **{k: s.value for k, s in wanted.items()}}, retry
+        notes += [s.why for s in wanted.values()]
+    return config, tiny, switched
 
 
 _WIDTH_NOTES = {
