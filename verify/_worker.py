@@ -173,8 +173,8 @@ def derive(job: dict) -> dict:
 
 
 def _switched_on(cls, config: dict, tiny, notes: list[str], rounds: int = 3):
-    """(config, tiny, {key: (before, after)}) with the config switch set of each module forward calls with no test
-    of its own and the tiny config leaves None (verify/switches.py); each set switch and each one no rule sets said
+    """(config, tiny, {key: (before, after)}) with the config switch set of each module forward calls outside
+    any test and the tiny config leaves None (verify/switches.py); each set switch and each one no rule sets said
     in `notes`. A module switched on may call others: a few rounds."""
     import torch
     from integrate.verify.switches import switches
@@ -227,7 +227,7 @@ def _from_pipeline(cls, job: dict, config: dict, static: dict) -> dict:
         notes: list[str] = []
         try:
             calls, stood_in = capture(cls, model, job["pipeline"], config, static["slots"], job.get("steps", 1),
-                                      notes, text_share=share)
+                                      notes, text_share=share, changes=static.get("changes"))
         except NotCaptured as exc:
             return {"ok": False, "why": first or str(exc), "sized": bool(first) or exc.sized}
         del model
@@ -255,6 +255,12 @@ def _from_pipeline(cls, job: dict, config: dict, static: dict) -> dict:
             return {"ok": False, "sized": True, "channels": int(latent.shape[1]),
                     "why": f"the pipeline made a latent of {latent.shape[1]} channels; the tiny model takes "
                            f"in_channels={config['in_channels']}: {failure['type']}: {failure['message']}"}
+        made = _conv_channels(failure, config)
+        if made is not None:  # a latent joined in forward with what the pipeline makes beside it (AceStep's context)
+            path.unlink()
+            return {"ok": False, "sized": True, "channels": made,
+                    "why": f"the tiny model's input convolution takes in_channels={config['in_channels']}; what the "
+                           f"pipeline made reaches it with {made}: {failure['type']}: {failure['message']}"}
         if failure is None:
             if share > 1:
                 notes.append(f"the stand-in text encoder is 1/{share} of the transformer's text width: the pipeline "
@@ -267,6 +273,17 @@ def _from_pipeline(cls, job: dict, config: dict, static: dict) -> dict:
         if not stood_in:  # the embeddings' width is not a stand-in's to vary
             break
     return {"ok": False, "why": first, "sized": True}
+
+
+def _conv_channels(failure: dict | None, config: dict) -> int | None:
+    """The channels a convolution was handed, where it refused them for taking the config's `in_channels`
+    (`expected input[1, 96, 1292] to have 192 channels, but got 96 channels instead`); else None."""
+    import re
+
+    found = re.search(r"to have (\d+) channels, but got (\d+) channels", (failure or {}).get("message", ""))
+    if found is None or int(found.group(1)) != config.get("in_channels"):
+        return None
+    return int(found.group(2))
 
 
 def _masks_as(calls: list[dict], dtype) -> list[dict] | None:
