@@ -151,13 +151,18 @@ def derive(job: dict) -> dict:
             if not failures or captured["why"] not in failures[0]:
                 failures.append(f"{label}: {captured['why']}")
             channels = captured.get("channels")
-            if channels and not job["config"] and "in_channels" not in extra:
+            conv = captured.get("at_conv")
+            if channels and (not job["config"] or conv) and "in_channels" not in extra:
                 # the class defaults' `in_channels` is not what the pipeline's own components make (a VAE's latent
-                # channels, a condition concatenated to the latent): a real config agrees with them; take theirs
+                # channels, a condition concatenated to the latent): a real config agrees with them; take theirs.
+                # What reaches the input convolution (after forward's own joins) is made of the tiny widths, a real
+                # config's too (AceStep's context and latent, each `audio_acoustic_hidden_dim` wide): taken as well
                 extra = {"in_channels": (config.get("in_channels"), channels)}
                 config = {**config, "in_channels": channels}
-                notes.append(f"the class defaults' in_channels {extra['in_channels'][0]} is not the {channels} "
-                             "channels the pipeline's components make of the latent: the tiny config takes theirs")
+                whose = "the class defaults'" if not job["config"] else "the config's"
+                at = f" at the tiny widths ({conv})" if conv else ""
+                notes.append(f"{whose} in_channels {extra['in_channels'][0]} is not the {channels} channels the "
+                             f"pipeline's components make of the latent{at}: the tiny config takes theirs")
                 made = tier(widths, config, extra)
                 if made is not None:
                     pending.insert(0, (widths, *made))
@@ -258,7 +263,7 @@ def _from_pipeline(cls, job: dict, config: dict, static: dict) -> dict:
         made = _conv_channels(failure, config)
         if made is not None:  # a latent joined in forward with what the pipeline makes beside it (AceStep's context)
             path.unlink()
-            return {"ok": False, "sized": True, "channels": made,
+            return {"ok": False, "sized": True, "channels": made, "at_conv": failure["message"][:160],
                     "why": f"the tiny model's input convolution takes in_channels={config['in_channels']}; what the "
                            f"pipeline made reaches it with {made}: {failure['type']}: {failure['message']}"}
         if failure is None:

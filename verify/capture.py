@@ -211,17 +211,17 @@ _SHARED_WIDTHS = (*_MODEL_WIDTHS, "intermediate_size", "head_dim", "attention_he
                   "num_key_value_heads")
 
 
-def _sized_like(cls, changes: dict, notes: list[str], name: str) -> dict | None:
-    """A config for a pipeline module the model folder gives none for, whose class defaults share the
-    transformer's real width (same key, same value: a condition encoder built to feed it): its defaults shrunk as
-    the transformer's were (verify/tiny.py), with each shared key at the transformer's tiny value; None when it
+def _sized_like(cls, given: dict | None, changes: dict, notes: list[str], name: str) -> dict | None:
+    """A config for a pipeline module whose config (the model folder's, else its class defaults) shares the
+    transformer's real width (same key, same value: a condition encoder built to feed it): that config shrunk as
+    the transformer's was (verify/tiny.py), with each shared key at the transformer's tiny value; None when it
     shares none or its constructor refuses the result."""
     import torch
     from integrate.verify.tiny import tiny_config
 
     if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module) and hasattr(cls, "from_config")):
         return None
-    defaults = object_defaults(cls)
+    defaults = {k: v for k, v in (given or object_defaults(cls)).items() if not k.startswith("_")}
     shared = {k: after for k, (before, after) in changes.items() if k in _SHARED_WIDTHS and k in defaults
               and isinstance(before, int) and not isinstance(before, bool) and defaults[k] == before}
     if not any(k in _MODEL_WIDTHS for k in shared):  # the model's own width among them: not a head dim alone (Sana's
@@ -233,7 +233,8 @@ def _sized_like(cls, changes: dict, notes: list[str], name: str) -> dict | None:
     except Exception:  # noqa: BLE001 - the component's own constructor on the shrunk config: its defaults then
         return None
     changed = ", ".join(f"{k} {defaults[k]} -> {config[k]}" for k in config if config[k] != defaults.get(k))
-    notes.append(f"`{name}`: {cls.__name__}'s defaults share the transformer's {', '.join(sorted(shared))}: shrunk as "
+    whose = "config" if given else "defaults"
+    notes.append(f"`{name}`: {cls.__name__}'s {whose} share the transformer's {', '.join(sorted(shared))}: shrunk as "
                  f"the transformer was ({changed})")
     return config
 
@@ -416,9 +417,9 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
     needs_text = _needs_text(pipe_cls, init)
     # a second transformer of the same class (Wan's `transformer_2`) is built from the tiny config as well
     configs = {**configs, **{n: tiny_config for n, _ in init if n != "transformer" and choice.get(n) is type(model)}}
-    # a module the model folder gives no config for, built to the transformer's real widths: shrunk with it
-    configs.update({n: sized for n, _ in init if n != "transformer" and n not in configs
-                    and (sized := _sized_like(choice.get(n), changes or {}, notes, n)) is not None})
+    # a module built to the transformer's real width: shrunk with it
+    configs.update({n: sized for n, _ in init if n != "transformer" and choice.get(n) is not type(model)
+                    and (sized := _sized_like(choice.get(n), configs.get(n), changes or {}, notes, n)) is not None})
     try:
         kwargs = {n: model if n == "transformer" else _component(n, p, choice.get(n), configs, notes,
                                                                  widths=widths, needs_text=needs_text)
