@@ -39,7 +39,6 @@ def test_a_module_forward_calls_outside_any_test_is_switched_on_by_the_line_that
     None`; `if has_clean_x_embedder: self.clean_x_embedder = ...`) while forward calls both unconditionally."""
     import torch
     from diffusers import HunyuanVideoFramepackTransformer3DModel as cls
-
     from integrate.verify.switches import switches
     from integrate.verify.tiny import object_defaults
 
