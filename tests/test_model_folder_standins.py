@@ -64,7 +64,11 @@ def test_framepack_from_its_model_folder_switches_on_what_its_pipeline_feeds_and
     assert any(n.startswith("forward calls `self.image_projection` (transformer_hunyuan_video_framepack.py:")
                for n in fx["notes"]), fx["notes"]
     text = (out / "verify_fixture.py").read_text()
-    assert "has_image_proj" in text and "_saved(step, 'image_embeds')" in text
+    assert "_saved(step, 'image_embeds')" in text
+    # each step is in the fixture file itself, with its evidence
+    head = text.partition('"""\n# integrate-fixture')[0]
+    assert "How it was derived (each step with its evidence):" in head
+    assert "only when `has_image_proj` (transformer_hunyuan_video_framepack.py:" in " ".join(head.split()), head
 
 
 def test_framepack_cp_proof_passes_on_the_derived_fixture(framepack):

@@ -49,10 +49,10 @@ _ENV.filters.update(escape.FILTERS)
 
 def render(*, transformer_class: str, transformer_module: str, config: dict[str, Any], changes: dict,
            slots: list[dict[str, Any]], image_tokens: int | None, text_tokens: int, steps: int,
-           config_source: str, problems: list[str] = ()) -> str:
+           config_source: str, problems: list[str] = (), notes: list[str] = ()) -> str:
     """The fixture module's text. Every value goes through integrate.escape; the config is written as a
     Python literal that must read back as itself, and each slot's expression may only call the fixture's
-    own helpers."""
+    own helpers. `notes`: what the derivation did and tried, each with its evidence, listed in the docstring."""
     errors = [*problems, *(f"{s['name']} ({s['error']})" for s in slots if s.get("error"))]
     try:
         config_text = escape.py_dict(config)
@@ -64,7 +64,7 @@ def render(*, transformer_class: str, transformer_module: str, config: dict[str,
         version=escape.Code(__version__), config=config_text, slots=slots, errors=errors,
         changes=", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()) or "none",
         image_tokens=image_tokens, text_tokens=text_tokens, steps=steps, config_source=config_source,
-        sha=escape.Code("SHA"))
+        notes=list(notes), sha=escape.Code("SHA"))
     escape.check_python(text, FILENAME)
     _, body = _split(text)
     return text.replace(f"{_MARK}SHA", f"{_MARK}{_digest(body)}", 1)
@@ -372,7 +372,8 @@ class Maker:
         text = render(transformer_class=self.plan.model.transformer_class, transformer_module=self.module,
                       config=d["config"], changes=d["changes"], slots=slots, image_tokens=d.get("image_tokens"),
                       text_tokens=d.get("text_tokens", 0), steps=self.steps, config_source=source,
-                      problems=[d["error"]] if d.get("error") else list(problems))
+                      problems=[d["error"]] if d.get("error") else list(problems),
+                      notes=[*d.get("notes", ()), *(f"tried {t}" for t in d.get("tried", ()))])
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(text)
         os.replace(tmp, self.path)
