@@ -85,6 +85,10 @@ def derive(job: dict) -> dict:
             if unset:
                 tiny.error += (f" (the class defaults leave {', '.join(f'`{k}`' for k in unset[:4])} unset: the "
                                "transformer's config.json gives them: --model-path or --config)")
+    switched: dict = {}
+    if not tiny.error:
+        # modules forward calls unguarded and the config leaves unbuilt: their switches on (said in the notes)
+        config, tiny, switched = _switched_on(cls, config, tiny, filled_notes)
     filled_notes += tiny.notes
     out = {"changes": {k: list(v) for k, v in tiny.changes.items()}, "config": tiny.config,
            "parameters": tiny.parameters, "error": tiny.error}
@@ -116,7 +120,7 @@ def derive(job: dict) -> dict:
         # widths scaled down together and then the real ones are tried (each derived only when reached)
         def tier(widths: str, base: dict, extra: dict):
             t = tiny_derive(cls, base, widths=widths)
-            t.changes.update({k: (None, t.config[k]) for k in filled} | extra)
+            t.changes.update({k: (None, t.config[k]) for k in filled} | switched | extra)
             if t.error or t.config in seen:
                 return None
             seen.append(t.config)
@@ -147,13 +151,18 @@ def derive(job: dict) -> dict:
             if not failures or captured["why"] not in failures[0]:
                 failures.append(f"{label}: {captured['why']}")
             channels = captured.get("channels")
-            if channels and not job["config"] and "in_channels" not in extra:
+            conv = captured.get("at_conv")
+            if channels and (not job["config"] or conv) and "in_channels" not in extra:
                 # the class defaults' `in_channels` is not what the pipeline's own components make (a VAE's latent
-                # channels, a condition concatenated to the latent): a real config agrees with them; take theirs
+                # channels, a condition concatenated to the latent): a real config agrees with them; take theirs.
+                # What reaches the input convolution (after forward's own joins) is made of the tiny widths, a real
+                # config's too (AceStep's context and latent, each `audio_acoustic_hidden_dim` wide): taken as well
                 extra = {"in_channels": (config.get("in_channels"), channels)}
                 config = {**config, "in_channels": channels}
-                notes.append(f"the class defaults' in_channels {extra['in_channels'][0]} is not the {channels} "
-                             "channels the pipeline's components make of the latent: the tiny config takes theirs")
+                whose = "the class defaults'" if not job["config"] else "the config's"
+                at = f" at the tiny widths ({conv})" if conv else ""
+                notes.append(f"{whose} in_channels {extra['in_channels'][0]} is not the {channels} channels the "
+                             f"pipeline's components make of the latent{at}: the tiny config takes theirs")
                 made = tier(widths, config, extra)
                 if made is not None:
                     pending.insert(0, (widths, *made))
@@ -296,6 +305,36 @@ def _blamed(cls, failure: dict, inputs: list[str]) -> tuple[list[str], str]:
     return names + more, evidence
 
 
+def _switched_on(cls, config: dict, tiny, notes: list[str], rounds: int = 3):
+    """(config, tiny, {key: (before, after)}) with the config switch set of each module forward calls outside
+    any test and the tiny config leaves None (verify/switches.py); each set switch and each one no rule sets said
+    in `notes`. A module switched on may call others: a few rounds."""
+    import torch
+    from integrate.verify.switches import switches
+    from integrate.verify.tiny import derive as tiny_derive
+
+    said: set[str] = set()
+    switched: dict = {}
+    for _ in range(rounds):
+        with torch.device("meta"):
+            model = build(cls, tiny.config)
+        found = [s for s in switches(model) if s.path not in said]
+        said |= {s.path for s in found}
+        notes += [s.why for s in found if s.param is None]
+        wanted = {s.param: s for s in found if s.param is not None and config.get(s.param) != s.value}
+        if not wanted:
+            break
+        retry = tiny_derive(cls, {**config, **{k: s.value for k, s in wanted.items()}})
+        if retry.error:
+            notes.append(f"switching on {', '.join(f'`{s.path}`' for s in wanted.values())} failed: {retry.error}")
+            break
+        switched.update({k: (config.get(k), s.value) for k, s in wanted.items()})
+        retry.changes.update({k: v for k, v in tiny.changes.items() if k not in retry.changes} | switched)
+        config, tiny = {**config, **{k: s.value for k, s in wanted.items()}}, retry
+        notes += [s.why for s in wanted.values()]
+    return config, tiny, switched
+
+
 _WIDTH_NOTES = {
     "scaled": "the input and conditioning widths are the real config's scaled down together: the pipeline's "
               "components are sized to their ratios",
@@ -321,7 +360,7 @@ def _from_pipeline(cls, job: dict, config: dict, static: dict) -> dict:
         notes: list[str] = []
         try:
             calls, stood_in = capture(cls, model, job["pipeline"], config, static["slots"], job.get("steps", 1),
-                                      notes, text_share=share)
+                                      notes, text_share=share, changes=static.get("changes"))
         except NotCaptured as exc:
             return {"ok": False, "why": first or str(exc), "sized": bool(first) or exc.sized}
         del model
@@ -350,6 +389,12 @@ def _from_pipeline(cls, job: dict, config: dict, static: dict) -> dict:
             return {"ok": False, "sized": True, "channels": int(latent.shape[1]),
                     "why": f"the pipeline made a latent of {latent.shape[1]} channels; the tiny model takes "
                            f"in_channels={config['in_channels']}: {failure['type']}: {failure['message']}"}
+        made = _conv_channels(failure, config)
+        if made is not None:  # a latent joined in forward with what the pipeline makes beside it (AceStep's context)
+            path.unlink()
+            return {"ok": False, "sized": True, "channels": made, "at_conv": failure["message"][:160],
+                    "why": f"the tiny model's input convolution takes in_channels={config['in_channels']}; what the "
+                           f"pipeline made reaches it with {made}: {failure['type']}: {failure['message']}"}
         if failure is None:
             if share > 1:
                 notes.append(f"the stand-in text encoder is 1/{share} of the transformer's text width: the pipeline "
@@ -362,6 +407,17 @@ def _from_pipeline(cls, job: dict, config: dict, static: dict) -> dict:
         if not stood_in:  # the embeddings' width is not a stand-in's to vary
             break
     return {"ok": False, "why": first, "sized": True}
+
+
+def _conv_channels(failure: dict | None, config: dict) -> int | None:
+    """The channels a convolution was handed, where it refused them for taking the config's `in_channels`
+    (`expected input[1, 96, 1292] to have 192 channels, but got 96 channels instead`); else None."""
+    import re
+
+    found = re.search(r"to have (\d+) channels, but got (\d+) channels", (failure or {}).get("message", ""))
+    if found is None or int(found.group(1)) != config.get("in_channels"):
+        return None
+    return int(found.group(2))
 
 
 def _masks_as(calls: list[dict], dtype) -> list[dict] | None:

@@ -206,6 +206,39 @@ def _narrowed(cls, config: dict, notes: list[str], name: str):
     return built
 
 
+_MODEL_WIDTHS = ("hidden_size", "inner_dim", "dim", "model_dim", "d_model")
+_SHARED_WIDTHS = (*_MODEL_WIDTHS, "intermediate_size", "head_dim", "attention_head_dim", "num_attention_heads",
+                  "num_key_value_heads")
+
+
+def _sized_like(cls, given: dict | None, changes: dict, notes: list[str], name: str) -> dict | None:
+    """A config for a pipeline module whose config (the model folder's, else its class defaults) shares the
+    transformer's real width (same key, same value: a condition encoder built to feed it): that config shrunk as
+    the transformer's was (verify/tiny.py), with each shared key at the transformer's tiny value; None when it
+    shares none or its constructor refuses the result."""
+    import torch
+    from integrate.verify.tiny import tiny_config
+
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module) and hasattr(cls, "from_config")):
+        return None
+    defaults = {k: v for k, v in (given or object_defaults(cls)).items() if not k.startswith("_")}
+    shared = {k: after for k, (before, after) in changes.items() if k in _SHARED_WIDTHS and k in defaults
+              and isinstance(before, int) and not isinstance(before, bool) and defaults[k] == before}
+    if not any(k in _MODEL_WIDTHS for k in shared):  # the model's own width among them: not a head dim alone (Sana's
+        return None                                   # VAE shares its transformer's)
+    config = {**tiny_config(defaults).config, **shared}
+    try:
+        with torch.device("meta"):
+            build(cls, config)
+    except Exception:  # noqa: BLE001 - the component's own constructor on the shrunk config: its defaults then
+        return None
+    changed = ", ".join(f"{k} {defaults[k]} -> {config[k]}" for k in config if config[k] != defaults.get(k))
+    whose = "config" if given else "defaults"
+    notes.append(f"`{name}`: {cls.__name__}'s {whose} share the transformer's {', '.join(sorted(shared))}: shrunk as "
+                 f"the transformer was ({changed})")
+    return config
+
+
 def _on_cpu(pipe_cls):
     """The pipeline class, with its execution device fixed to the CPU (a meta VAE would otherwise be asked)."""
     import torch
@@ -274,7 +307,7 @@ def _size(pipe, config: dict, grid: int = _GRID) -> dict[str, int]:
 
 
 def capture(cls, model, pipeline: dict, tiny_config: dict, slots: list[dict], steps: int,
-            notes: list[str], text_share: int = 1) -> tuple[list[dict], bool]:
+            notes: list[str], text_share: int = 1, changes: dict | None = None) -> tuple[list[dict], bool]:
     """The transformer's keyword inputs for its first `steps` calls by the pipeline (a list of dicts), and
     whether a stand-in text encoder made the embeddings (`text_share`: it is that fraction of the
     transformer's text width); what stood in for a component the model folder does not name is added to
@@ -300,7 +333,7 @@ def capture(cls, model, pipeline: dict, tiny_config: dict, slots: list[dict], st
         tried: list[str] = []
         try:
             calls = _run(pipe_cls, model, init, choice, pipeline.get("configs", {}), tiny_config, slots, steps, tried,
-                         text_share)
+                         text_share, changes)
         except NotCaptured as exc:
             first = first or exc
             continue
@@ -373,7 +406,7 @@ def _where(exc: BaseException) -> str:
 
 
 def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, slots: list[dict], steps: int,
-         notes: list[str], text_share: int = 1) -> list[dict]:
+         notes: list[str], text_share: int = 1, changes: dict | None = None) -> list[dict]:
     """Build the pipeline with one choice of component classes, call it, and record the transformer's calls."""
     import torch
 
@@ -384,6 +417,9 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
     needs_text = _needs_text(pipe_cls, init)
     # a second transformer of the same class (Wan's `transformer_2`) is built from the tiny config as well
     configs = {**configs, **{n: tiny_config for n, _ in init if n != "transformer" and choice.get(n) is type(model)}}
+    # a module built to the transformer's real width: shrunk with it
+    configs.update({n: sized for n, _ in init if n != "transformer" and choice.get(n) is not type(model)
+                    and (sized := _sized_like(choice.get(n), configs.get(n), changes or {}, notes, n)) is not None})
     try:
         kwargs = {n: model if n == "transformer" else _component(n, p, choice.get(n), configs, notes,
                                                                  widths=widths, needs_text=needs_text)
@@ -449,7 +485,7 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
             raise _Enough
 
     handle = model.register_forward_pre_hook(hook, with_kwargs=True)
-    grid, on_cpu = _GRID, False
+    grid, on_cpu, resized = _GRID, False, set()
 
     def too_small(size: dict) -> bool:
         """A latent too small to split over the ranks of a CP proof (each needs 2 tokens of its own): the calls are
@@ -485,6 +521,8 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
                     # build its modules on the CPU with random weights and call it again
                     _to_cpu(pipe, init, configs, notes)
                     on_cpu = True
+                    continue
+                if _rewidened(pipe, init, exc, resized, notes):
                     continue
                 if isinstance(exc, ValueError) and "guidance_scale" in str(exc) and "guidance_scale" in call \
                         and _raised_in(exc, pipe_cls):
@@ -528,6 +566,37 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
         if bad:
             raise NotCaptured(f"the transformer's input `{bad[0]}` (call {i}) is not a tensor or a plain value")
     return calls
+
+
+def _rewidened(pipe, init, exc: BaseException, resized: set, notes: list[str]) -> bool:
+    """A stand-in text encoder rebuilt to the width the module that takes its output expects, read from the error
+    that module raised (`mat1 and mat2 shapes cannot be multiplied (47x64 and 1024x2048)`: a Linear of another
+    pipeline component, 1024 in, was handed the encoder's 64-wide states). False when the error is not that, the
+    width handed in is no stand-in encoder's, or that encoder was rebuilt once already."""
+    import re
+
+    from . import standins
+
+    found = re.search(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)", str(exc))
+    if not isinstance(exc, RuntimeError) or found is None:
+        return False
+    given, wanted = int(found.group(2)), int(found.group(3))
+    for name, _ in init:
+        current = getattr(pipe, name, None)
+        config = getattr(current, "config", None)
+        if ("text_encoder" not in name or name in resized or not standins.is_transformers_model(type(current))
+                or getattr(config, "hidden_size", getattr(config, "d_model", None)) != given):
+            continue
+        try:
+            built = standins.encoder(type(current), wanted)
+        except standins.NoStandIn:
+            return False
+        resized.add(name)
+        setattr(pipe, name, built)
+        notes.append(f"`{name}`: the stand-in rebuilt {wanted} wide: the module that takes its {given}-wide output "
+                     f"expects {wanted} (`{_line(exc)[:100]}`{_where(exc)})")
+        return True
+    return False
 
 
 def _a_list(annotation) -> bool:

@@ -53,7 +53,7 @@ def render(*, transformer_class: str, transformer_module: str, config: dict[str,
            config_source: str, problems: list[str] = (), notes: list[str] = ()) -> str:
     """The fixture module's text. Every value goes through integrate.escape; the config is written as a
     Python literal that must read back as itself, and each slot's expression may only call the fixture's
-    own helpers."""
+    own helpers. `notes`: what the derivation did and tried, each with its evidence, listed in the docstring."""
     errors = [*problems, *(f"{s['name']} ({s['error']})" for s in slots if s.get("error"))]
     try:
         config_text = escape.py_dict(config)
@@ -386,7 +386,7 @@ class Maker:
                       config=d["config"], changes=d["changes"], slots=slots, image_tokens=d.get("image_tokens"),
                       text_tokens=d.get("text_tokens", 0), steps=self.steps, config_source=source,
                       problems=[d["error"]] if d.get("error") else list(problems),
-                      notes=[n for n in d.get("notes", ()) if n.startswith("repair step")])  # the search's steps
+                      notes=[*d.get("notes", ()), *(f"tried {t}" for t in d.get("tried", ()))])
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(text)
         os.replace(tmp, self.path)
