@@ -502,15 +502,23 @@ def _unpacked_rank(model, param: str) -> int | None:
     """How many dims forward says `param` has where the pipeline's call was not traced: the names its shape is
     unpacked into (`batch, channels, frames, height, width = hidden_states.shape`), read with libcst; None when
     forward unpacks it no such way, or two ways."""
+    found = _unpacked(model, param)
+    return len(found[0]) if found else None
+
+
+def _unpacked(model, param: str) -> tuple[tuple[str, ...], int] | None:
+    """The names forward unpacks `param.shape` into, in order (`_` for a target that is not a plain name), and the
+    line; None when forward unpacks it no such way, or two ways of different ranks."""
     src, fn = _forward_of(model)
-    found = set()
+    found: dict[int, tuple[tuple[str, ...], int]] = {}
     for _, _, value, node in defuse(src, fn).statements(PLAIN) if fn is not None else ():
         target, *more = node.targets
         if (not more and isinstance(target.target, cst.Tuple) and isinstance(value, cst.Attribute)
                 and value.attr.value == "shape" and isinstance(value.value, cst.Name) and value.value.value == param
                 and not any(isinstance(e, cst.StarredElement) for e in target.target.elements)):
-            found.add(len(target.target.elements))
-    return found.pop() if len(found) == 1 else None
+            names = tuple(e.value.value if isinstance(e.value, cst.Name) else "_" for e in target.target.elements)
+            found.setdefault(len(names), (names, src.line(node)))
+    return next(iter(found.values())) if len(found) == 1 else None
 
 
 def _forward_of(model):
@@ -710,6 +718,9 @@ def _latent(model, config, name: str, dims: int | None,
             return Slot(name, f"_randn({name!r}, {_shape(*shape)}, step=step)",
                         f"{why}, frame by frame: 2 frames, {'after' if after else 'before'} the channels",
                         shape=shape), (2, *grid)
+        patches = _patch_sequence(model, name, len(k), facts)
+        if patches is not None:
+            return patches
         shape = (BATCH, facts["width"], *spatial)
         return Slot(name, f"_randn({name!r}, {_shape(*shape)}, step=step)", why, shape=shape), grid
     if kind in ("linear", "norm") and (dims or 3) == 3:
@@ -735,6 +746,27 @@ def _latent(model, config, name: str, dims: int | None,
                + (f"; a {side}x{side} token grid: forward refuses other sizes (line {guard})" if guard else ""))
         return Slot(name, f"_randn({name!r}, {_shape(*shape)}, step=step)", why, shape=shape), grid
     return Slot(name, None, "", f"`{path}` ({kind}) does not say how to shape a {dims}-D latent"), None
+
+
+def _patch_sequence(model, name: str, spatial: int, facts: dict[str, Any]) -> tuple[Slot, tuple[int, ...]] | None:
+    """A latent that is already a sequence of patches: forward unpacks its shape into one name more than its
+    patch embedding (a ConvNd whose stride is its kernel) takes, the channels third (`batch_size, max_num_patches,
+    channels, pt, ph, pw = hidden_states.shape`): the second axis is the patches, and each patch is one kernel,
+    which the conv makes one token of. 16 patches (a 1x4x4 grid); None where forward does not say so."""
+    found = _unpacked(model, name)
+    kernel, stride = list(facts["kernel"]), list(facts["stride"])
+    if found is None or len(found[0]) != spatial + 3 or kernel != stride:
+        return None
+    names, line = found
+    if "channel" not in names[2].lower():
+        return None
+    grid = (1, 4, 4)
+    shape = (BATCH, grid[0] * grid[1] * grid[2], facts["width"], *kernel)
+    why = (f"forward unpacks `{name}.shape` into {len(names)} names (line {line}: {', '.join(names)}): one axis "
+           f"more than its patch embedding (a Conv{spatial}d, kernel {kernel} = stride) takes, before the "
+           f"{facts['width']} channels: `{names[1]}` is a sequence of patches, each one kernel the conv makes one "
+           f"token of; {shape[1]} patches")
+    return Slot(name, f"_randn({name!r}, {_shape(*shape)}, step=step)", why, shape=shape), grid
 
 
 def _grid_side(model) -> tuple[int, int | None]:
