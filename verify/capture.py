@@ -22,6 +22,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+import libcst as cst
 from integrate.verify.tiny import (  # even, and never the image token count (16 per frame below)
     TEXT_TOKENS,
     build,
@@ -168,6 +169,12 @@ def _component(name: str, param: inspect.Parameter, cls: type | None, configs: d
         raise NotCaptured(f"the pipeline's `{name}` has no class to build (model_index.json and its annotation "
                           "name none)")
     config = dict(configs.get(name) or {})
+    missing = required_arguments(cls, config)
+    if isinstance(missing, str) and not issubclass(cls, torch.nn.Module):  # a model is passed None where it fails
+        raise NotCaptured(f"building the pipeline's `{name}` ({cls.__name__}): {missing}")
+    for key, (value, why) in (missing.items() if isinstance(missing, dict) else ()):
+        config[key] = value
+        notes.append(f"`{name}`: {cls.__name__}'s required `{key}` = {value!r} ({why})")
     try:
         if issubclass(cls, torch.nn.Module):
             if device != "meta":  # run on the CPU: narrower channels first (the full widths may not fit)
@@ -186,6 +193,55 @@ def _component(name: str, param: inspect.Parameter, cls: type | None, configs: d
             notes.append(f"{why}; passed None")
             return None
         raise NotCaptured(why) from None
+
+
+def required_arguments(cls, config: dict) -> dict[str, tuple[Any, str]] | str:
+    """Values for the arguments `cls.__init__` requires (no default) that `config` lacks, each with its evidence,
+    read with libcst from the constructor's own body and signature: the first literal of a membership test whose
+    failure raises (`if schedule_mode not in {"log", "power"}: raise ...` -> "log"), else the plain value of its
+    annotation (`float` 1.0, `int` 1, `bool` False). A reason string where an argument has neither (the constructor
+    says nothing a value could be picked by)."""
+    from integrate.source import find_method
+    from integrate.syntax import find_all
+
+    from .inputs import _annotated, _class_node
+
+    try:
+        params = [p for n, p in inspect.signature(cls.__init__).parameters.items() if n != "self"
+                  and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.default is p.empty and n not in config]
+    except (TypeError, ValueError):
+        return {}
+    if not params:
+        return {}
+    owner = next((k for k in cls.__mro__ if "__init__" in vars(k)), cls)
+    found = _class_node(owner)
+    fn = find_method(found[1], "__init__") if found is not None else None
+    tests: dict[str, tuple[Any, int]] = {}
+    for test in find_all(fn, cst.If) if fn is not None else ():
+        if not find_all(test.body, cst.Raise) or not isinstance(test.test, cst.Comparison):
+            continue
+        left, comps = test.test.left, test.test.comparisons
+        if not (isinstance(left, cst.Name) and len(comps) == 1 and isinstance(comps[0].operator, cst.NotIn)
+                and isinstance(comps[0].comparator, (cst.Set, cst.Tuple, cst.List))):
+            continue
+        literals = [e.value.evaluated_value for e in comps[0].comparator.elements
+                    if isinstance(e.value, (cst.SimpleString, cst.Integer, cst.Float))]
+        if literals:
+            tests.setdefault(left.value, (literals[0], found[0].line(test)))
+    plain = {"float": 1.0, "int": 1, "bool": False}
+    out: dict[str, tuple[Any, str]] = {}
+    for p in params:
+        where = f"{Path(found[0].path).name}:{tests[p.name][1]}" if p.name in tests else ""
+        heads = _annotated(p.annotation) - {"None"}
+        if p.name in tests:
+            out[p.name] = (tests[p.name][0], f"the first value the constructor accepts: it raises on any other "
+                                             f"({where})")
+        elif len(heads) == 1 and (head := next(iter(heads))) in plain:
+            out[p.name] = (plain[head], f"annotated `{head}`, and the constructor tests no value of it")
+        else:
+            return (f"its required `{p.name}` is neither tested against literals nor annotated a plain number or "
+                    f"flag in {cls.__name__}.__init__: no value can be picked")
+    return out
 
 
 def _narrowed(cls, config: dict, notes: list[str], name: str):
