@@ -52,3 +52,26 @@ def test_a_components_required_constructor_arguments_are_read_from_its_body_and_
     assert required_arguments(RFD4ProteinaScheduler, {"schedule_mode": "power", "noise_mode": "tan", "tsr_k": 2.0,
                                                       "tsr_sigma": 3.0}) == {}
     assert required_arguments(FlowMatchEulerDiscreteScheduler, {}) == {}
+
+
+def test_dict_keys_forward_reads_and_an_input_the_models_error_names_are_made_and_noted(tmp_path):
+    """RFD4Proteina reads `is_in_context_conditioning` and `supports_local_latent` from the dict it builds with
+    `**(conditioning or {})`, each beside a mask made of `padding_mask` (`mask & ~features[...].bool()`): both are
+    made of its shape, with the value that leaves that mask as it is, the line cited. The plain model then raises
+    `KeyError: 'token_type'` in an Embedding: the search passes its optional `token_type` as ids below that
+    embedding's vocabulary and notes the step. Its scheduler is built with its four required arguments, so the
+    pipeline gets further (its VAE is what stops it). What stops the plain model next is said, not guessed."""
+    model = make_model_dir(tmp_path / "m", "RFD4ProteinaPipeline", "RFD4ProteinaTransformer")
+    plan_dir, out = plan_generate(model, tmp_path)
+    _, r = _verify(plan_dir, out, "--fixture-only")
+    fx = r["fixture"]
+    text = (out / "verify_fixture.py").read_text()
+    cond = next(line for line in text.splitlines() if line.strip().startswith('"conditioning":'))
+    assert "'is_in_context_conditioning': torch.zeros_like(_mask(1, 16, pad=2), dtype=torch.bool)" in cond, cond
+    assert "'supports_local_latent': torch.ones_like(_mask(1, 16, pad=2), dtype=torch.bool)" in cond, cond
+    assert "line 1110" in cond
+    token = next(line for line in text.splitlines() if line.strip().startswith('"token_type":'))
+    assert "torch.randint(0, 7, (1, 16)" in token and "KeyError 'token_type'" in token, token
+    assert any("KeyError: 'token_type'" in n for n in fx["notes"]), fx
+    assert not any("RFD4ProteinaScheduler" in t for t in fx["tried"]), fx["tried"]
+    assert fx["status"] == "needs-edit" and "hbond" in fx["errors"][0], fx

@@ -289,6 +289,11 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
             out.slots.append(Slot(name, "False", "the output as a tuple"))
         elif (kept := _typed_default(model, p, passed)) is not None:
             out.slots.append(Slot(name, None, kept))
+        elif (_is_mapping(p.annotation) and needed(p) and not any(w in low for w in _SKIP)
+              and (keys := _read_keys(model, name, {s.name: s.expr for s in out.slots if s.expr}))):
+            entries = ", ".join(f"{k!r}: {expr}" for k, expr, _ in keys)
+            out.slots.append(Slot(name, f"{{{entries}}}", "a dict of the keys forward reads from it: " + "; ".join(
+                why for _, _, why in keys)))
         elif _is_mapping(p.annotation):
             out.slots.append(Slot(name, None, "annotated as a dict: left at its default") if p.default is not
                              inspect.Parameter.empty else Slot(name, None, "", "a dict input the fixture cannot build"))
@@ -378,6 +383,68 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
                 slot = Slot(name, None, f"left at its default {p.default!r}: the pipeline passes it, but {slot.error}")
             out.slots.append(slot)
     return out
+
+
+_NEUTRAL = {cst.BitAnd: True, cst.Multiply: True, cst.BitOr: False, cst.Add: False}  # x op value == x
+
+
+def _read_keys(model, param: str, made: dict[str, str]) -> list[tuple[str, str, str]]:
+    """The string keys forward subscripts on a dict input (`param`, or a dict it builds with `**param` in it and
+    does not set that key in itself), each with the expression that makes it and why, read with libcst. A key is
+    made only where forward combines it (`&`, `|`, `*`, `+`) with a value that comes from another input the fixture
+    makes (`mask & ~features["k"].bool()`, `mask = padding_mask.bool()`): of that input's shape, and the value that
+    leaves the other side as it is (False under `~` or beside `|` / `+`, True beside `&` / `*`), a bool where forward
+    reads it `.bool()`. Empty where a key is read any other way (a fixture would guess it)."""
+    src, fn = _forward_of(model)
+    if fn is None:
+        return []
+    holders, own = {param}, set()
+    values: dict[str, cst.BaseExpression] = {}
+    for a in find_all(fn.body, cst.Assign):
+        for t in a.targets:
+            if isinstance(t.target, cst.Name):
+                values.setdefault(t.target.value, a.value)
+        if isinstance(a.value, cst.Dict) and any(isinstance(e, cst.StarredDictElement) and param in _names(e.value)
+                                                 for e in a.value.elements):
+            holders |= {t.target.value for t in a.targets if isinstance(t.target, cst.Name)}
+            own |= {e.key.evaluated_value for e in a.value.elements
+                    if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)}
+
+    def source(expr: cst.BaseExpression, depth: int = 0) -> str | None:
+        """The input another value comes from: a forward parameter the fixture makes, through plain assignments."""
+        for n in sorted(_names(expr) - holders):
+            if n in made:
+                return n
+            if n in values and depth < 4 and (found := source(values[n], depth + 1)):
+                return found
+        return None
+
+    def key_of(sub: cst.Subscript) -> str | None:
+        if dotted(sub.value) not in holders or len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
+            return None
+        key = sub.slice[0].slice.value
+        return key.evaluated_value if isinstance(key, cst.SimpleString) else None
+
+    out: dict[str, tuple[str, str, str]] = {}
+    for op in find_all(fn.body, cst.BinaryOperation):
+        neutral = _NEUTRAL.get(type(op.operator))
+        if neutral is None:
+            continue
+        for side, other in ((op.left, op.right), (op.right, op.left)):
+            inverted = isinstance(side, cst.UnaryOperation) and isinstance(side.operator, cst.BitInvert)
+            inner = side.expression if inverted else side
+            as_bool = (isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute)
+                       and inner.func.attr.value == "bool" and not inner.args)
+            sub = inner.func.value if as_bool else inner
+            key = key_of(sub) if isinstance(sub, cst.Subscript) else None
+            if key is None or key in own or key in out or (partner := source(other)) is None:
+                continue
+            value = (not neutral) if inverted else neutral
+            dtype = ", dtype=torch.bool" if as_bool else ""
+            expr = f"torch.{'ones' if value else 'zeros'}_like({made[partner]}{dtype})"
+            out[key] = (key, expr, f"`{key}` (line {src.line(op)}: `{src.code(op)[:60]}`) is as `{partner}`, all "
+                                   f"{value}: the side it meets is left as it is")
+    return list(out.values())
 
 
 def _typed_default(model, p: inspect.Parameter, passed: dict[str, int | None]) -> str | None:
