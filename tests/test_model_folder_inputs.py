@@ -17,20 +17,53 @@ def _verify(plan_dir: Path, out: Path, *flags: str) -> tuple[int, dict]:
     return proc.returncode, json.loads(proc.stdout)
 
 
-def test_a_latent_unpacked_into_a_sequence_of_patches_is_shaped_as_forward_unpacks_it(tmp_path):
+def _static(cls, passed: dict) -> dict:
+    """{name: Slot} of static synthesis for a diffusers class's tiny config, built on the meta device, with
+    `passed` as what the pipeline passes."""
+    import inspect
+
+    import torch
+    from integrate.verify.inputs import synthesize
+    from integrate.verify.tiny import build, derive
+
+    tiny = derive(cls, {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
+                        if k != "self" and v.default is not inspect.Parameter.empty})
+    with torch.device("meta"):
+        model = build(cls, tiny.config)
+    return {s.name: s for s in synthesize(model, dict(model.config), passed, {}).slots}
+
+
+def test_a_latent_unpacked_into_a_sequence_of_patches_is_shaped_as_forward_unpacks_it():
     """JoyImageEditPlus unpacks `batch_size, max_num_patches, channels, pt, ph, pw = hidden_states.shape`: one
-    axis more than its Conv3d patch embedding takes. The latent is made 6-D, a sequence of kernel-sized patches
-    (the static fixture had made it 5-D and the plain model refused it), the line is the evidence, and the plain
-    tiny model and the cache proof run on it."""
+    axis more than its Conv3d patch embedding (stride = kernel) takes. Static synthesis makes the latent 6-D, a
+    sequence of kernel-sized patches (it had made it 5-D, which the plain model refused), cites the line, and the
+    grid it gives `shape_list` counts as many tokens as there are patches."""
+    from diffusers import JoyImageEditPlusTransformer3DModel
+
+    slots = _static(JoyImageEditPlusTransformer3DModel, {"shape_list": None})
+    latent = slots["hidden_states"]
+    assert latent.shape == (1, 16, 16, 1, 2, 2) and latent.error is None, latent
+    assert "max_num_patches" in latent.why and "line 466" in latent.why, latent.why
+    assert slots["shape_list"].expr == "[[(1, 4, 4)]] * 1", slots["shape_list"]
+
+
+def test_a_pipeline_that_iterates_its_prompt_beside_embeddings_is_called_with_a_prompt(tmp_path):
+    """JoyImageEditPlusPipeline iterates `prompt` (line 587) even where `prompt_embeds` are passed, and refuses
+    both together: it is called with a prompt instead, its Qwen3-VL text encoder a stand-in, and the processor it
+    tokenizes the prompt with (line 245, left out as None) the text-only stand-in; each step noted. Its latent is
+    the 6-D sequence of patches static synthesis makes too, and the cache proof passes on its inputs."""
+    import torch
+
     model = make_model_dir(tmp_path / "m", "JoyImageEditPlusPipeline", "JoyImageEditPlusTransformer3DModel")
     plan_dir, out = plan_generate(model, tmp_path)
-    rc, r = _verify(plan_dir, out, "--proof", "cache")
+    _, r = _verify(plan_dir, out, "--proof", "cache")
     fx = r["fixture"]
-    assert fx["status"] == "derived", fx
-    text = (out / "verify_fixture.py").read_text()
-    latent = next(line for line in text.splitlines() if line.strip().startswith('"hidden_states":'))
-    assert "_randn('hidden_states', 1, 16, 16, 1, 2, 2" in latent, latent
-    assert "max_num_patches" in latent and "line 466" in latent, latent
+    assert fx["status"] == "derived" and fx["source"] == "pipeline", fx
+    assert any("iterates its `prompt`" in n and "pipeline_joyimage_edit_plus.py:587" in n for n in fx["notes"]), fx
+    assert any(n.startswith("`processor`: a text-only stand-in for Qwen3VLProcessor") and ":245" in n
+               for n in fx["notes"]), fx["notes"]
+    calls = torch.load(out / "verify_fixture.pt", weights_only=True)
+    assert tuple(calls[0]["hidden_states"].shape) == (1, 16, 16, 1, 2, 2)
     assert r["cache"]["status"] == "pass", r["cache"]
 
 
@@ -40,7 +73,6 @@ def test_a_components_required_constructor_arguments_are_read_from_its_body_and_
     scheduler builds with them, each with its evidence; a class with defaults for everything needs none."""
     from diffusers import FlowMatchEulerDiscreteScheduler
     from diffusers.schedulers.scheduling_rfd4_proteina import RFD4ProteinaScheduler
-
     from integrate.verify.capture import required_arguments
 
     got = required_arguments(RFD4ProteinaScheduler, {})
