@@ -55,10 +55,6 @@ def _load_class(module: str, name: str):
 
 
 def derive(job: dict) -> dict:
-    import dataclasses
-
-    import torch
-    from integrate.verify.inputs import synthesize
     from integrate.verify.tiny import WIDTHS, fill_unset, object_defaults
     from integrate.verify.tiny import derive as tiny_derive
 
@@ -99,11 +95,7 @@ def derive(job: dict) -> dict:
         return out
 
     def synthesised(config: dict) -> dict:
-        with torch.device("meta"):
-            model = build(cls, config)
-        syn = synthesize(model, model_config(model, config), dict(job.get("passed", {})), job.get("shapes") or {})
-        return {"slots": [dataclasses.asdict(s) for s in syn.slots], "image_tokens": syn.image_tokens,
-                "text_tokens": syn.text_tokens}
+        return synthesize_with(cls, config, job)
 
     out.update(synthesised(tiny.config))
     tried = []
@@ -174,9 +166,23 @@ def derive(job: dict) -> dict:
     if not any(s.get("error") for s in out["slots"]):
         out["check"] = _check_static(cls, job, out)
         tried += out["check"].pop("tried", [])
-        if out["check"].get("slots"):  # the search kept another value the model's own code allows
-            out["slots"] = out["check"].pop("slots")
-            out["notes"] = [*out.get("notes", []), *out["check"].pop("notes")]
+        _kept_mode(out)
+        passed, asked = dict(job.get("passed", {})), set()
+        for _ in range(REPAIRS):  # first, an input the plain model's KeyError names: passed
+            if out["check"]["ok"] or (step := _adjusted(cls, out, out["check"]["error"], asked)) is None:
+                break
+            name, note = step
+            passed.setdefault(name, None)
+            asked.add(name)
+            redone = synthesize_with(cls, out["config"], {**job, "passed": passed})
+            slots = [{**s, **(out["adjusted"].get(s["name"]) or {})} for s in redone["slots"]]
+            out.update(redone, slots=slots)
+            out.setdefault("notes", []).append(note)
+            out["check"] = _check_static(cls, job, out)
+            tried += out["check"].pop("tried", [])
+            _kept_mode(out)
+        out.pop("adjusted", None)
+        # then the documented form of the inputs the failure names (one search, two kinds of step)
         if not out["check"]["ok"] and job.get("shapes"):
             steps = _repair(cls, job, out)
             if steps:
@@ -185,6 +191,14 @@ def derive(job: dict) -> dict:
 
 
 REPAIRS = 6  # runs of the plain tiny model the repair search may take, after the first
+
+
+def _kept_mode(out: dict) -> None:
+    """Where the static check's search kept another value the model's own code allows (a mode string), the
+    fixture takes it, with its note."""
+    if out["check"].get("slots"):
+        out["slots"] = out["check"].pop("slots")
+        out["notes"] = [*out.get("notes", []), *out["check"].pop("notes")]
 
 
 def _repair(cls, job: dict, out: dict) -> list[str]:
@@ -333,6 +347,60 @@ def _switched_on(cls, config: dict, tiny, notes: list[str], rounds: int = 3):
         config, tiny = {**config, **{k: s.value for k, s in wanted.items()}}, retry
         notes += [s.why for s in wanted.values()]
     return config, tiny, switched
+
+
+
+def synthesize_with(cls, config: dict, job: dict) -> dict:
+    """Static synthesis on the meta-built model, as `derive` records it."""
+    import dataclasses
+
+    import torch
+    from integrate.verify.inputs import synthesize
+
+    with torch.device("meta"):
+        model = build(cls, config)
+    syn = synthesize(model, model_config(model, config), dict(job.get("passed", {})), job.get("shapes") or {})
+    return {"slots": [dataclasses.asdict(s) for s in syn.slots], "image_tokens": syn.image_tokens,
+            "text_tokens": syn.text_tokens}
+
+
+def _adjusted(cls, out: dict, failure: dict | None, asked: set[str]) -> tuple[str, str] | None:
+    """One step of the search: (the input to pass, the note) where the plain model's error names it, else None.
+    `KeyError: 'token_type'` naming a forward input the fixture left at its default (forward reads it from a
+    dict it builds, not from its argument) passes it; raised in an `nn.Embedding`, it is token ids below that
+    embedding's vocabulary, one per latent token (set in `out["adjusted"]`). Each input is asked for once."""
+    import ast
+
+    import torch
+
+    if not failure or failure.get("type") != "KeyError":
+        return None
+    try:
+        key = ast.literal_eval(failure.get("message") or "")
+    except (ValueError, SyntaxError):
+        return None
+    slot = next((s for s in out["slots"] if s["name"] == key), None) if isinstance(key, str) else None
+    if slot is None or slot.get("expr") is not None or key in asked:
+        return None
+    where = f" in `{failure['module']}`" if failure.get("module") else ""
+    note = (f"the plain tiny model raised KeyError: {key!r}{where}: forward reads its optional `{key}` (left at its "
+            "default) from where it keeps its inputs, so it is passed")
+    module = None
+    if failure.get("module"):
+        with torch.device("meta"):
+            try:
+                module = build(cls, out["config"]).get_submodule(failure["module"])
+            except AttributeError:
+                module = None
+    adjusted = out.setdefault("adjusted", {})
+    if isinstance(module, torch.nn.Embedding):
+        tokens = out.get("image_tokens") or 16
+        adjusted[key] = {"expr": f"torch.randint(0, {module.num_embeddings}, (1, {tokens}), generator=_gen({key!r}))",
+                         "why": f"token ids below the {module.num_embeddings} of `{failure['module']}` (an Embedding, "
+                                f"where the plain model asked for it: KeyError {key!r}), one per latent token",
+                         "error": None}
+        note += f", as token ids for that Embedding ({module.num_embeddings} ids)"
+    return key, note
 
 
 _WIDTH_NOTES = {

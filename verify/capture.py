@@ -22,6 +22,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+import libcst as cst
 from integrate.verify.tiny import (  # even, and never the image token count (16 per frame below)
     TEXT_TOKENS,
     build,
@@ -168,6 +169,12 @@ def _component(name: str, param: inspect.Parameter, cls: type | None, configs: d
         raise NotCaptured(f"the pipeline's `{name}` has no class to build (model_index.json and its annotation "
                           "name none)")
     config = dict(configs.get(name) or {})
+    missing = required_arguments(cls, config)
+    if isinstance(missing, str) and not issubclass(cls, torch.nn.Module):  # a model is passed None where it fails
+        raise NotCaptured(f"building the pipeline's `{name}` ({cls.__name__}): {missing}")
+    for key, (value, why) in (missing.items() if isinstance(missing, dict) else ()):
+        config[key] = value
+        notes.append(f"`{name}`: {cls.__name__}'s required `{key}` = {value!r} ({why})")
     try:
         if issubclass(cls, torch.nn.Module):
             if device != "meta":  # run on the CPU: narrower channels first (the full widths may not fit)
@@ -186,6 +193,55 @@ def _component(name: str, param: inspect.Parameter, cls: type | None, configs: d
             notes.append(f"{why}; passed None")
             return None
         raise NotCaptured(why) from None
+
+
+def required_arguments(cls, config: dict) -> dict[str, tuple[Any, str]] | str:
+    """Values for the arguments `cls.__init__` requires (no default) that `config` lacks, each with its evidence,
+    read with libcst from the constructor's own body and signature: the first literal of a membership test whose
+    failure raises (`if schedule_mode not in {"log", "power"}: raise ...` -> "log"), else the plain value of its
+    annotation (`float` 1.0, `int` 1, `bool` False). A reason string where an argument has neither (the constructor
+    says nothing a value could be picked by)."""
+    from integrate.source import find_method
+    from integrate.syntax import find_all
+
+    from .inputs import _annotated, _class_node
+
+    try:
+        params = [p for n, p in inspect.signature(cls.__init__).parameters.items() if n != "self"
+                  and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.default is p.empty and n not in config]
+    except (TypeError, ValueError):
+        return {}
+    if not params:
+        return {}
+    owner = next((k for k in cls.__mro__ if "__init__" in vars(k)), cls)
+    found = _class_node(owner)
+    fn = find_method(found[1], "__init__") if found is not None else None
+    tests: dict[str, tuple[Any, int]] = {}
+    for test in find_all(fn, cst.If) if fn is not None else ():
+        if not find_all(test.body, cst.Raise) or not isinstance(test.test, cst.Comparison):
+            continue
+        left, comps = test.test.left, test.test.comparisons
+        if not (isinstance(left, cst.Name) and len(comps) == 1 and isinstance(comps[0].operator, cst.NotIn)
+                and isinstance(comps[0].comparator, (cst.Set, cst.Tuple, cst.List))):
+            continue
+        literals = [e.value.evaluated_value for e in comps[0].comparator.elements
+                    if isinstance(e.value, (cst.SimpleString, cst.Integer, cst.Float))]
+        if literals:
+            tests.setdefault(left.value, (literals[0], found[0].line(test)))
+    plain = {"float": 1.0, "int": 1, "bool": False}
+    out: dict[str, tuple[Any, str]] = {}
+    for p in params:
+        where = f"{Path(found[0].path).name}:{tests[p.name][1]}" if p.name in tests else ""
+        heads = _annotated(p.annotation) - {"None"}
+        if p.name in tests:
+            out[p.name] = (tests[p.name][0], f"the first value the constructor accepts: it raises on any other "
+                                             f"({where})")
+        elif len(heads) == 1 and (head := next(iter(heads))) in plain:
+            out[p.name] = (plain[head], f"annotated `{head}`, and the constructor tests no value of it")
+        else:
+            return (f"its required `{p.name}` is neither tested against literals nor annotated a plain number or "
+                    f"flag in {cls.__name__}.__init__: no value can be picked")
+    return out
 
 
 def _narrowed(cls, config: dict, notes: list[str], name: str):
@@ -331,16 +387,25 @@ def capture(cls, model, pipeline: dict, tiny_config: dict, slots: list[dict], st
     first: NotCaptured | None = None
     for choice in _choices(options):
         tried: list[str] = []
-        try:
-            calls = _run(pipe_cls, model, init, choice, pipeline.get("configs", {}), tiny_config, slots, steps, tried,
-                         text_share, changes)
-        except NotCaptured as exc:
-            first = first or exc
+        by_prompt = False
+        while True:
+            try:
+                calls = _run(pipe_cls, model, init, choice, pipeline.get("configs", {}), tiny_config, slots, steps,
+                             tried, text_share, changes, by_prompt)
+            except _ByPrompt as exc:  # once: the pipeline iterates its prompt beside the embeddings we pass
+                tried = [str(exc)]
+                by_prompt = True
+                continue
+            except NotCaptured as exc:
+                first = first or exc
+                calls = None
+            break
+        if calls is None:
             continue
         notes += [n for n in tried if n not in notes]
         notes += [f"`{n}`: {c.__name__}, the member of its annotation's union the pipeline runs with"
                   for n, c in choice.items() if c is not None and options[n] and c is not options[n][0]]
-        return calls, _needs_text(pipe_cls, init)
+        return calls, by_prompt or _needs_text(pipe_cls, init)
     raise first or NotCaptured(f"building {pipe_cls.__name__} failed")
 
 
@@ -405,16 +470,43 @@ def _where(exc: BaseException) -> str:
     return f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
 
 
+class _ByPrompt(Exception):
+    """The pipeline iterates its `prompt` even where embeddings are passed: call it with a prompt instead."""
+
+
+def _failing_statement(exc: BaseException) -> tuple[cst.BaseStatement | cst.BaseSmallStatement, str] | None:
+    """The innermost statement of the raise's own line, read with libcst, and `file:line`."""
+    import traceback
+
+    from integrate.syntax import find_all
+
+    from .inputs import _WS
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames or not Path(frames[-1].filename).is_file():
+        return None
+    path, line = Path(frames[-1].filename), frames[-1].lineno
+    src = _WS.load(path)
+    found = [n for n in find_all(src.module, cst.SimpleStatementLine, skip_functions=False)
+             if src.line(n) <= line <= src.last_line(n)]
+    return (found[-1], f"{path.name}:{line}") if found else None
+
+
 def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, slots: list[dict], steps: int,
-         notes: list[str], text_share: int = 1, changes: dict | None = None) -> list[dict]:
-    """Build the pipeline with one choice of component classes, call it, and record the transformer's calls."""
+         notes: list[str], text_share: int = 1, changes: dict | None = None, by_prompt: bool = False) -> list[dict]:
+    """Build the pipeline with one choice of component classes, call it, and record the transformer's calls.
+    `by_prompt`: call it with a prompt its text encoder (a stand-in) encodes, where it takes embeddings as well."""
     import torch
+
+    from integrate.syntax import find_all, self_member
+
+    from . import standins
 
     params = inspect.signature(pipe_cls.__call__).parameters
     widths = _widths(slots)
     if text_share > 1 and widths.get("text"):
         widths["text"] //= text_share
-    needs_text = _needs_text(pipe_cls, init)
+    needs_text = by_prompt or _needs_text(pipe_cls, init)
     # a second transformer of the same class (Wan's `transformer_2`) is built from the tiny config as well
     configs = {**configs, **{n: tiny_config for n, _ in init if n != "transformer" and choice.get(n) is type(model)}}
     # a module built to the transformer's real width: shrunk with it
@@ -434,7 +526,7 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
     call: dict[str, Any] = {"num_inference_steps": CAPTURE_SCHEDULE, "output_type": "latent",
                             "generator": torch.Generator().manual_seed(0)}
     text, pooled = widths.get("text"), widths.get("pooled")
-    if "prompt_embeds" in params:
+    if "prompt_embeds" in params and not by_prompt:
         if text is None:
             raise NotCaptured("the width of the transformer's text input is not known")
         call["prompt_embeds"] = torch.randn(1, *widths.get("text_dims", [TEXT_TOKENS]), text, generator=g)
@@ -537,6 +629,25 @@ def _run(pipe_cls, model, init, choice: dict, configs: dict, tiny_config: dict, 
                     notes.append(f"{pipe_cls.__name__} refused {CAPTURE_SCHEDULE} steps ({_line(exc)[:100]}): "
                                  "called with its default step count")
                     del call["num_inference_steps"]
+                    continue
+                failing = _failing_statement(exc) if isinstance(exc, TypeError) and "'NoneType'" in str(exc) \
+                    and _raised_in(exc, pipe_cls) else None
+                read = {n.value for n in find_all(failing[0], cst.Name)} if failing else set()
+                if failing and "not iterable" in str(exc) and "prompt_embeds" in call and "prompt" in read \
+                        and "prompt" in params \
+                        and not by_prompt and any("text_encoder" in n for n, _ in init):
+                    raise _ByPrompt(f"{pipe_cls.__name__} iterates its `prompt` even beside prompt embeddings "
+                                    f"({type(exc).__name__}: {_line(exc)} at {failing[1]}): called with a prompt, "
+                                    "encoded by a stand-in text encoder")
+                called = [self_member(c.func) for c in find_all(failing[0], cst.Call)] if failing else []
+                left_out = [n for n in called if n and getattr(pipe, n, False) is None
+                            and standins.is_processor(choice.get(n), n)]
+                if "not callable" in str(exc) and left_out:
+                    # a multimodal processor the call tokenizes its prompt with (no images): the text-only stand-in
+                    of = getattr(choice.get(left_out[0]), "__name__", left_out[0])
+                    setattr(pipe, left_out[0], standins.TextOnlyProcessor(of))
+                    notes.append(f"`{left_out[0]}`: a text-only stand-in for {of} holding the stand-in tokenizer "
+                                 f"(the call tokenizes its prompt with it: {failing[1]})")
                     continue
                 if ("negative_" in str(exc) or "NoneType" in str(exc)) and _add_negatives(call, params, g):
                     # the pipeline asks for negative embeddings beside ours, or encodes a negative prompt with

@@ -42,7 +42,7 @@ def _split(text: str) -> tuple[str | None, str]:
 # expression is refused before the file is written.
 _HELPERS = {"_randn", "_mask", "_grid_ids", "_rope_pair", "_gen", "_saved", "_config", "_own", "_samples", "step",
             "torch", "True", "False", "None"}
-_TORCH = {"zeros", "ones", "full", "randint", "tensor", "arange", "long", "float32", "bool"}
+_TORCH = {"zeros", "ones", "full", "randint", "tensor", "arange", "long", "float32", "bool", "zeros_like", "ones_like"}
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent), trim_blocks=True,
                           lstrip_blocks=True, keep_trailing_newline=True, finalize=escape.finalize)
 _ENV.filters.update(escape.FILTERS)
@@ -105,8 +105,11 @@ def _expression(expr: str) -> escape.Code:
         if isinstance(node, ast.Attribute) and not (isinstance(node.value, ast.Name) and node.value.id == "torch"
                                                     and node.attr in _TORCH):
             raise escape.UnsafeValue(f"fixture expression {expr[:80]!r} reaches {ast.unparse(node)!r}")
+        if isinstance(node, ast.Dict) and not all(isinstance(k, ast.Constant) and isinstance(k.value, str)
+                                                  for k in node.keys):  # a dict input of string keys (no `**`)
+            raise escape.UnsafeValue(f"fixture expression {expr[:80]!r} holds a dict of other keys")
         if not isinstance(node, (ast.Expression, ast.Call, ast.Name, ast.Attribute, ast.Constant, ast.Tuple,
-                                 ast.List, ast.BinOp, ast.UnaryOp, ast.keyword, ast.Load, ast.operator,
+                                 ast.List, ast.Dict, ast.BinOp, ast.UnaryOp, ast.keyword, ast.Load, ast.operator,
                                  ast.unaryop)):
             raise escape.UnsafeValue(f"fixture expression {expr[:80]!r} holds a {type(node).__name__}")
     return escape.Code(expr)

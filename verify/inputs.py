@@ -302,6 +302,11 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
             out.slots.append(Slot(name, "False", "the output as a tuple"))
         elif (kept := _typed_default(model, p, passed)) is not None:
             out.slots.append(Slot(name, None, kept))
+        elif (_is_mapping(p.annotation) and needed(p) and not any(w in low for w in _SKIP)
+              and (keys := _read_keys(model, name, {s.name: s.expr for s in out.slots if s.expr}))):
+            entries = ", ".join(f"{k!r}: {expr}" for k, expr, _ in keys)
+            out.slots.append(Slot(name, f"{{{entries}}}", "a dict of the keys forward reads from it: " + "; ".join(
+                why for _, _, why in keys)))
         elif _is_mapping(p.annotation):
             out.slots.append(Slot(name, None, "annotated as a dict: left at its default") if p.default is not
                              inspect.Parameter.empty else Slot(name, None, "", "a dict input the fixture cannot build"))
@@ -562,6 +567,68 @@ def _called_unguarded(model, param: str) -> str | None:
         said = f" (`{'`, `'.join(switches)}` builds and calls it)" if switches else ""
         return f"forward calls `{path}` on it with no test of it ({src.path.name}:{line}){said}"
     return None
+
+
+_NEUTRAL = {cst.BitAnd: True, cst.Multiply: True, cst.BitOr: False, cst.Add: False}  # x op value == x
+
+
+def _read_keys(model, param: str, made: dict[str, str]) -> list[tuple[str, str, str]]:
+    """The string keys forward subscripts on a dict input (`param`, or a dict it builds with `**param` in it and
+    does not set that key in itself), each with the expression that makes it and why, read with libcst. A key is
+    made only where forward combines it (`&`, `|`, `*`, `+`) with a value that comes from another input the fixture
+    makes (`mask & ~features["k"].bool()`, `mask = padding_mask.bool()`): of that input's shape, and the value that
+    leaves the other side as it is (False under `~` or beside `|` / `+`, True beside `&` / `*`), a bool where forward
+    reads it `.bool()`. Empty where a key is read any other way (a fixture would guess it)."""
+    src, fn = _forward_of(model)
+    if fn is None:
+        return []
+    holders, own = {param}, set()
+    values: dict[str, cst.BaseExpression] = {}
+    for a in find_all(fn.body, cst.Assign):
+        for t in a.targets:
+            if isinstance(t.target, cst.Name):
+                values.setdefault(t.target.value, a.value)
+        if isinstance(a.value, cst.Dict) and any(isinstance(e, cst.StarredDictElement) and param in _names(e.value)
+                                                 for e in a.value.elements):
+            holders |= {t.target.value for t in a.targets if isinstance(t.target, cst.Name)}
+            own |= {e.key.evaluated_value for e in a.value.elements
+                    if isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)}
+
+    def source(expr: cst.BaseExpression, depth: int = 0) -> str | None:
+        """The input another value comes from: a forward parameter the fixture makes, through plain assignments."""
+        for n in sorted(_names(expr) - holders):
+            if n in made:
+                return n
+            if n in values and depth < 4 and (found := source(values[n], depth + 1)):
+                return found
+        return None
+
+    def key_of(sub: cst.Subscript) -> str | None:
+        if dotted(sub.value) not in holders or len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
+            return None
+        key = sub.slice[0].slice.value
+        return key.evaluated_value if isinstance(key, cst.SimpleString) else None
+
+    out: dict[str, tuple[str, str, str]] = {}
+    for op in find_all(fn.body, cst.BinaryOperation):
+        neutral = _NEUTRAL.get(type(op.operator))
+        if neutral is None:
+            continue
+        for side, other in ((op.left, op.right), (op.right, op.left)):
+            inverted = isinstance(side, cst.UnaryOperation) and isinstance(side.operator, cst.BitInvert)
+            inner = side.expression if inverted else side
+            as_bool = (isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute)
+                       and inner.func.attr.value == "bool" and not inner.args)
+            sub = inner.func.value if as_bool else inner
+            key = key_of(sub) if isinstance(sub, cst.Subscript) else None
+            if key is None or key in own or key in out or (partner := source(other)) is None:
+                continue
+            value = (not neutral) if inverted else neutral
+            dtype = ", dtype=torch.bool" if as_bool else ""
+            expr = f"torch.{'ones' if value else 'zeros'}_like({made[partner]}{dtype})"
+            out[key] = (key, expr, f"`{key}` (line {src.line(op)}: `{src.code(op)[:60]}`) is as `{partner}`, all "
+                                   f"{value}: the side it meets is left as it is")
+    return list(out.values())
 
 
 def _typed_default(model, p: inspect.Parameter, passed: dict[str, int | None]) -> str | None:
@@ -847,15 +914,23 @@ def _unpacked_rank(model, param: str) -> int | None:
     """How many dims forward says `param` has where the pipeline's call was not traced: the names its shape is
     unpacked into (`batch, channels, frames, height, width = hidden_states.shape`), read with libcst; None when
     forward unpacks it no such way, or two ways."""
+    found = _unpacked(model, param)
+    return len(found[0]) if found else None
+
+
+def _unpacked(model, param: str) -> tuple[tuple[str, ...], int] | None:
+    """The names forward unpacks `param.shape` into, in order (`_` for a target that is not a plain name), and the
+    line; None when forward unpacks it no such way, or two ways of different ranks."""
     src, fn = _forward_of(model)
-    found = set()
+    found: dict[int, tuple[tuple[str, ...], int]] = {}
     for _, _, value, node in defuse(src, fn).statements(PLAIN) if fn is not None else ():
         target, *more = node.targets
         if (not more and isinstance(target.target, cst.Tuple) and isinstance(value, cst.Attribute)
                 and value.attr.value == "shape" and isinstance(value.value, cst.Name) and value.value.value == param
                 and not any(isinstance(e, cst.StarredElement) for e in target.target.elements)):
-            found.add(len(target.target.elements))
-    return found.pop() if len(found) == 1 else None
+            names = tuple(e.value.value if isinstance(e.value, cst.Name) else "_" for e in target.target.elements)
+            found.setdefault(len(names), (names, src.line(node)))
+    return next(iter(found.values())) if len(found) == 1 else None
 
 
 def _forward_of(model):
@@ -1055,6 +1130,9 @@ def _latent(model, config, name: str, dims: int | None,
             return Slot(name, f"_randn({name!r}, {_shape(*shape)}, step=step)",
                         f"{why}, frame by frame: 2 frames, {'after' if after else 'before'} the channels",
                         shape=shape), (2, *grid)
+        patches = _patch_sequence(model, name, len(k), facts)
+        if patches is not None:
+            return patches
         shape = (BATCH, facts["width"], *spatial)
         return Slot(name, f"_randn({name!r}, {_shape(*shape)}, step=step)", why, shape=shape), grid
     if kind in ("linear", "norm") and (dims or 3) == 3:
@@ -1080,6 +1158,27 @@ def _latent(model, config, name: str, dims: int | None,
                + (f"; a {side}x{side} token grid: forward refuses other sizes (line {guard})" if guard else ""))
         return Slot(name, f"_randn({name!r}, {_shape(*shape)}, step=step)", why, shape=shape), grid
     return Slot(name, None, "", f"`{path}` ({kind}) does not say how to shape a {dims}-D latent"), None
+
+
+def _patch_sequence(model, name: str, spatial: int, facts: dict[str, Any]) -> tuple[Slot, tuple[int, ...]] | None:
+    """A latent that is already a sequence of patches: forward unpacks its shape into one name more than its
+    patch embedding (a ConvNd whose stride is its kernel) takes, the channels third (`batch_size, max_num_patches,
+    channels, pt, ph, pw = hidden_states.shape`): the second axis is the patches, and each patch is one kernel,
+    which the conv makes one token of. 16 patches (a 1x4x4 grid); None where forward does not say so."""
+    found = _unpacked(model, name)
+    kernel, stride = list(facts["kernel"]), list(facts["stride"])
+    if found is None or len(found[0]) != spatial + 3 or kernel != stride:
+        return None
+    names, line = found
+    if "channel" not in names[2].lower():
+        return None
+    grid = (1, 4, 4)
+    shape = (BATCH, grid[0] * grid[1] * grid[2], facts["width"], *kernel)
+    why = (f"forward unpacks `{name}.shape` into {len(names)} names (line {line}: {', '.join(names)}): one axis "
+           f"more than its patch embedding (a Conv{spatial}d, kernel {kernel} = stride) takes, before the "
+           f"{facts['width']} channels: `{names[1]}` is a sequence of patches, each one kernel the conv makes one "
+           f"token of; {shape[1]} patches")
+    return Slot(name, f"_randn({name!r}, {_shape(*shape)}, step=step)", why, shape=shape), grid
 
 
 def _grid_side(model) -> tuple[int, int | None]:
