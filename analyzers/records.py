@@ -295,6 +295,15 @@ class BlockStructure:
     built: bool = True  # element 0 exists for this config (False: a branch not taken, e.g. an optional list)
     surgery: tuple[Evidence, ...] = ()  # the block splits/slices its stream by a length from a non-tensor input
     calls: tuple[SubModuleCall, ...] = ()
+    # sub-modules (paths in the block) whose forward picks tokens from the whole sequence it is given: an MoE layer
+    # routing by expert choice (`topk` with a `k` computed from its input's length), with the line
+    token_routing: tuple[tuple[str, Evidence], ...] = ()
+    # calls the block's forward makes with its stream to a sub-module of a class the analysis cannot read (one
+    # built from a class handed to the constructor, `self.attn = attn_cls(...)`), with the call's line
+    unread: tuple[Evidence, ...] = ()
+    # dispatcher calls in an attention's processor that take query, key or value sliced along the sequence axis
+    # (`query[:, start:end]`): positions of the whole sequence, which under CP each rank holds only a share of
+    kernel_slices: tuple[Evidence, ...] = ()
 
 
 @dataclass(frozen=True)
