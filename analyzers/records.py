@@ -497,6 +497,10 @@ class ParallelFacts:
     # 1.13: where the installed cache-dit lists the diffusers attention classes whose processors it hands the
     # parallel config (why names them); None when not found there
     cp_attention_classes: Evidence | None = None
+    # attention modules a block loop's body calls beside the blocks with the stream, whose processor lays the
+    # sequence out by a count read from the shape of another input (`query.unflatten(1, (T, -1))`, `T` the frames
+    # of the tensor it attends to): (hook key, the module forward's parameter the stream is passed as, the line)
+    regrouping: tuple[tuple[str, str, Evidence], ...] = ()
 
 
 @dataclass(frozen=True)

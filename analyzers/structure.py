@@ -107,7 +107,76 @@ def parallel_facts(gate: GateReport, ws: Workspace, transformer: TransformerFact
         model_mixin_at=Evidence(str(t_src.path), t_src.line(cls), model_why),
         tp_requires_model_mixin=tp_requires_model_mixin(ws),
         cp_attention_classes=(cp_attention_classes(ws) or (None, None))[1],
+        regrouping=_regrouping(ws, tree, t_src, cls, seq),
     )
+
+
+def _regrouping(ws: Workspace, tree: Tree, src: SourceFile, cls: cst.ClassDef, seq: SequenceFact | None) -> tuple:
+    """Attention modules beside the blocks (`self.face_adapter[i](hidden_states, motion_vec)` in a block loop's
+    body) whose processor lays the stream's sequence axis out by a count read from the shape of another input: a
+    per-frame regrouping (`B, T, N, C = encoder_hidden_states.shape; query.unflatten(1, (T, -1))`). On a rank's
+    share of the sequence the groups no longer line up with the other input's frames. (hook key, the module
+    forward's parameter that takes the stream, evidence)."""
+    fwd = find_method(cls, "forward")
+    if fwd is None or seq is None:
+        return ()
+    out = []
+    for lf in seq.lists:
+        loop = next((x for x in find_all(fwd, cst.For) if src.line(x) == lf.loop_line), None)
+        if loop is None:
+            continue
+        streams = set(lf.streams.values())
+        for call in find_all(loop.body, cst.Call):
+            indexed = isinstance(call.func, cst.Subscript)
+            member = self_member(call.func.value if indexed else call.func)
+            node = tree.nodes.get(f"{member}.0" if indexed else member or "")
+            if member is None or member == lf.attr or node is None or node.cls_node is None \
+                    or not is_attention(ws, node):
+                continue
+            module_fwd = find_method(node.cls_node[1], "forward")
+            params = [p.name.value for p in params_of(module_fwd) if p.name.value != "self"] if module_fwd else []
+            passed = [params[i] for i, a in enumerate(call.args) if a.keyword is None and i < len(params)
+                      and isinstance(a.value, cst.Name) and a.value.value in streams]
+            passed += [a.keyword.value for a in call.args if a.keyword is not None and isinstance(a.value, cst.Name)
+                       and a.value.value in streams]
+            at = _regrouped_at(ws, node) if len(passed) == 1 else None
+            if at is not None:
+                out.append((f"{member}.*" if indexed else member, passed[0], at))
+    return tuple(out)
+
+
+def _regrouped_at(ws: Workspace, node: Node) -> Evidence | None:
+    """Where the processor `node` runs (else its forward) unflattens its query stream's dim 1 by a count read
+    from another input's `.shape`."""
+    proc = _processor_argument(ws, node) or _processor_class(ws, *node.cls_node)
+    src, cls = proc if proc is not None else node.cls_node
+    fn = find_method(cls, "__call__" if proc is not None else "forward")
+    params = [p.name.value for p in params_of(fn) if p.name.value != "self"] if fn is not None else []
+    if proc is not None:
+        params = params[1:]  # the attention module itself
+    if len(params) < 2:
+        return None
+    stream, others = params[0], set(params[1:])
+
+    def tags(value: cst.BaseExpression) -> set[str]:
+        shaped = {a.value.value for a in find_all(value, cst.Attribute)
+                  if a.attr.value in ("shape", "size") and isinstance(a.value, cst.Name) and a.value.value in others}
+        return {"count:" + n for n in shaped}
+
+    flow = defuse(src, fn).lineage(seed=tags, initial=lambda n: {"stream"} if n == stream else ())
+    for call in find_all(fn, cst.Call):
+        if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "unflatten" and len(call.args) >= 2):
+            continue
+        dim = call.args[0].value
+        line = src.line(call)
+        if not (isinstance(dim, cst.Integer) and dim.value == "1") or "stream" not in flow.reads(call.func.value, line):
+            continue
+        counts = sorted(t.split(":", 1)[1] for t in flow.reads(call.args[1].value, line) | tags(call.args[1].value)
+                        if t.startswith("count:"))
+        if counts:
+            return Evidence(str(src.path), line, f"{cls.name.value}: `{src.code(call)[:60]}` lays the sequence out by a "
+                                                 f"count read from the shape of `{counts[0]}`")
+    return None
 
 
 # -- blocks ---------------------------------------------------------------------------------

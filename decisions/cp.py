@@ -115,7 +115,7 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
     shape = "sub-module hooks" if per_module else "root split" if c.root else "first-block split"
     _split_lists(c, lists, per_module)
     _gather(c, lists, per_module)
-    whole = _run_routers_whole(c, lists, per_module)
+    whole = _run_routers_whole(c, lists, per_module) | _run_regrouping_whole(c, lists)
     # a joint sequence: two streams in one block, or a text split at every block that the attention joins to
     # the block's own keys (NucleusMoE: image queries against [image; text] keys)
     joint = any(len(lf.streams) > 1 for lf in seq.lists) or bool(_joined_text(c, lists))
@@ -191,6 +191,29 @@ def _run_routers_whole(c: _Chart, lists: list[ListFlowFact], per_module: set[str
             c.evidence.append(Evidence(e.file, e.line, why))
             c.risks.append(f"`{lf.attr}[i].{path}` runs whole on every rank (expert-choice routing over the whole "
                            "sequence): its work repeats there, in every block where the module sits at that path")
+    return out
+
+
+def _run_regrouping_whole(c: _Chart, lists: list[ListFlowFact]) -> dict[str, RunWhole]:
+    """An attention module the loop body calls beside the blocks with the stream, that lays the sequence out by a
+    count read from another input's shape (`ParallelFacts.regrouping`: Wan Animate's face adapter groups the
+    tokens per frame of the motion vector it attends to), runs whole under CP: the stream gathered before it, its
+    output cut again. Its work repeats on every rank."""
+    out: dict[str, RunWhole] = {}
+    walked = lists[0] if lists else None
+    cut = _stream_cut(c, walked) if walked is not None else None
+    for key, param, e in c.facts.regrouping:
+        if cut is None:
+            c.unknowns.append(f"`{key}` regroups the sequence ({e.why}, {Path(e.file).name}:{e.line}), but the "
+                              "stream's cut was not read: run it whole by hand")
+            continue
+        dim, dims = cut
+        why = (f"`{key}`: {e.why}; on a rank's share of the sequence the groups fall elsewhere: run whole on every "
+               f"rank (`{param}` gathered on dim {dim}, its output cut again)")
+        out[key] = RunWhole({param: Gather(dim, dims)}, {"0": Split(dim, dims, True)}, why)
+        c.evidence.append(Evidence(e.file, e.line, why))
+        c.risks.append(f"`{key}` runs whole on every rank (it regroups the sequence by another input's count): its "
+                       "work repeats there")
     return out
 
 

@@ -68,3 +68,21 @@ def test_a_processor_that_cuts_the_sequence_before_the_kernel_blocks_cp_and_the_
     r = _verify(plan_dir, out, "--proof", "cache")
     assert r["fixture"]["status"] == "derived", r["fixture"]
     assert r["cache"]["status"] == "pass", r["cache"]
+
+
+def test_an_attention_beside_the_blocks_that_regroups_the_sequence_per_frame_runs_whole_under_cp(tmp_path):
+    """Wan Animate's face adapter, called in the block loop's body with the stream, groups the query's tokens per
+    frame of the motion vector it attends to (`B, T, N, C = encoder_hidden_states.shape`, `query.unflatten(1, (T,
+    -1))`): on a rank's share the groups fall on other frames. The plan runs it whole from the first verify (the
+    CP proof had diverged there until `integrate repair` found the same run-whole proposal, ~205 s later). Plan
+    only: the proof itself runs minutes on this model (its motion encoder's convolutions)."""
+    from integrate import api
+
+    model = make_model_dir(tmp_path / "m", "WanAnimatePipeline", "WanAnimateTransformer3DModel")
+    plan = api.plan(api.flags_for(str(model)), probe=False)
+    whole = plan.parallelism.cp.run_whole["face_adapter.*"]
+    assert set(whole.gather) == {"hidden_states"} and whole.gather["hidden_states"].gather_dim == 1
+    assert whole.split["0"].split_dim == 1 and "query.unflatten(1, (T, -1))" in whole.why, whole
+    assert "encoder_hidden_states" in whole.why
+    assert any("transformer_wan_animate.py" in e.file and "query.unflatten" in e.why
+               for e in plan.parallelism.cp.evidence)
