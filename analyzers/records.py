@@ -499,8 +499,9 @@ class ParallelFacts:
     cp_attention_classes: Evidence | None = None
     # attention modules a block loop's body calls beside the blocks with the stream, whose processor lays the
     # sequence out by a count read from the shape of another input (`query.unflatten(1, (T, -1))`, `T` the frames
-    # of the tensor it attends to): (hook key, the module forward's parameter the stream is passed as, the line)
-    regrouping: tuple[tuple[str, str, Evidence], ...] = ()
+    # of the tensor it attends to): (the block list whose loop calls it, hook key, the module forward's parameter
+    # the stream is passed as, the line)
+    regrouping: tuple[tuple[str, str, str, Evidence], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -115,8 +115,8 @@ def _regrouping(ws: Workspace, tree: Tree, src: SourceFile, cls: cst.ClassDef, s
     """Attention modules beside the blocks (`self.face_adapter[i](hidden_states, motion_vec)` in a block loop's
     body) whose processor lays the stream's sequence axis out by a count read from the shape of another input: a
     per-frame regrouping (`B, T, N, C = encoder_hidden_states.shape; query.unflatten(1, (T, -1))`). On a rank's
-    share of the sequence the groups no longer line up with the other input's frames. (hook key, the module
-    forward's parameter that takes the stream, evidence)."""
+    share of the sequence the groups no longer line up with the other input's frames. (the list, hook key, the
+    module forward's parameter that takes the stream, evidence)."""
     fwd = find_method(cls, "forward")
     if fwd is None or seq is None:
         return ()
@@ -141,7 +141,7 @@ def _regrouping(ws: Workspace, tree: Tree, src: SourceFile, cls: cst.ClassDef, s
                        and a.value.value in streams]
             at = _regrouped_at(ws, node) if len(passed) == 1 else None
             if at is not None:
-                out.append((f"{member}.*" if indexed else member, passed[0], at))
+                out.append((lf.attr, f"{member}.*" if indexed else member, passed[0], at))
     return tuple(out)
 
 

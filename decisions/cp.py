@@ -200,9 +200,9 @@ def _run_regrouping_whole(c: _Chart, lists: list[ListFlowFact]) -> dict[str, Run
     tokens per frame of the motion vector it attends to), runs whole under CP: the stream gathered before it, its
     output cut again. Its work repeats on every rank."""
     out: dict[str, RunWhole] = {}
-    walked = lists[0] if lists else None
-    cut = _stream_cut(c, walked) if walked is not None else None
-    for key, param, e in c.facts.regrouping:
+    walked = {lf.attr: lf for lf in lists}
+    for attr, key, param, e in c.facts.regrouping:
+        cut = _stream_cut(c, walked[attr]) if attr in walked else None
         if cut is None:
             c.unknowns.append(f"`{key}` regroups the sequence ({e.why}, {Path(e.file).name}:{e.line}), but the "
                               "stream's cut was not read: run it whole by hand")
