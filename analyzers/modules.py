@@ -269,6 +269,11 @@ class _Walker:
         line = self.src.line(stmt)
         if found is None:
             name = dotted(value.func) or ""
+            if isinstance(value.func, cst.Name) and name in self.node.params and not is_known(self.env.get(name)):
+                # `self.attn = attn_cls(...)`: a class handed to the constructor, not known here: a module of a
+                # class the analysis cannot read (kind "unknown"), so a reader can tell it is there
+                self.tree.add(Node(path, name, "unknown", str(self.src.path), line, conditional))
+                return True
             if "." not in name or name.rsplit(".", 1)[1] not in _LINEAR:
                 return False
             # `operations.Linear(...)`, a layer namespace handed to the constructor (ComfyUI's `ops`): a Linear

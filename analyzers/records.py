@@ -295,6 +295,15 @@ class BlockStructure:
     built: bool = True  # element 0 exists for this config (False: a branch not taken, e.g. an optional list)
     surgery: tuple[Evidence, ...] = ()  # the block splits/slices its stream by a length from a non-tensor input
     calls: tuple[SubModuleCall, ...] = ()
+    # sub-modules (paths in the block) whose forward picks tokens from the whole sequence it is given: an MoE layer
+    # routing by expert choice (`topk` with a `k` computed from its input's length), with the line
+    token_routing: tuple[tuple[str, Evidence], ...] = ()
+    # calls the block's forward makes with its stream to a sub-module of a class the analysis cannot read (one
+    # built from a class handed to the constructor, `self.attn = attn_cls(...)`), with the call's line
+    unread: tuple[Evidence, ...] = ()
+    # dispatcher calls in an attention's processor that take query, key or value sliced along the sequence axis
+    # (`query[:, start:end]`): positions of the whole sequence, which under CP each rank holds only a share of
+    kernel_slices: tuple[Evidence, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -488,6 +497,11 @@ class ParallelFacts:
     # 1.13: where the installed cache-dit lists the diffusers attention classes whose processors it hands the
     # parallel config (why names them); None when not found there
     cp_attention_classes: Evidence | None = None
+    # attention modules a block loop's body calls beside the blocks with the stream, whose processor lays the
+    # sequence out by a count read from the shape of another input (`query.unflatten(1, (T, -1))`, `T` the frames
+    # of the tensor it attends to): (the block list whose loop calls it, hook key, the module forward's parameter
+    # the stream is passed as, the line)
+    regrouping: tuple[tuple[str, str, str, Evidence], ...] = ()
 
 
 @dataclass(frozen=True)

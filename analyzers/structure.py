@@ -23,7 +23,7 @@ from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method
 from integrate.syntax import find_all, params_of, self_member, target_names
 
-from .attention import attention_facts, int_value, is_attention, is_kernel_call
+from .attention import _processor_argument, _processor_class, attention_facts, int_value, is_attention, is_kernel_call
 from .bases import model_mixin
 from .cfg import loop_model_calls
 from .encoders import text_encoder_facts, vae_facts
@@ -107,7 +107,76 @@ def parallel_facts(gate: GateReport, ws: Workspace, transformer: TransformerFact
         model_mixin_at=Evidence(str(t_src.path), t_src.line(cls), model_why),
         tp_requires_model_mixin=tp_requires_model_mixin(ws),
         cp_attention_classes=(cp_attention_classes(ws) or (None, None))[1],
+        regrouping=_regrouping(ws, tree, t_src, cls, seq),
     )
+
+
+def _regrouping(ws: Workspace, tree: Tree, src: SourceFile, cls: cst.ClassDef, seq: SequenceFact | None) -> tuple:
+    """Attention modules beside the blocks (`self.face_adapter[i](hidden_states, motion_vec)` in a block loop's
+    body) whose processor lays the stream's sequence axis out by a count read from the shape of another input: a
+    per-frame regrouping (`B, T, N, C = encoder_hidden_states.shape; query.unflatten(1, (T, -1))`). On a rank's
+    share of the sequence the groups no longer line up with the other input's frames. (the list, hook key, the
+    module forward's parameter that takes the stream, evidence)."""
+    fwd = find_method(cls, "forward")
+    if fwd is None or seq is None:
+        return ()
+    out = []
+    for lf in seq.lists:
+        loop = next((x for x in find_all(fwd, cst.For) if src.line(x) == lf.loop_line), None)
+        if loop is None:
+            continue
+        streams = set(lf.streams.values())
+        for call in find_all(loop.body, cst.Call):
+            indexed = isinstance(call.func, cst.Subscript)
+            member = self_member(call.func.value if indexed else call.func)
+            node = tree.nodes.get(f"{member}.0" if indexed else member or "")
+            if member is None or member == lf.attr or node is None or node.cls_node is None \
+                    or not is_attention(ws, node):
+                continue
+            module_fwd = find_method(node.cls_node[1], "forward")
+            params = [p.name.value for p in params_of(module_fwd) if p.name.value != "self"] if module_fwd else []
+            passed = [params[i] for i, a in enumerate(call.args) if a.keyword is None and i < len(params)
+                      and isinstance(a.value, cst.Name) and a.value.value in streams]
+            passed += [a.keyword.value for a in call.args if a.keyword is not None and isinstance(a.value, cst.Name)
+                       and a.value.value in streams]
+            at = _regrouped_at(ws, node) if len(passed) == 1 else None
+            if at is not None:
+                out.append((lf.attr, f"{member}.*" if indexed else member, passed[0], at))
+    return tuple(out)
+
+
+def _regrouped_at(ws: Workspace, node: Node) -> Evidence | None:
+    """Where the processor `node` runs (else its forward) unflattens its query stream's dim 1 by a count read
+    from another input's `.shape`."""
+    proc = _processor_argument(ws, node) or _processor_class(ws, *node.cls_node)
+    src, cls = proc if proc is not None else node.cls_node
+    fn = find_method(cls, "__call__" if proc is not None else "forward")
+    params = [p.name.value for p in params_of(fn) if p.name.value != "self"] if fn is not None else []
+    if proc is not None:
+        params = params[1:]  # the attention module itself
+    if len(params) < 2:
+        return None
+    stream, others = params[0], set(params[1:])
+
+    def tags(value: cst.BaseExpression) -> set[str]:
+        shaped = {a.value.value for a in find_all(value, cst.Attribute)
+                  if a.attr.value in ("shape", "size") and isinstance(a.value, cst.Name) and a.value.value in others}
+        return {"count:" + n for n in shaped}
+
+    flow = defuse(src, fn).lineage(seed=tags, initial=lambda n: {"stream"} if n == stream else ())
+    for call in find_all(fn, cst.Call):
+        if not (isinstance(call.func, cst.Attribute) and call.func.attr.value == "unflatten" and len(call.args) >= 2):
+            continue
+        dim = call.args[0].value
+        line = src.line(call)
+        if not (isinstance(dim, cst.Integer) and dim.value == "1") or "stream" not in flow.reads(call.func.value, line):
+            continue
+        counts = sorted(t.split(":", 1)[1] for t in flow.reads(call.args[1].value, line) | tags(call.args[1].value)
+                        if t.startswith("count:"))
+        if counts:
+            return Evidence(str(src.path), line, f"{cls.name.value}: `{src.code(call)[:60]}` lays the sequence out by a "
+                                                 f"count read from the shape of `{counts[0]}`")
+    return None
 
 
 # -- blocks ---------------------------------------------------------------------------------
@@ -159,13 +228,114 @@ def block_structure(ws: Workspace, tree: Tree, attr: str, block_class: str | Non
     unknowns = [u for a in atts for u in a.unknowns]
     if not atts:
         unknowns.append(f"no attention module found in {b_cls.name.value}")
-    subs = [a.path for a in atts] + sorted({r.path.split(".")[0] for r in roles if r.role in ("ffn_in", "ffn_out")})
+    routing = [(path, e) for path in sorted({r.path.rpartition(".")[0] for r in roles if r.role == "router"})
+               if (e := _token_routing(tree.nodes.get(f"{root}.{path}"))) is not None]
+    subs = [a.path for a in atts] + sorted({r.path.split(".")[0] for r in roles if r.role in ("ffn_in", "ffn_out")}
+                                           | {path for path, _ in routing})
     surgery, calls = _block_surgery(ws, tree, block, root, subs)
     return BlockStructure(
         attr=attr, block_class=b_cls.name.value, length=length, modules=modules,
         attentions=tuple(atts), linears=roles, tables=tables, kernels=kernels,
         evidence=(Evidence(str(b_src.path), b_src.line(b_cls), f"element 0 of `{attr}`: {b_cls.name.value}"),),
-        unknowns=tuple(unknowns), surgery=surgery, calls=calls)
+        unknowns=tuple(unknowns), surgery=surgery, calls=calls, token_routing=tuple(routing),
+        unread=_unread_calls(tree, block, root),
+        kernel_slices=tuple(e for a in atts for e in _kernel_slices(ws, tree.nodes.get(f"{root}.{a.path}"), attr)))
+
+
+def _kernel_slices(ws: Workspace, node: Node | None, attr: str) -> tuple[Evidence, ...]:
+    """`dispatch_attention_fn(query[:, start:end], key[:, :end], ...)` in the processor an attention module runs:
+    query, key or value cut along dim 1, the sequence axis of the [B, S, H, D] layout diffusers' dispatcher takes.
+    Under Ulysses the dispatcher gathers the sequence inside the call, so before it each rank holds a share, and
+    a slice by positions of the whole sequence picks other tokens there (or none)."""
+    if node is None or node.cls_node is None:
+        return ()
+    proc = _processor_argument(ws, node) or _processor_class(ws, *node.cls_node)
+    src, cls = proc if proc is not None else node.cls_node
+    fn = find_method(cls, "__call__" if proc is not None else "forward")
+    if fn is None:
+        return ()
+    out = []
+    for call in find_all(fn, cst.Call):
+        if (dotted(call.func) or "").rsplit(".", 1)[-1] != "dispatch_attention_fn":
+            continue
+        for arg in [a for a in call.args if a.keyword is None][:3]:
+            value = arg.value
+            if not (isinstance(value, cst.Subscript) and len(value.slice) >= 2):
+                continue
+            first, second = value.slice[0].slice, value.slice[1].slice
+            whole = (isinstance(first, cst.Slice) and first.lower is None and first.upper is None
+                     and first.step is None)
+            if whole and isinstance(second, cst.Slice) and (second.lower is not None or second.upper is not None):
+                out.append(Evidence(str(src.path), src.line(call),
+                                    f"`{attr}[i]`: {cls.name.value} hands the attention kernel `{src.code(value)}`, "
+                                    "cut along the sequence axis at positions of the whole sequence: under CP each "
+                                    "rank holds a share of it there (Ulysses gathers inside the kernel call)"))
+                break
+    return tuple(dict.fromkeys(out))
+
+
+def _unread_calls(tree: Tree, block: Node, root: str) -> tuple[Evidence, ...]:
+    """The block forward's calls, with its stream (its first input), to a child module the tree holds as `unknown`:
+    built from a class handed to the constructor, whose forward the analysis never reads."""
+    prefix = root + "."
+    unread = {p[len(prefix):]: n for p, n in tree.nodes.items()
+              if p.startswith(prefix) and p.count(".") == prefix.count(".") and n.kind == "unknown"}
+    src, cls = block.cls_node
+    fwd = find_method(cls, "forward") if unread else None
+    if fwd is None:
+        return ()
+    names = [p.name.value for p in params_of(fwd) if p.name.value != "self"]
+    if not names:
+        return ()
+    derived = defuse(src, fwd).lineage(seed=lambda value: (), initial=lambda n: {n} if n == names[0] else ())
+    out = []
+    for call in find_all(fwd, cst.Call):
+        sub = self_member(call.func)
+        line = src.line(call)
+        if sub in unread and any(names[0] in derived.reads(a.value, line) for a in call.args):
+            n = unread[sub]
+            out.append(Evidence(str(src.path), line, f"`self.{sub}(...)` takes the sequence, and `self.{sub}` is built "
+                                                     f"from `{n.cls}` (a class handed to the constructor, "
+                                                     f"{Path(n.file).name}:{n.line}), whose forward is not read"))
+    return tuple(dict.fromkeys(out))
+
+
+def _token_routing(node: Node | None) -> Evidence | None:
+    """Where an MoE layer's forward picks tokens from the whole sequence: a `topk` whose `k` is computed from the
+    length of the tensor it is given (`bs, slen, dim = x.shape; capacity = ceil(factor * slen / experts)`: expert-choice
+    routing, each expert taking its top tokens of the sequence). On a rank's share of the sequence each expert would
+    pick among other tokens, and as many again per rank. None where no such call is read (token-choice routing ranks
+    the experts of each token, which a share of the sequence leaves as it is)."""
+    if node is None or node.cls_node is None:
+        return None
+    src, cls = node.cls_node
+    fwd = find_method(cls, "forward")
+    params = [p.name.value for p in params_of(fwd) if p.name.value != "self"] if fwd is not None else []
+    if not params:
+        return None
+    stream = params[0]
+
+    def length_of_stream(value: cst.BaseExpression) -> set[str]:
+        """{"length"} where `value` reads the size of the stream: `x.shape`, `x.size(...)`."""
+        for a in find_all(value, cst.Attribute):
+            if a.attr.value in ("shape", "size") and isinstance(a.value, cst.Name) and a.value.value == stream:
+                return {"length"}
+        return set()
+
+    lengths = defuse(src, fwd).lineage(seed=length_of_stream)
+    for call in find_all(fwd, cst.Call):
+        if (dotted(call.func) or "").rsplit(".", 1)[-1] != "topk":
+            continue
+        method = isinstance(call.func, cst.Attribute) and not (dotted(call.func) or "").startswith("torch.")
+        positional = [a for a in call.args if a.keyword is None]
+        k = next((a for a in call.args if a.keyword is not None and a.keyword.value == "k"),
+                 positional[0 if method else 1] if len(positional) > (0 if method else 1) else None)
+        line = src.line(call)
+        if k is not None and (length_of_stream(k.value) or "length" in lengths.reads(k.value, line)):
+            return Evidence(str(src.path), line, f"{cls.name.value}: `{src.code(call)[:60]}` takes `k` from the "
+                                                 f"length of `{stream}`: each expert picks its tokens from the whole "
+                                                 "sequence (expert-choice routing)")
+    return None
 
 
 _LAYOUTS = ("unflatten", "view", "reshape")  # tensor methods that lay a sequence out by sizes

@@ -43,6 +43,7 @@ from .records import (
     MaskReorder,
     MaskSite,
     RopeDriftFix,
+    RunWhole,
     Split,
     UlyssesAnything,
 )
@@ -114,6 +115,7 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
     shape = "sub-module hooks" if per_module else "root split" if c.root else "first-block split"
     _split_lists(c, lists, per_module)
     _gather(c, lists, per_module)
+    whole = _run_routers_whole(c, lists, per_module) | _run_regrouping_whole(c, lists)
     # a joint sequence: two streams in one block, or a text split at every block that the attention joins to
     # the block's own keys (NucleusMoE: image queries against [image; text] keys)
     joint = any(len(lf.streams) > 1 for lf in seq.lists) or bool(_joined_text(c, lists))
@@ -142,7 +144,7 @@ def decide_cp(facts: ParallelFacts, *, root: bool = True) -> CpPlan:
     return CpPlan("hook", shape, c.plan, "low" if unsure else confidence, tuple(evidence),
                   tuple(c.risks + extra_risks), tuple(c.unknowns), mask, rope, uaa, NO_HYBRID, _compare(facts, c.plan),
                   _lengths(c), blocked, _ring_masks(facts, lists, kept), local_attention=local, kv_expand=kv_expand,
-                  mask_mend=mends, sdpa_mend=sdpa, hand_config=handed)
+                  mask_mend=mends, sdpa_mend=sdpa, hand_config=handed, run_whole=whole)
 
 
 def _split_lists(c: _Chart, lists: list[ListFlowFact], per_module: set[str]) -> None:
@@ -160,6 +162,77 @@ def _split_lists(c: _Chart, lists: list[ListFlowFact], per_module: set[str]) -> 
         _split_side_modules(c, lf)
 
 
+def _run_routers_whole(c: _Chart, lists: list[ListFlowFact], per_module: set[str]) -> dict[str, RunWhole]:
+    """An MoE layer in a block that routes by expert choice (each expert picks its tokens from the whole sequence,
+    `BlockStructure.token_routing`) runs whole under CP: its stream inputs gathered along the axis the stream is cut
+    on, its output cut again there. On a rank's share each expert would rank other tokens. Its work repeats on
+    every rank (the cost, said in the risks); only where the block calls it with the stream and the stream's cut is
+    read from the plan, else an unknown."""
+    out: dict[str, RunWhole] = {}
+    for lf in lists:
+        block = c.blocks.get(lf.attr)
+        if block is None or lf.attr in per_module:
+            continue
+        for path, e in block.token_routing:
+            call = next((x for x in block.calls if x.path == path), None)
+            names = [p for p, role in call.inputs.items() if role == "stream"] if call is not None else []
+            cut = _stream_cut(c, lf)
+            if not names or cut is None:
+                c.unknowns.append(f"`{lf.attr}[i].{path}` picks tokens from the whole sequence ({e.why}, "
+                                  f"{Path(e.file).name}:{e.line}), but its call with the stream or the stream's cut "
+                                  "was not read: run it whole by hand")
+                continue
+            dim, dims = cut
+            why = (f"`{lf.attr}[i].{path}`: {e.why}; on a rank's share it would pick among other tokens: run whole "
+                   f"on every rank ({', '.join(f'`{n}`' for n in names)} gathered on dim {dim}, its output cut "
+                   "again)")
+            out[f"{lf.attr}.*.{path}"] = RunWhole({n: Gather(dim, dims) for n in names}, {"0": Split(dim, dims, True)},
+                                                  why)
+            c.evidence.append(Evidence(e.file, e.line, why))
+            c.risks.append(f"`{lf.attr}[i].{path}` runs whole on every rank (expert-choice routing over the whole "
+                           "sequence): its work repeats there, in every block where the module sits at that path")
+    return out
+
+
+def _run_regrouping_whole(c: _Chart, lists: list[ListFlowFact]) -> dict[str, RunWhole]:
+    """An attention module the loop body calls beside the blocks with the stream, that lays the sequence out by a
+    count read from another input's shape (`ParallelFacts.regrouping`: Wan Animate's face adapter groups the
+    tokens per frame of the motion vector it attends to), runs whole under CP: the stream gathered before it, its
+    output cut again. Its work repeats on every rank."""
+    out: dict[str, RunWhole] = {}
+    walked = {lf.attr: lf for lf in lists}
+    for attr, key, param, e in c.facts.regrouping:
+        cut = _stream_cut(c, walked[attr]) if attr in walked else None
+        if cut is None:
+            c.unknowns.append(f"`{key}` regroups the sequence ({e.why}, {Path(e.file).name}:{e.line}), but the "
+                              "stream's cut was not read: run it whole by hand")
+            continue
+        dim, dims = cut
+        why = (f"`{key}`: {e.why}; on a rank's share of the sequence the groups fall elsewhere: run whole on every "
+               f"rank (`{param}` gathered on dim {dim}, its output cut again)")
+        out[key] = RunWhole({param: Gather(dim, dims)}, {"0": Split(dim, dims, True)}, why)
+        c.evidence.append(Evidence(e.file, e.line, why))
+        c.risks.append(f"`{key}` runs whole on every rank (it regroups the sequence by another input's count): its "
+                       "work repeats there")
+    return out
+
+
+def _stream_cut(c: _Chart, lf: ListFlowFact) -> tuple[int, int] | None:
+    """(axis, rank) the plan cuts the list's stream at: its split at a block of the list or at the root, else the
+    gather that puts it back together after the list."""
+    roots = {c.seq.root_params.get(v) for v in lf.streams.values()}
+    for key, spec in c.plan.items():
+        if not isinstance(spec, dict):
+            continue
+        names = set(lf.streams) if key.startswith(lf.attr + ".") else roots if key == "" else set()
+        for name in names & set(spec):
+            split = spec[name]
+            if isinstance(split, Split) and split.expected_dims is not None:
+                return split.split_dim, split.expected_dims
+    gathers = [spec for spec in c.plan.values() if isinstance(spec, Gather)]
+    return (gathers[-1].gather_dim, gathers[-1].expected_dims) if gathers else None
+
+
 # what each kind of attention CP's attention refuses adds to the plan's unknowns, in the order they are listed
 _BLOCKED_UNKNOWNS = {
     "kernelless": "an attention module calls no attention kernel context parallelism reaches: see blocked_by",
@@ -174,6 +247,10 @@ _BLOCKED_UNKNOWNS = {
              "kernel needs the whole key mask: see blocked_by",
     "causal": "a processor runs causal attention, which cache-dit's context-parallel attention refuses: see "
               "blocked_by",
+    "sliced": "a processor cuts query, key or value along the sequence before the attention kernel, at positions of "
+              "the whole sequence: see blocked_by",
+    "unread": "a block passes its sequence to a module of a class not read (handed to its constructor), which may "
+              "attend without a kernel context parallelism reaches: see blocked_by",
 }
 
 
@@ -202,10 +279,15 @@ def _attention_questions(c: _Chart, lists: list[ListFlowFact], per_module: set[s
         evidence += [Evidence(e.file, e.line, f"{e.why}: under CP the planner repeats its key/value heads to the query "
                               f"heads' count and calls `{x.function}` with `enable_gqa=False` (the same attention; "
                               "cache-dit's context-parallel attention refuses GQA)") for e in x.at]
+    walked = {lf.attr for lf in lists}
+    unread = tuple(Evidence(e.file, e.line, f"`{b.attr}[i]`: {e.why}: whether it attends over the whole sequence "
+                            "(through a kernel context parallelism reaches, or not) is unknown")
+                   for b in facts.blocks if b.attr in walked for e in b.unread)
+    sliced = tuple(e for b in facts.blocks if b.attr in walked for e in b.kernel_slices)
     found = {"kernelless": kernelless, "fixed": fixed, "gqa": gqa, "direct": direct, "legacy": legacy,
-             "after": after, "causal": causal}
+             "after": after, "causal": causal, "unread": unread, "sliced": sliced}
     c.unknowns += [why for kind, why in _BLOCKED_UNKNOWNS.items() if found[kind]]
-    return legacy + causal + after + direct + gqa + fixed + kernelless, mends, sdpa, kv_expand
+    return legacy + causal + after + direct + gqa + fixed + kernelless + sliced + unread, mends, sdpa, kv_expand
 
 
 def _hand_config(facts: ParallelFacts, lists: list[ListFlowFact], kept: frozenset[str]

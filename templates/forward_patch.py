@@ -398,10 +398,22 @@ class _Rewrite(cst.CSTTransformer):
                 [cst.SubscriptElement(cst.Index(cst.SimpleString(repr(attr))))]))
         return updated
 
+    def leave_CompFor(self, original: cst.CompFor, updated: cst.CompFor):
+        attr = _list_attr(original.iter, self.aliases)
+        if attr in self.wanted.indexed and attr in self.patterns:
+            # `[b.attn.processor for b in self.blocks]`: once cache-dit holds the list in one wrapper, the
+            # comprehension walks the wrapper; walk the blocks the PatchFunctor recorded before the list was wrapped
+            self.indexed.add(attr)
+            return updated.with_changes(iter=cst.Subscript(
+                cst.Attribute(cst.Name("self"), cst.Name("_integrate_blocks")),
+                [cst.SubscriptElement(cst.Index(cst.SimpleString(repr(attr))))]))
+        return updated
+
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef):
         for attr in sorted(self.indexed):
-            self.changes.append(Change(attr, f"`self.{attr}[k]` in forward reads the block recorded "
-                                                           "before cache-dit wraps the list", ReadRecordedBlock(attr)))
+            self.changes.append(Change(attr, f"`self.{attr}[k]` (or a comprehension over `self.{attr}`) in forward "
+                                             "reads the blocks recorded before cache-dit wraps the list",
+                                       ReadRecordedBlock(attr)))
         self.indexed = set()
         return updated
 

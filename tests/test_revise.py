@@ -229,7 +229,11 @@ def test_repair_reads_candidates_from_the_run_and_builds_on_one_that_answers_its
     fails in the first block. Repair reads that warning and the shapes the run recorded: it offers the table
     split at dim 0 of 2 (where it is as long as the cut sequence; not dim 1), finds the skip gone with it (a
     step), and from that run offers the per-token `target_token_mask` the block still holds whole, on top of the
-    step. (The proof still fails after: its attention slices block-causal segments of the local sequence.)"""
+    step. (The proof still fails after: its attention slices block-causal segments of the local sequence, which
+    is why the plan itself refuses CP there, `blocked_by` citing `query[:, start:end]`; the refusal is lifted here
+    to drive repair through a failing proof.)"""
+    import dataclasses
+
     from integrate import api
     from integrate.records import to_json
     from integrate.repair import repair
@@ -240,7 +244,12 @@ def test_repair_reads_candidates_from_the_run_and_builds_on_one_that_answers_its
         "_class_name": "QwenImage21Pipeline", "_diffusers_version": "0.42.1",
         "transformer": ["diffusers", "QwenImage21Transformer2DModel"]}))
     plan_dir, out = tmp_path / "plan", tmp_path / "out"
-    api.write_plan(api.plan(api.flags_for(str(model)), probe=False), plan_dir)
+    plan = api.plan(api.flags_for(str(model)), probe=False)
+    cp = plan.parallelism.cp
+    assert any("query[:, start:end]" in e.why for e in cp.blocked_by), cp.blocked_by
+    plan = dataclasses.replace(plan, parallelism=dataclasses.replace(
+        plan.parallelism, cp=dataclasses.replace(cp, blocked_by=())))
+    api.write_plan(plan, plan_dir)
     api.approve(plan_dir, "test")
     api.generate(plan_dir, out=out)
     report = to_json(repair(plan_dir, out, proofs=("cp",), max_candidates=4))
@@ -275,12 +284,20 @@ def test_repair_runs_a_module_that_regroups_the_sequence_by_frame_whole(tmp_path
     run's shapes (its `hidden_states` and `frame_states` cut, its output as long as the cut sequence) lead repair
     to run it whole, which passes. The proposal says what that costs and is not approved. (The fixture runs
     because its 5-D latent's rank is read from `batch, channels, frames, height, width = hidden_states.shape`;
-    CP is planned because the processors passed by position are read.)"""
+    CP is planned because the processors passed by position are read.) The plan runs it whole from the start
+    now (its processor unflattens the sequence by the frames of `frame_states`, read statically); that entry is
+    taken out here, to drive repair from a plan without it."""
+    import dataclasses
+
     from integrate import api
     from integrate.records import to_json
     from integrate.repair import repair
 
     plan = _framewise(tmp_path)
+    cp = plan.parallelism.cp
+    assert "adapters.*" in cp.run_whole and "unflatten" in cp.run_whole["adapters.*"].why, cp.run_whole
+    plan = dataclasses.replace(plan, parallelism=dataclasses.replace(
+        plan.parallelism, cp=dataclasses.replace(cp, run_whole={})))
     processors = {(a.block_list, a.processor) for a in plan.facts.attention}
     assert processors == {("blocks", "SelfAttnProcessor")}, processors
     plan_dir, out = tmp_path / "plan", tmp_path / "out"

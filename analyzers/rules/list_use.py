@@ -49,9 +49,19 @@ class ListUse(Rule):
                         hidden_states = block(hidden_states, temb)
                     return hidden_states
                 '''),
-        # QwenImage21 picks its mask by the processors its blocks hold: the wrapper holds no `attn`
-        Example(transformer(INIT, "processors = [block.attn.processor for block in self.blocks]\n" + LOOP),
-                expect="reads `block.attn` of each block", line=19),
+        # QwenImage21 picks its mask by the processors its blocks hold (`[block.attn.processor for block in ...]`):
+        # the wrapper holds none of the blocks' attributes; the comprehension walks the blocks recorded before the
+        # list was wrapped
+        Example(transformer(INIT, "scale = sum(block.proj.out_features for block in self.blocks)\n"
+                                  "temb = temb / scale\n" + LOOP),
+                expect="reads `block.proj` of each block", fixed='''
+                def patched_forward(self, hidden_states, temb):
+                    scale = sum(block.proj.out_features for block in self._integrate_blocks['blocks'])
+                    temb = temb / scale
+                    for block in self.blocks:
+                        hidden_states = block(hidden_states, temb)
+                    return hidden_states
+                '''),
     )
 
     def check(self, ctx):
@@ -72,8 +82,8 @@ class ListUse(Rule):
     def fix(self, ctx, finding):
         if finding.kind in ("len", "sliced"):  # answered when the list's slice walks become lists of their own
             return SplitSlices(ctx.attr)
-        if finding.kind == "indexed":
-            return ReadRecordedBlock(ctx.attr)
+        if finding.kind in ("indexed", "comprehension"):  # the comprehension walks the blocks recorded before
+            return ReadRecordedBlock(ctx.attr)  # the list was wrapped: the same blocks cache-dit's wrapper runs
         return Manual("each block's attributes are read where cache-dit's wrapper stands in for the blocks; what "
                       "the model does with them is its own")
 
