@@ -77,7 +77,7 @@ def is_attention(ws: Workspace, node: Node) -> bool:
     if node.cls_node is None:
         return False
     src, cls = node.cls_node
-    if _processor_class(ws, src, cls) is not None:
+    if processor_class(ws, src, cls) is not None:
         return True
     return "Attention" in cls.name.value or "Attn" in cls.name.value
 
@@ -87,7 +87,7 @@ def attention_facts(ws: Workspace, tree: Tree, node: Node, block_path: str, bloc
     from its own forward when it installs none. What cannot be read is said in `unknowns`, not guessed."""
     src, cls = node.cls_node
     reading = _Reading(node.path[len(block_path) + 1:] if block_path else node.path)
-    proc = _processor_argument(ws, node) or _processor_class(ws, src, cls)
+    proc = processor_argument(ws, node) or processor_class(ws, src, cls)
     if proc is None:
         fn = find_method(cls, "forward")
         if fn is None:
@@ -290,7 +290,7 @@ def _head_attrs(node: Node) -> tuple[tuple[str, Any] | None, tuple[str, Any] | N
     return heads, kv_heads, head_dim
 
 
-def _processor_argument(ws: Workspace, node: Node):
+def processor_argument(ws: Workspace, node: Node):
     """`Attention(..., processor=SomeProcessor())` in the block's __init__, or the processor passed by position
     where the attention class's __init__ names that position `processor`."""
     if node.call is None:
@@ -308,7 +308,7 @@ def _processor_argument(ws: Workspace, node: Node):
     return None
 
 
-def _processor_class(ws: Workspace, src: SourceFile, cls: cst.ClassDef, depth: int = 0):
+def processor_class(ws: Workspace, src: SourceFile, cls: cst.ClassDef, depth: int = 0):
     """The processor class an attention module installs by default, if any."""
     for stmt in cls.body.body:
         if isinstance(stmt, cst.SimpleStatementLine):
@@ -331,7 +331,7 @@ def _processor_class(ws: Workspace, src: SourceFile, cls: cst.ClassDef, depth: i
         for base in base_names(cls):
             found = ws.resolve(src, base)
             if isinstance(found, Resolved) and isinstance(found.node, cst.ClassDef):
-                got = _processor_class(ws, found.src, found.node, depth + 1)
+                got = processor_class(ws, found.src, found.node, depth + 1)
                 if got is not None:
                     return got
     return None

@@ -23,7 +23,7 @@ from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method
 from integrate.syntax import find_all, params_of, self_member, target_names
 
-from .attention import _processor_argument, _processor_class, attention_facts, int_value, is_attention, is_kernel_call
+from .attention import processor_argument, processor_class, attention_facts, int_value, is_attention, is_kernel_call
 from .bases import model_mixin
 from .cfg import loop_model_calls
 from .encoders import text_encoder_facts, vae_facts
@@ -148,7 +148,7 @@ def _regrouping(ws: Workspace, tree: Tree, src: SourceFile, cls: cst.ClassDef, s
 def _regrouped_at(ws: Workspace, node: Node) -> Evidence | None:
     """Where the processor `node` runs (else its forward) unflattens its query stream's dim 1 by a count read
     from another input's `.shape`."""
-    proc = _processor_argument(ws, node) or _processor_class(ws, *node.cls_node)
+    proc = processor_argument(ws, node) or processor_class(ws, *node.cls_node)
     src, cls = proc if proc is not None else node.cls_node
     fn = find_method(cls, "__call__" if proc is not None else "forward")
     params = [p.name.value for p in params_of(fn) if p.name.value != "self"] if fn is not None else []
@@ -249,7 +249,7 @@ def _kernel_slices(ws: Workspace, node: Node | None, attr: str) -> tuple[Evidenc
     a slice by positions of the whole sequence picks other tokens there (or none)."""
     if node is None or node.cls_node is None:
         return ()
-    proc = _processor_argument(ws, node) or _processor_class(ws, *node.cls_node)
+    proc = processor_argument(ws, node) or processor_class(ws, *node.cls_node)
     src, cls = proc if proc is not None else node.cls_node
     fn = find_method(cls, "__call__" if proc is not None else "forward")
     if fn is None:

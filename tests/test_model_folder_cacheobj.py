@@ -88,7 +88,7 @@ def test_a_constructor_argument_nothing_names_is_needs_edit_with_its_line():
     import torch
     from diffusers import WanAnimate2Transformer3DModel as cls
 
-    from integrate.verify.inputs import _mode_values, own_object
+    from integrate.verify.inputs import mode_values, own_object
     from integrate.verify.tiny import derive
 
     tiny = derive(cls, {k: v.default for k, v in inspect.signature(cls.__init__).parameters.items()
@@ -100,5 +100,5 @@ def test_a_constructor_argument_nothing_names_is_needs_edit_with_its_line():
     assert made.error is None and "num_layers=_config('num_layers', 2)" in made.expr
     slot = own_object(model, {}, params["kv_cache"])
     assert slot.expr is None and "its constructor (transformer_wan_animate_2.py:143) takes `num_layers`" in slot.error
-    values, evidence = _mode_values(model, params["kv_cache_mode"])
+    values, evidence = mode_values(model, params["kv_cache_mode"])
     assert values == ["extract", "cached"] and "membership test" in evidence

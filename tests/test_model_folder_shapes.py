@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from conftest import run_cli
-from integrate.verify.inputs import _tag_values
+from integrate.verify.inputs import tag_values
 from integrate.verify.tiny import derive
 
 
@@ -88,5 +88,5 @@ def test_a_rope_width_inside_the_head_scales_with_it():
 
 
 def test_the_values_an_entry_lists():
-    assert _tag_values("its modality: `0` video, `1` text, `2` audio.") == [(0, "video"), (1, "text"), (2, "audio")]
-    assert _tag_values("the index of its timestep in `timestep`.") == []
+    assert tag_values("its modality: `0` video, `1` text, `2` audio.") == [(0, "video"), (1, "text"), (2, "audio")]
+    assert tag_values("the index of its timestep in `timestep`.") == []

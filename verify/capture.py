@@ -204,7 +204,7 @@ def required_arguments(cls, config: dict) -> dict[str, tuple[Any, str]] | str:
     from integrate.source import find_method
     from integrate.syntax import find_all
 
-    from .inputs import _annotated, _class_node
+    from .inputs import annotation_heads, class_node
 
     try:
         params = [p for n, p in inspect.signature(cls.__init__).parameters.items() if n != "self"
@@ -214,7 +214,7 @@ def required_arguments(cls, config: dict) -> dict[str, tuple[Any, str]] | str:
     if not params:
         return {}
     owner = next((k for k in cls.__mro__ if "__init__" in vars(k)), cls)
-    found = _class_node(owner)
+    found = class_node(owner)
     fn = find_method(found[1], "__init__") if found is not None else None
     tests: dict[str, tuple[Any, int]] = {}
     for test in find_all(fn, cst.If) if fn is not None else ():
@@ -232,7 +232,7 @@ def required_arguments(cls, config: dict) -> dict[str, tuple[Any, str]] | str:
     out: dict[str, tuple[Any, str]] = {}
     for p in params:
         where = f"{Path(found[0].path).name}:{tests[p.name][1]}" if p.name in tests else ""
-        heads = _annotated(p.annotation) - {"None"}
+        heads = annotation_heads(p.annotation) - {"None"}
         if p.name in tests:
             out[p.name] = (tests[p.name][0], f"the first value the constructor accepts: it raises on any other "
                                              f"({where})")
@@ -480,13 +480,13 @@ def _failing_statement(exc: BaseException) -> tuple[cst.BaseStatement | cst.Base
 
     from integrate.syntax import find_all
 
-    from .inputs import _WS
+    from .inputs import WORKSPACE
 
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames or not Path(frames[-1].filename).is_file():
         return None
     path, line = Path(frames[-1].filename), frames[-1].lineno
-    src = _WS.load(path)
+    src = WORKSPACE.load(path)
     found = [n for n in find_all(src.module, cst.SimpleStatementLine, skip_functions=False)
              if src.line(n) <= line <= src.last_line(n)]
     return (found[-1], f"{path.name}:{line}") if found else None

@@ -89,17 +89,17 @@ def _direct_names(node: cst.CSTNode) -> set[str]:
     return out
 
 
-_WS = Workspace()  # every argument's search reads the same few files: each is parsed once
+WORKSPACE = Workspace()  # shared by the fixture readers: each of the few files they read is parsed once
 
 
-def _class_node(cls) -> tuple[Any, cst.ClassDef] | None:
+def class_node(cls) -> tuple[Any, cst.ClassDef] | None:
     try:
         path = Path(inspect.getsourcefile(cls) or "")
     except TypeError:
         return None
     if not path.is_file():
         return None
-    src = _WS.load(path)
+    src = WORKSPACE.load(path)
     node = src.classes.get(cls.__name__)
     return (src, node) if node is not None else None
 
@@ -109,7 +109,7 @@ def consumers(module, param: str):
     `self.<sub>(...)` call in `type(module).forward` whose arguments are derived from `param`, in order; a
     sub-module the config leaves as None is among them."""
     for klass in type(module).__mro__:
-        found = _class_node(klass) if "forward" in vars(klass) else None
+        found = class_node(klass) if "forward" in vars(klass) else None
         if found is None:
             continue
         src, node = found
@@ -291,7 +291,7 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
     modes = {}  # mode parameter -> the value the fixture passes first
     named = _latent_axes(shapes.get(latent or ""), out.slots[0].shape if out.slots else None)
     for p in params:
-        name, low, heads = p.name, p.name.lower(), _annotated(p.annotation)
+        name, low, heads = p.name, p.name.lower(), annotation_heads(p.annotation)
         if name == latent:
             continue
         s_txt = s_img if name in packed else TEXT_TOKENS  # documented over the latent's own sequence
@@ -312,7 +312,7 @@ def synthesize(model, config: dict[str, Any], passed: dict[str, int | None],
                              inspect.Parameter.empty else Slot(name, None, "", "a dict input the fixture cannot build"))
         elif _state_object(p) and p.default is inspect.Parameter.empty:
             out.slots.append(own_object(model, config, p))
-        elif p.default is inspect.Parameter.empty and (mode := _mode_values(model, p)) is not None:
+        elif p.default is inspect.Parameter.empty and (mode := mode_values(model, p)) is not None:
             values, evidence = mode
             modes[name] = values[0]
             out.slots.append(Slot(name, repr(values[0]), f"{values[0]!r}, the first of {tuple(values)!r}: {evidence}; "
@@ -467,7 +467,7 @@ def _joint_with_latent(model, config: dict[str, Any], params, latent: str | None
 def _doc_entries(model) -> dict[str, str]:
     """{parameter: its entry's text} in forward's docstring (`name (`type`): text` and the lines below it), the
     docstring read with libcst."""
-    _, fn = _forward_of(model)
+    _, fn = forward_of(model)
     doc = fn.get_docstring() if fn is not None else None
     out: dict[str, str] = {}
     current = None
@@ -511,7 +511,7 @@ def _checked_against_tokens(model, latent: str | None, param: str) -> str | None
     """Where forward raises unless `param` equals a size of the latent's tokens (`if any(u.size(1) != seq_len for u
     in hidden_states): raise ValueError(...)`, hidden_states being the patch-embedded latent): the file:line; None
     otherwise."""
-    src, fn = _forward_of(model)
+    src, fn = forward_of(model)
     if fn is None or latent is None:
         return None
     tracked = _derived_from(fn, latent)
@@ -543,7 +543,7 @@ def _called_unguarded(model, param: str) -> str | None:
     """Why an optional tensor input must be given: forward calls a sub-module the config built (a weight of its
     own first: a Linear, a Conv, a norm, an Embedding) on the input itself, under no test of the input (`self.img_emb(x)
     if self.config.use_img_emb else None`: a config switch, not `x is not None`); None otherwise."""
-    src, fn = _forward_of(model)
+    src, fn = forward_of(model)
     if fn is None:
         return None
     for call in find_all(fn.body, cst.Call):
@@ -579,7 +579,7 @@ def _read_keys(model, param: str, made: dict[str, str]) -> list[tuple[str, str, 
     makes (`mask & ~features["k"].bool()`, `mask = padding_mask.bool()`): of that input's shape, and the value that
     leaves the other side as it is (False under `~` or beside `|` / `+`, True beside `&` / `*`), a bool where forward
     reads it `.bool()`. Empty where a key is read any other way (a fixture would guess it)."""
-    src, fn = _forward_of(model)
+    src, fn = forward_of(model)
     if fn is None:
         return []
     holders, own = {param}, set()
@@ -742,13 +742,13 @@ def own_object(model, config: dict[str, Any], p: inspect.Parameter) -> Slot:
     one (`Cls(self.config.num_layers)`, `Cls(len(self.blocks))`). Where an argument has neither, the slot's
     error names it and the constructor's line."""
     name = p.name
-    src, fn = _forward_of(model)
+    src, fn = forward_of(model)
     param = next((q for q in _all_params(fn) if q.name.value == name), None) if fn is not None else None
     typed = _type_name(p.annotation)
     ref = _class_ref(param.annotation.annotation) if param is not None and param.annotation is not None else None
-    found = _WS.resolve(src, ref) if ref else None
+    found = WORKSPACE.resolve(src, ref) if ref else None
     if found is not None and not hasattr(found, "node") and hasattr(found, "qualname"):
-        found = _WS.follow(found)  # a class another installed module defines
+        found = WORKSPACE.follow(found)  # a class another installed module defines
     node = getattr(found, "node", None)
     if not isinstance(node, cst.ClassDef):
         return Slot(name, None, "", f"required and typed `{typed}`, an object of the model's own: its class was not "
@@ -810,7 +810,7 @@ def _own_argument(model, config: dict[str, Any], cls_name: str, init: cst.Functi
     if isinstance(value, (int, float, str)) and not isinstance(value, bool):
         return f"_config({arg!r}, {value!r})", f"`{arg}` is the config's field of that name ({value!r})"
     names = [q.name.value for q in _all_params(init)[1:]]
-    found = _class_node(type(model))
+    found = class_node(type(model))
     if found is None:
         return None
     src = found[0]
@@ -850,7 +850,7 @@ def _own_argument(model, config: dict[str, Any], cls_name: str, init: cst.Functi
     return None
 
 
-def _mode_values(model, p: inspect.Parameter) -> tuple[list[str], str] | None:
+def mode_values(model, p: inspect.Parameter) -> tuple[list[str], str] | None:
     """(the string values a mode parameter takes, the evidence): a `Literal[...]` annotation's values; else, for a
     parameter annotated `str` (or not at all), the values forward compares it with, read with libcst: a
     membership test first (`if mode not in ("extract", "cached"): raise`: the values it allows, in its order),
@@ -860,10 +860,10 @@ def _mode_values(model, p: inspect.Parameter) -> tuple[list[str], str] | None:
     if typing.get_origin(p.annotation) is typing.Literal:
         values = [v for v in typing.get_args(p.annotation) if isinstance(v, str)]
         return (values, "the values its `Literal` annotation allows") if values else None
-    heads = _annotated(p.annotation)
+    heads = annotation_heads(p.annotation)
     if heads and not heads <= {"str", "None"}:
         return None
-    src, fn = _forward_of(model)
+    src, fn = forward_of(model)
     if fn is None:
         return None
     allowed: list[str] = []
@@ -894,7 +894,7 @@ def _mode_values(model, p: inspect.Parameter) -> tuple[list[str], str] | None:
 def _compared_constants(model, param: str) -> list[int]:
     """The int values forward compares `param` with (`indicator == LLM_TOKEN_INDICATOR`), read with libcst; a
     name is looked up in the model's own module. [] when it is compared with nothing of the kind."""
-    _, fn = _forward_of(model)
+    _, fn = forward_of(model)
     if fn is None:
         return []
     out: list[int] = []
@@ -921,7 +921,7 @@ def _unpacked_rank(model, param: str) -> int | None:
 def _unpacked(model, param: str) -> tuple[tuple[str, ...], int] | None:
     """The names forward unpacks `param.shape` into, in order (`_` for a target that is not a plain name), and the
     line; None when forward unpacks it no such way, or two ways of different ranks."""
-    src, fn = _forward_of(model)
+    src, fn = forward_of(model)
     found: dict[int, tuple[tuple[str, ...], int]] = {}
     for _, _, value, node in defuse(src, fn).statements(PLAIN) if fn is not None else ():
         target, *more = node.targets
@@ -933,9 +933,9 @@ def _unpacked(model, param: str) -> tuple[tuple[str, ...], int] | None:
     return next(iter(found.values())) if len(found) == 1 else None
 
 
-def _forward_of(model):
+def forward_of(model):
     """(source, forward's FunctionDef) of the model's class, read with libcst; (None, None) when not found."""
-    found = _class_node(type(model))
+    found = class_node(type(model))
     fn = find_method(found[1], "forward") if found is not None else None
     return (found[0], fn) if fn is not None else (None, None)
 
@@ -1045,7 +1045,7 @@ def _grid_int(name: str, grid, config, params, tokens: int) -> tuple[int, str] |
     return None
 
 
-def _annotated(annotation) -> set[str]:
+def annotation_heads(annotation) -> set[str]:
     """The heads of an annotation's members, by name: `dict[str, Any] | None` -> {"dict", "None"},
     `Optional[int]` -> {"int", "None"}. A string annotation is read with libcst; a typing object by its
     origin (`dict`, `collections.abc.Mapping` -> "Mapping")."""
@@ -1073,14 +1073,14 @@ def _annotated(annotation) -> set[str]:
         return set()
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
-        return set().union(*(_annotated(a) for a in typing.get_args(annotation)))
+        return set().union(*(annotation_heads(a) for a in typing.get_args(annotation)))
     kind = origin or annotation
     return {"None" if kind is type(None) else getattr(kind, "__name__", str(kind))}
 
 
 def _is_mapping(annotation) -> bool:
     """The annotation is a dict (`dict`, `Optional[dict]`, `dict[str, Any] | None`, a Mapping)."""
-    return bool(_annotated(annotation) & {"dict", "Dict", "Mapping"})
+    return bool(annotation_heads(annotation) & {"dict", "Dict", "Mapping"})
 
 
 def _list_depth(annotation) -> int:
@@ -1187,7 +1187,7 @@ def _grid_side(model) -> tuple[int, int | None]:
     line of the first such test. N is an int literal or a module-level int; sides above 16 are not taken."""
     import math
 
-    src, fn = _forward_of(model)
+    src, fn = forward_of(model)
     if fn is None:
         return 4, None
     side, line = 4, None
@@ -1241,7 +1241,7 @@ def _is_index(name: str) -> bool:
     return name.lower().endswith(("indices", "_index", "_idx"))
 
 
-def _tag_values(text: str) -> list[tuple[int, str]]:
+def tag_values(text: str) -> list[tuple[int, str]]:
     """(value, the word after it) for each backticked int the docstring entry lists: "its modality: `0` video,
     `1` text" -> [(0, "video"), (1, "text")]."""
     parts = text.split("`")
@@ -1352,7 +1352,7 @@ def documented(model, config: dict[str, Any], shapes: dict[str, list[str]], desc
                           f"an index into `{of}`'s {count} entries for each of its {shape[0]} rows, {doc}",
                           shape=shape)
         elif len(shape) == 1 and seq is not None and dims[0] == seq and (
-                tags := _tag_values((described.get(n) or [""])[0])):
+                tags := tag_values((described.get(n) or [""])[0])):
             per_row = [0] * total
             named = []
             for value, word in tags:

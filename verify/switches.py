@@ -39,9 +39,9 @@ class Switch:
 def unbuilt_calls(model) -> list[tuple[str, str]]:
     """(sub-module path, "file:line") of each `self.<path>(...)` forward calls outside every `if` (it runs
     whatever the inputs), where the built model has `self.<path>` None."""
-    from integrate.verify.inputs import _forward_of
+    from integrate.verify.inputs import forward_of
 
-    src, fn = _forward_of(model)
+    src, fn = forward_of(model)
     if fn is None:
         return []
     out: list[tuple[str, str]] = []
@@ -60,12 +60,12 @@ def unbuilt_calls(model) -> list[tuple[str, str]]:
 
 def switches(model) -> list[Switch]:
     """The switch for each module forward calls unguarded that the config leaves unbuilt (`unbuilt_calls`)."""
-    from integrate.verify.inputs import _class_node
+    from integrate.verify.inputs import class_node
 
     calls = unbuilt_calls(model)
     if not calls:
         return []
-    found = next((_class_node(k) for k in type(model).__mro__ if "__init__" in vars(k) and _class_node(k)), None)
+    found = next((class_node(k) for k in type(model).__mro__ if "__init__" in vars(k) and class_node(k)), None)
     init = find_method(found[1], "__init__") if found else None
     if init is None:
         return [Switch(path, None, None, f"forward calls `self.{path}` ({at}), None under this config; its "
