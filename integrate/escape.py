@@ -185,7 +185,7 @@ def joined(values: Any, sep: str) -> Code:
 def wrapped(value: Any, width: int, indent: str) -> Code:
     """`text`, wrapped at spaces to `width` columns, continuation lines indented."""
     wrapper = textwrap.TextWrapper(width=width, expand_tabs=False, replace_whitespace=False,
-                                   break_long_words=False, break_on_hyphens=True)
+                                   break_long_words=False, break_on_hyphens=False)
     return Code(("\n" + indent).join(wrapper.wrap(text(value))))
 
 
