@@ -76,15 +76,33 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None,
     return subprocess.CompletedProcess(["integrate", *args], result.exit_code, result.stdout, result.stderr)
 
 
-def plan_generate(model: Path, base: Path) -> tuple[Path, Path]:
-    """`plan --no-probe`, `approve` and `generate` of a model folder into `base`: (plan dir, generated folder).
-    generate may exit 1 (parts listed as manual): the plugin is written all the same."""
+def plan_generate(model: Path, base: Path, *plan_flags: str) -> tuple[Path, Path]:
+    """`plan --no-probe [plan_flags]`, `approve` and `generate` of a model folder into `base`: (plan dir, generated
+    folder). generate may exit 1 (parts listed as manual): the plugin is written all the same."""
     plan_dir, out = base / "plan", base / "out"
-    assert run_cli("plan", str(model), "--out", str(plan_dir), "--no-probe").returncode == 0
+    planned = run_cli("plan", str(model), "--out", str(plan_dir), "--no-probe", *plan_flags)
+    assert planned.returncode == 0, planned.stderr
     assert run_cli("approve", str(plan_dir), "--reviewer", "Ada Lovelace").returncode == 0
     gen = run_cli("generate", str(plan_dir), "--out", str(out))
     assert gen.returncode in (0, 1), gen.stderr
     return plan_dir, out
+
+
+def transformer_only(cls: str, base: Path) -> tuple[Path, Path]:
+    """A config-only model folder naming a transformer class and nothing else (`transformer/config.json`), planned
+    alone (`--no-pipeline --separate-cfg no`), approved and generated into `base`: (plan dir, generated folder)."""
+    folder = base / "m"
+    (folder / "transformer").mkdir(parents=True)
+    (folder / "transformer" / "config.json").write_text(json.dumps({"_class_name": cls,
+                                                                    "_diffusers_version": "0.42.1"}))
+    return plan_generate(folder, base, "--no-pipeline", "--separate-cfg", "no")
+
+
+def verify_json(plan_dir: Path, out: Path, *flags: str) -> tuple[int, dict]:
+    """`integrate verify --json [flags]` of a generated plugin: (exit code, report); 0 or 1, never a crash."""
+    proc = run_cli("verify", str(plan_dir), "--generated", str(out), "--json", *flags)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    return proc.returncode, json.loads(proc.stdout)
 
 
 def computed_once(factory, name: str, make):

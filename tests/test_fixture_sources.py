@@ -10,15 +10,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE, make_model_dir, plan_generate, run_cli
+from conftest import EXAMPLE, make_model_dir, plan_generate, run_cli, transformer_only, verify_json
 
 from integrate.verify.proofs import full_size
-
-
-def _verify(plan_dir: Path, out: Path, *flags: str) -> tuple[int, dict]:
-    proc = run_cli("verify", str(plan_dir), "--generated", str(out), "--json", *flags)
-    assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    return proc.returncode, json.loads(proc.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +22,7 @@ def motif(tmp_path_factory):
 
 def test_the_inputs_are_what_the_models_own_pipeline_passes(motif):
     plan_dir, out = motif
-    rc, r = _verify(plan_dir, out, "--fixture-only")
+    rc, r = verify_json(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["status"] == "derived" and fx["source"] == "pipeline", fx
     # model_index.json names the scheduler and the guider: they are built as named, not stood in for; the
@@ -46,7 +40,7 @@ def test_the_inputs_are_what_the_models_own_pipeline_passes(motif):
 def test_a_component_the_model_folder_does_not_name_is_a_reported_stand_in(tmp_path):
     model = make_model_dir(tmp_path / "m", "MotifVideoPipeline", "MotifVideoTransformer3DModel")
     plan_dir, out = plan_generate(model, tmp_path)
-    rc, r = _verify(plan_dir, out, "--fixture-only")
+    rc, r = verify_json(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["source"] == "pipeline"
     assert any("scheduler" in n and "stand-in" in n for n in fx["notes"]), fx["notes"]
@@ -61,7 +55,7 @@ def test_an_edit_the_plain_model_rejects_is_needs_edit_and_names_the_module(moti
     assert "\"hidden_states\": _saved(step, 'hidden_states')," in text
     path.write_text(text.replace("\"hidden_states\": _saved(step, 'hidden_states'),",
                                  "\"hidden_states\": _saved(step, 'hidden_states')[:, :5],"))
-    rc, r = _verify(plan_dir, edited, "--fixture-only")
+    rc, r = verify_json(plan_dir, edited, "--fixture-only")
     fx = r["fixture"]
     assert rc == 1 and fx["status"] == "needs-edit"
     assert "does not run on it" in fx["errors"][0] and "in module `" in fx["errors"][0], fx["errors"]
@@ -82,7 +76,7 @@ def test_a_fixture_is_not_derived_unless_the_plain_model_ran_on_it(tmp_path):
 
 def test_full_size_passes_where_the_real_lists_and_heads_fit(motif):
     plan_dir, out = motif
-    rc, r = _verify(plan_dir, out, "--proof", "full_size")
+    rc, r = verify_json(plan_dir, out, "--proof", "full_size")
     fs = r["full_size"]
     assert rc == 0 and fs["status"] == "pass", fs
     assert {x["attr"]: x["blocks"] for x in fs["lists"]} == {"transformer_blocks": 20, "single_transformer_blocks": 40}
@@ -103,7 +97,7 @@ def test_lists_shorter_than_cache_dits_defaults_are_left_uncached_and_full_size_
     assert {u["attr"] for u in cache["uncached"]} == {"noise_refiner", "context_refiner"}
     assert all("Fn_compute_blocks 8" in u["why"] and "cache_config.py:" in u["why"] for u in cache["uncached"])
     assert "is not cached" in (plan_dir / "PLAN.md").read_text()
-    rc, r = _verify(plan_dir, out, "--proof", "full_size")
+    rc, r = verify_json(plan_dir, out, "--proof", "full_size")
     fs = r["full_size"]
     assert rc == 0 and fs["status"] == "pass" and [x["attr"] for x in fs["lists"]] == ["layers"], fs
 
@@ -131,7 +125,7 @@ def test_a_model_test_file_comes_first_and_keeps_two_blocks_per_list(motif, tmp_
     shutil.copytree(out, copy)
     (copy / "verify_fixture.py").unlink(missing_ok=True)
     test_file = MODEL_TESTS / "test_models_transformer_motif_video.py"
-    rc, r = _verify(plan_dir, copy, "--fixture-from", str(test_file), "--trust-code", "--proof", "cache")
+    rc, r = verify_json(plan_dir, copy, "--fixture-from", str(test_file), "--trust-code", "--proof", "cache")
     fx = r["fixture"]
     assert fx["status"] == "derived" and fx["source"] == "test-file" and fx["tried"] == [], fx
     assert fx["changes"] == {"num_layers": [1, 2]}  # the authors' config, a one-block list made two
@@ -152,7 +146,7 @@ def test_a_model_test_runs_only_when_trusted_and_only_for_its_own_class(motif, t
     copy = tmp_path / "out"
     shutil.copytree(out, copy)
     (copy / "verify_fixture.py").unlink(missing_ok=True)
-    rc, r = _verify(plan_dir, copy, "--fixture-only", "--trust-code", "--fixture-from",
+    rc, r = verify_json(plan_dir, copy, "--fixture-only", "--trust-code", "--fixture-from",
                     str(MODEL_TESTS / "test_models_transformer_other.py"))
     fx = r["fixture"]
     assert fx["source"] != "test-file" and "tests FluxTransformer2DModel, not MotifVideo" in fx["tried"][0]
@@ -164,7 +158,7 @@ def test_a_union_typed_component_is_tried_member_by_member_until_the_pipeline_ru
     does, and the note says which (resolution binning is off, so the small size stays small)."""
     model = make_model_dir(tmp_path / "m", "SanaVideoPipeline", "SanaVideoTransformer3DModel")
     plan_dir, out = plan_generate(model, tmp_path)
-    rc, r = _verify(plan_dir, out, "--fixture-only")
+    rc, r = verify_json(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["status"] == "derived" and fx["source"] == "pipeline", fx
     assert any(n.startswith("`vae`: ") and "union" in n for n in fx["notes"]), fx["notes"]
@@ -188,7 +182,7 @@ def test_static_inputs_follow_module_dict_entries_and_nested_shape_annotations()
 def _derived_from_pipeline(tmp_path, pipeline: str, transformer: str) -> dict:
     model = make_model_dir(tmp_path / "m", pipeline, transformer)
     plan_dir, out = plan_generate(model, tmp_path)
-    rc, r = _verify(plan_dir, out, "--fixture-only")
+    rc, r = verify_json(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["status"] == "derived" and fx["source"] == "pipeline", fx
     return fx
@@ -237,7 +231,7 @@ def test_a_model_nobody_integrated_passes_tp_on_the_pipelines_own_inputs(tmp_pat
     1-process run."""
     model = make_model_dir(tmp_path / "m", "LongCatAudioDiTPipeline", "LongCatAudioDiTTransformer")
     plan_dir, out = plan_generate(model, tmp_path)
-    rc, r = _verify(plan_dir, out, "--proof", "tp")
+    rc, r = verify_json(plan_dir, out, "--proof", "tp")
     assert r["fixture"]["source"] == "pipeline" and r["tp"]["status"] == "pass", r["tp"]
 
 
@@ -273,16 +267,16 @@ def test_a_derived_fixture_is_reused_only_while_its_job_and_sources_are_unchange
     import hashlib
 
     plan_dir, out = motif
-    rc, first = _verify(plan_dir, out, "--fixture-only")
+    rc, first = verify_json(plan_dir, out, "--fixture-only")
     meta_path = out / "verify_fixture.json"
     meta = json.loads(meta_path.read_text())
     transformer = json.loads((plan_dir / "plan.json").read_text())["model"]["transformer_file"]
     assert meta["sources"][transformer] == hashlib.sha256(Path(transformer).read_bytes()).hexdigest()
     meta_path.write_text(json.dumps({**meta, "report": {**meta["report"], "notes": ["from the record"]}}))
-    rc, again = _verify(plan_dir, out, "--fixture-only")
+    rc, again = verify_json(plan_dir, out, "--fixture-only")
     assert rc == 0 and again["fixture"]["notes"] == ["from the record"]  # reused
     meta_path.write_text(json.dumps({**meta, "job": "0" * 64, "report": {**meta["report"], "notes": ["stale"]}}))
-    rc, fresh = _verify(plan_dir, out, "--fixture-only")
+    rc, fresh = verify_json(plan_dir, out, "--fixture-only")
     assert rc == 0 and fresh["fixture"] == first["fixture"]  # derived anew
 
 
@@ -294,7 +288,7 @@ def test_a_packed_sequence_is_synthesised_as_the_docstring_and_the_comparisons_s
     the head) and the plain tiny model runs; its own pipeline cannot (a vision-language encoder)."""
     model = make_model_dir(tmp_path / "m", "Ideogram4Pipeline", "Ideogram4Transformer2DModel")
     plan_dir, out = plan_generate(model, tmp_path)
-    rc, r = _verify(plan_dir, out, "--fixture-only")
+    rc, r = verify_json(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["status"] == "derived" and fx["source"] == "static", fx
     assert fx["tried"] and fx["tried"][0].startswith("pipeline: "), fx["tried"]
@@ -406,16 +400,8 @@ def test_arguments_the_pipeline_passes_by_position_count_as_passed(tmp_path):
 def _transformer_only(tmp_path, transformer: str) -> tuple[int, dict, Path]:
     """A transformer diffusers 0.42.1 has no pipeline for, planned alone: verify --fixture-only's exit code,
     fixture report and the folder generate wrote."""
-    folder = tmp_path / "m"
-    (folder / "transformer").mkdir(parents=True)
-    (folder / "transformer" / "config.json").write_text(json.dumps({"_class_name": transformer,
-                                                                    "_diffusers_version": "0.42.1"}))
-    plan_dir, out = tmp_path / "plan", tmp_path / "out"
-    assert run_cli("plan", "--model-path", str(folder), "--no-pipeline", "--separate-cfg", "no", "--out",
-                   str(plan_dir), "--no-probe").returncode == 0
-    assert run_cli("approve", str(plan_dir), "--reviewer", "Grace Hopper").returncode == 0
-    assert run_cli("generate", str(plan_dir), "--out", str(out)).returncode in (0, 1)
-    rc, r = _verify(plan_dir, out, "--fixture-only")
+    plan_dir, out = transformer_only(transformer, tmp_path)
+    rc, r = verify_json(plan_dir, out, "--fixture-only")
     return rc, r["fixture"], out
 
 
@@ -447,7 +433,7 @@ def test_inputs_documented_over_the_latents_grid_axes_are_shaped_by_them(tmp_pat
     timestep had failed in its first block). Inputs over the latent's sequence length are left to their rules."""
     model = make_model_dir(tmp_path / "m", "SanaWMPipeline", "SanaWMTransformer3DModel")
     plan_dir, out = plan_generate(model, tmp_path)
-    rc, r = _verify(plan_dir, out, "--fixture-only")
+    rc, r = verify_json(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["status"] == "derived" and fx["source"] == "static", fx
     assert "c2w" in fx["tried"][0], fx["tried"]
@@ -464,7 +450,7 @@ def test_a_latent_too_small_to_split_over_the_cp_ranks_is_captured_again_larger(
     the fixture carries at least 2 tokens per rank."""
     model = make_model_dir(tmp_path / "m", "LTXPipeline", "LTXVideoTransformer3DModel")
     plan_dir, out = plan_generate(model, tmp_path)
-    rc, r = _verify(plan_dir, out, "--fixture-only")
+    rc, r = verify_json(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["source"] == "pipeline" and fx["image_tokens"] >= 4, fx
     assert any("gave a latent of 1 token(s)" in n and "twice the size" in n for n in fx["notes"]), fx["notes"]

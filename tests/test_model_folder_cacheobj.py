@@ -8,35 +8,18 @@ Real runs: the installed diffusers class, a tiny random-weight model, workers.
 from __future__ import annotations
 
 import inspect
-import json
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import transformer_only, verify_json
 
 CLASS = "WanAnimate2Transformer3DModel"
-
-
-def _verify(plan_dir: Path, out: Path, *flags: str) -> tuple[int, dict]:
-    proc = run_cli("verify", str(plan_dir), "--generated", str(out), "--json", *flags)
-    assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    return proc.returncode, json.loads(proc.stdout)
 
 
 @pytest.fixture(scope="module")
 def planned(tmp_path_factory) -> tuple[Path, Path]:
     """A config-only model folder naming the class, planned with --no-pipeline, approved and generated."""
-    base = tmp_path_factory.mktemp("wan_animate2")
-    folder = base / "m"
-    (folder / "transformer").mkdir(parents=True)
-    (folder / "transformer" / "config.json").write_text(json.dumps({"_class_name": CLASS,
-                                                                    "_diffusers_version": "0.42.1"}))
-    plan_dir, out = base / "plan", base / "out"
-    assert run_cli("plan", "--model-path", str(folder), "--no-pipeline", "--separate-cfg", "no", "--out",
-                   str(plan_dir), "--no-probe").returncode == 0
-    assert run_cli("approve", str(plan_dir), "--reviewer", "Grace Hopper").returncode == 0
-    assert run_cli("generate", str(plan_dir), "--out", str(out)).returncode in (0, 1)
-    return plan_dir, out
+    return transformer_only(CLASS, tmp_path_factory.mktemp("wan_animate2"))
 
 
 def _line(text: str, name: str) -> str:
@@ -49,7 +32,7 @@ def test_the_cache_object_is_built_through_its_own_constructor_and_the_plain_mod
     the latent's token count forward's raise demands; the list inputs are one tensor per sample; the condition
     shares the patch embedding's channels with the latent. The plain tiny model runs on it (it was needs-edit)."""
     plan_dir, out = planned
-    rc, r = _verify(plan_dir, out, "--fixture-only")
+    rc, r = verify_json(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["status"] == "derived" and fx["source"] == "static", fx
     text = (out / "verify_fixture.py").read_text()
@@ -72,7 +55,7 @@ def test_the_cache_proof_passes_with_a_fresh_cache_object_per_call(planned):
     """The cache object carries state from one call to the next: each call of the fixture's `inputs` builds its
     own, so the cached run and the plain run never share one; the cache proof passes."""
     plan_dir, out = planned
-    rc, r = _verify(plan_dir, out, "--proof", "cache")
+    rc, r = verify_json(plan_dir, out, "--proof", "cache")
     assert r["cache"]["status"] == "pass", r["cache"]
     from integrate.verify.fixture import load
 

@@ -15,13 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import make_model_dir, plan_generate, run_cli
-
-
-def _verify(plan_dir: Path, out: Path, *flags: str) -> dict:
-    proc = run_cli("verify", str(plan_dir), "--generated", str(out), "--json", *flags)
-    assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    return json.loads(proc.stdout)
+from conftest import make_model_dir, plan_generate, verify_json
 
 
 def _cp(plan_dir: Path) -> dict:
@@ -40,7 +34,7 @@ def test_an_expert_choice_moe_layer_runs_whole_under_cp_and_the_proof_passes(tmp
                for e in cp["evidence"]), cp["evidence"]
     assert not cp["blocked_by"]
     assert "RUN_WHOLE" in (out / "integrate_nucleus_moe_image" / "cp_planner.py").read_text()
-    r = _verify(plan_dir, out, "--proof", "cp")
+    _, r = verify_json(plan_dir, out, "--proof", "cp")
     assert r["fixture"]["status"] == "derived", r["fixture"]
     assert r["cp"]["status"] == "pass", r["cp"]
 
@@ -52,7 +46,7 @@ def test_a_block_module_built_from_a_class_given_to_the_constructor_blocks_cp_wi
     blocked = [e for e in cp["blocked_by"] if "`self.attn(...)` takes the sequence" in e["why"]]
     assert blocked and "attn_cls" in blocked[0]["why"] and blocked[0]["file"].endswith("transformer_sana_wm.py")
     assert cp["confidence"] == "low"
-    r = _verify(plan_dir, out, "--proof", "cp")
+    _, r = verify_json(plan_dir, out, "--proof", "cp")
     assert r["cp"]["status"] == "skipped" and "attn_cls" in r["cp"]["why"], r["cp"]
 
 
@@ -65,7 +59,7 @@ def test_a_processor_that_cuts_the_sequence_before_the_kernel_blocks_cp_and_the_
     assert "_integrate_blocks['transformer_blocks']" in (plugin / "patch_functor.py").read_text()
     stub = plugin / "manual_patch.py"
     assert not stub.exists() or "NEEDS_CODE = True" not in stub.read_text()
-    r = _verify(plan_dir, out, "--proof", "cache")
+    _, r = verify_json(plan_dir, out, "--proof", "cache")
     assert r["fixture"]["status"] == "derived", r["fixture"]
     assert r["cache"]["status"] == "pass", r["cache"]
 

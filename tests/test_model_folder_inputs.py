@@ -5,16 +5,8 @@ Real runs: the installed diffusers 0.42.1 pipelines, transformers and schedulers
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
-from conftest import make_model_dir, plan_generate, run_cli
-
-
-def _verify(plan_dir: Path, out: Path, *flags: str) -> tuple[int, dict]:
-    proc = run_cli("verify", str(plan_dir), "--generated", str(out), "--json", *flags)
-    assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    return proc.returncode, json.loads(proc.stdout)
+from conftest import make_model_dir, plan_generate, verify_json
 
 
 def _static(cls, passed: dict) -> dict:
@@ -56,7 +48,7 @@ def test_a_pipeline_that_iterates_its_prompt_beside_embeddings_is_called_with_a_
 
     model = make_model_dir(tmp_path / "m", "JoyImageEditPlusPipeline", "JoyImageEditPlusTransformer3DModel")
     plan_dir, out = plan_generate(model, tmp_path)
-    _, r = _verify(plan_dir, out, "--proof", "cache")
+    _, r = verify_json(plan_dir, out, "--proof", "cache")
     fx = r["fixture"]
     assert fx["status"] == "derived" and fx["source"] == "pipeline", fx
     assert any("iterates its `prompt`" in n and "pipeline_joyimage_edit_plus.py:587" in n for n in fx["notes"]), fx
@@ -95,7 +87,7 @@ def test_dict_keys_forward_reads_and_an_input_the_models_error_names_are_made_an
     pipeline gets further (its VAE is what stops it). What stops the plain model next is said, not guessed."""
     model = make_model_dir(tmp_path / "m", "RFD4ProteinaPipeline", "RFD4ProteinaTransformer")
     plan_dir, out = plan_generate(model, tmp_path)
-    _, r = _verify(plan_dir, out, "--fixture-only")
+    _, r = verify_json(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     text = (out / "verify_fixture.py").read_text()
     cond = next(line for line in text.splitlines() if line.strip().startswith('"conditioning":'))

@@ -9,40 +9,18 @@ Real runs: the installed diffusers 0.42.1 classes, tiny random-weight models, wo
 from __future__ import annotations
 
 import inspect
-import json
-from pathlib import Path
 
-from conftest import run_cli
+from conftest import transformer_only, verify_json
 from integrate.verify.inputs import tag_values
 from integrate.verify.tiny import derive
-
-
-def _transformer_only(base: Path, cls: str) -> tuple[Path, Path]:
-    """A config-only model folder naming `cls`, planned with --no-pipeline, approved and generated."""
-    model = base / "model"
-    (model / "transformer").mkdir(parents=True)
-    (model / "transformer" / "config.json").write_text(json.dumps({"_class_name": cls,
-                                                                   "_diffusers_version": "0.42.1"}))
-    plan_dir, out = base / "plan", base / "out"
-    r = run_cli("plan", str(model), "--out", str(plan_dir), "--no-probe", "--no-pipeline", "--separate-cfg", "no")
-    assert r.returncode == 0, r.stderr
-    assert run_cli("approve", str(plan_dir), "--reviewer", "Ada Lovelace").returncode == 0
-    assert run_cli("generate", str(plan_dir), "--out", str(out)).returncode in (0, 1)
-    return plan_dir, out
-
-
-def _verify(plan_dir: Path, out: Path, *flags: str) -> dict:
-    proc = run_cli("verify", str(plan_dir), "--generated", str(out), "--json", *flags)
-    assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    return json.loads(proc.stdout)
 
 
 def test_a_packed_sequence_is_made_as_the_forward_validates_and_documents_it(tmp_path):
     """MiniMax-H3 packs video, audio and text rows into one sequence its forward checks (`token_tags` and
     `timestep_indices` must be `(seq_len,)`): the repair search takes them, the position ids and the three
     streams' `*_indices` as documented, the sequence being the streams' rows together; the plain model runs."""
-    plan_dir, out = _transformer_only(tmp_path, "MiniMaxH3Transformer3DModel")
-    r = _verify(plan_dir, out, "--proof", "cache")
+    plan_dir, out = transformer_only("MiniMaxH3Transformer3DModel", tmp_path)
+    _, r = verify_json(plan_dir, out, "--proof", "cache")
     fx = r["fixture"]
     assert fx["status"] == "derived" and fx["source"] == "static", fx
     notes = [n for n in fx["notes"] if n.startswith("repair step")]
@@ -59,8 +37,8 @@ def test_streams_documented_over_one_length_share_it(tmp_path):
     """MiniMax Music 3 concatenates the latent `(batch, in_channels, length)` with the condition `(batch, length,
     condition_dim)`: the consumer of the concatenation is wider than the latent, and the condition's length was a
     text length. The failing `torch.cat` line reads both: they are taken as documented, one `length`."""
-    plan_dir, out = _transformer_only(tmp_path, "MiniMaxMusic3Transformer1DModel")
-    r = _verify(plan_dir, out, "--proof", "tp")
+    plan_dir, out = transformer_only("MiniMaxMusic3Transformer1DModel", tmp_path)
+    _, r = verify_json(plan_dir, out, "--proof", "tp")
     fx = r["fixture"]
     assert fx["status"] == "derived", fx
     assert any("reads `hidden_states`, `encoder_hidden_states`" in n and "the model ran" in n

@@ -7,17 +7,17 @@ Real runs: the installed pipelines and transformers, tiny random-weight models, 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 import pytest
-from conftest import make_model_dir, plan_generate, run_cli
+from conftest import make_model_dir, plan_generate, verify_json
 
 
-def _verify(plan_dir: Path, out: Path, *flags: str) -> tuple[int, dict]:
-    proc = run_cli("verify", str(plan_dir), "--generated", str(out), "--json", *flags)
-    assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    return proc.returncode, json.loads(proc.stdout)
+def _proved(plan_dir, out, proof: str) -> dict:
+    """verify's report of one proof on the fixture derived from the model folder (derived first where a test run
+    alone has not derived it yet)."""
+    if not (out / "verify_fixture.pt").is_file():
+        verify_json(plan_dir, out, "--fixture-only")
+    return verify_json(plan_dir, out, "--proof", proof)[1]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_a_module_forward_calls_outside_any_test_is_switched_on_by_the_line_that
 
 def test_framepack_from_its_model_folder_switches_on_what_its_pipeline_feeds_and_the_plain_model_runs(framepack):
     plan_dir, out = framepack
-    rc, r = _verify(plan_dir, out, "--fixture-only")
+    rc, r = verify_json(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["status"] == "derived" and fx["source"] == "pipeline", fx
     assert fx["changes"]["has_image_proj"] == [False, True] and fx["changes"]["has_clean_x_embedder"] == [False, True]
@@ -73,9 +73,7 @@ def test_framepack_from_its_model_folder_switches_on_what_its_pipeline_feeds_and
 
 def test_framepack_cp_proof_passes_on_the_derived_fixture(framepack):
     plan_dir, out = framepack
-    if not (out / "verify_fixture.pt").is_file():
-        _verify(plan_dir, out, "--fixture-only")
-    rc, r = _verify(plan_dir, out, "--proof", "cp")
+    r = _proved(plan_dir, out, "cp")
     assert r["fixture"]["status"] == "derived" and r["cp"]["status"] == "pass", r["cp"]
 
 
@@ -85,7 +83,7 @@ def test_acestep_from_its_model_folder_sizes_its_components_from_the_shrunk_tran
     transformer was, the stand-in text encoder rebuilt to the width the condition encoder takes (read from the
     error), and in_channels taken from what reaches the input convolution."""
     plan_dir, out = acestep
-    rc, r = _verify(plan_dir, out, "--fixture-only")
+    rc, r = verify_json(plan_dir, out, "--fixture-only")
     fx = r["fixture"]
     assert rc == 0 and fx["status"] == "derived" and fx["source"] == "pipeline", fx
     assert fx["changes"]["in_channels"] == [192, 3 * fx["changes"]["audio_acoustic_hidden_dim"][1]], fx["changes"]
@@ -99,7 +97,5 @@ def test_acestep_from_its_model_folder_sizes_its_components_from_the_shrunk_tran
 
 def test_acestep_cache_proof_passes_on_the_derived_fixture(acestep):
     plan_dir, out = acestep
-    if not (out / "verify_fixture.pt").is_file():
-        _verify(plan_dir, out, "--fixture-only")
-    rc, r = _verify(plan_dir, out, "--proof", "cache")
+    r = _proved(plan_dir, out, "cache")
     assert r["fixture"]["status"] == "derived" and r["cache"]["status"] == "pass", r["cache"]
