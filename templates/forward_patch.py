@@ -357,6 +357,13 @@ def _guards(fwd: cst.FunctionDef, target: cst.CSTNode) -> list[cst.BaseExpressio
     return out
 
 
+def _recorded(attr: str) -> cst.Subscript:
+    """`self._integrate_blocks['<attr>']`: the blocks of list `attr` as the PatchFunctor recorded them before cache-dit
+    wrapped the list."""
+    return cst.Subscript(cst.Attribute(cst.Name("self"), cst.Name("_integrate_blocks")),
+                         [cst.SubscriptElement(cst.Index(cst.SimpleString(repr(attr))))])
+
+
 class _Rewrite(cst.CSTTransformer):
     """The forward's rewrite for the fixes `wanted` asks: slices walked as their own lists, `self.<list>[k]` read
     from the recorded blocks, the block call's streams positional, the loop body's statements hoisted or moved
@@ -393,9 +400,7 @@ class _Rewrite(cst.CSTTransformer):
             # `self.layers[0]` outside the loop: once cache-dit holds the list in one wrapper that is the wrapper;
             # read the block the PatchFunctor recorded before the list was wrapped
             self.indexed.add(attr)
-            return updated.with_changes(value=cst.Subscript(
-                cst.Attribute(cst.Name("self"), cst.Name("_integrate_blocks")),
-                [cst.SubscriptElement(cst.Index(cst.SimpleString(repr(attr))))]))
+            return updated.with_changes(value=_recorded(attr))
         return updated
 
     def leave_CompFor(self, original: cst.CompFor, updated: cst.CompFor):
@@ -404,9 +409,7 @@ class _Rewrite(cst.CSTTransformer):
             # `[b.attn.processor for b in self.blocks]`: once cache-dit holds the list in one wrapper, the
             # comprehension walks the wrapper; walk the blocks the PatchFunctor recorded before the list was wrapped
             self.indexed.add(attr)
-            return updated.with_changes(iter=cst.Subscript(
-                cst.Attribute(cst.Name("self"), cst.Name("_integrate_blocks")),
-                [cst.SubscriptElement(cst.Index(cst.SimpleString(repr(attr))))]))
+            return updated.with_changes(iter=_recorded(attr))
         return updated
 
     def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef):
