@@ -85,6 +85,10 @@ def derive(job: dict) -> dict:
     if not tiny.error:
         # modules forward calls unguarded and the config leaves unbuilt: their switches on (said in the notes)
         config, tiny, switched = _switched_on(cls, config, tiny, filled_notes)
+    if not tiny.error:
+        # width tables a sub-module fills from its module's constants: small ones (said in the notes)
+        config, tiny, tabled = _small_tables(cls, config, tiny, filled_notes)
+        switched.update(tabled)
     filled_notes += tiny.notes
     out = {"changes": {k: list(v) for k, v in tiny.changes.items()}, "config": tiny.config,
            "parameters": tiny.parameters, "error": tiny.error}
@@ -348,6 +352,25 @@ def _switched_on(cls, config: dict, tiny, notes: list[str], rounds: int = 3):
         notes += [s.why for s in wanted.values()]
     return config, tiny, switched
 
+
+def _small_tables(cls, config: dict, tiny, notes: list[str]):
+    """(config, tiny, {key: (before, after)}) with each None width table that a sub-module fills from a module-level
+    constant given small (verify/tables.py), each said in `notes`; unchanged where the smaller tables fail."""
+    from integrate.verify.tables import defaulted_tables
+    from integrate.verify.tiny import derive as tiny_derive
+
+    tables = defaulted_tables(cls, tiny.config)
+    if not tables:
+        return config, tiny, {}
+    given = {t.key: t.value for t in tables}
+    retry = tiny_derive(cls, {**config, **given})
+    if retry.error:
+        notes.append(f"smaller {', '.join(f'`{k}`' for k in given)} failed: {retry.error}")
+        return config, tiny, {}
+    changed = {k: (config.get(k), v) for k, v in given.items()}
+    retry.changes.update({k: v for k, v in tiny.changes.items() if k not in retry.changes} | changed)
+    notes += [t.why for t in tables]
+    return {**config, **given}, retry, changed
 
 
 def synthesize_with(cls, config: dict, job: dict) -> dict:
