@@ -40,6 +40,24 @@ def _support(registry: dict[str, Evidence] | None, cls: str, prefix: bool):
     return True, f"{matches[0].file}:{matches[0].line}", tuple(matches), notes if len(matches) > 1 else ()
 
 
+def _answering(registry: dict[str, Evidence] | None, cls: str) -> str | None:
+    """The registered name cache-dit answers `cls` with: the first one the class name starts with."""
+    return next((name for name in registry or {} if cls.startswith(name)), None)
+
+
+def _module_of(ws: Workspace, evidence: tuple[Evidence, ...], cls: str) -> str | None:
+    """The dotted module of the transformers file the evidence says defines `cls`."""
+    root = ws.package_root("transformers")
+    where = next((e for e in evidence if e.why == f"transformers defines {cls}"), None)
+    if root is None or where is None:
+        return None
+    try:
+        rel = Path(where.file).resolve().relative_to(Path(root).resolve())
+    except ValueError:
+        return None
+    return ".".join(rel.with_suffix("").parts)
+
+
 # -- transformers: class -> configuration class -> base_model_tp_plan ------------------------
 
 
@@ -113,14 +131,38 @@ def _sub_configs(ws: Workspace, src: SourceFile, node: cst.ClassDef) -> list[tup
                 continue
             out = []
             for el in value.elements:
-                ref = el.value
-                if isinstance(ref, cst.Call):  # SubConfigSpec(config_class=X, ...)
-                    ref = next((a.value for a in ref.args if a.keyword and a.keyword.value == "config_class"), None)
+                ref, model_type = el.value, None
+                if isinstance(ref, cst.Call):  # SubConfigSpec(config_class=X, model_type="mistral", ...)
+                    kw = {a.keyword.value: a.value for a in ref.args if a.keyword}
+                    ref = kw.get("config_class")
+                    model_type = kw["model_type"].evaluated_value if isinstance(
+                        kw.get("model_type"), cst.SimpleString) else None
                 found = _class_named(ws, s, ref)
+                if model_type and (found is None or found[1].name.value == "AutoConfig"):
+                    found = _config_of_type(ws, model_type)  # AutoConfig by model type: that type's own class
                 if found is not None and isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
                     out.append((el.key.evaluated_value, found))
             return out
     return []
+
+
+def _config_of_type(ws: Workspace, model_type: str) -> Class | None:
+    """The configuration class transformers registers for `model_type`: the class in
+    `models/<type>/configuration_<type>.py` whose `model_type` is that string."""
+    root = ws.package_root("transformers")
+    name = model_type.replace("-", "_")
+    path = root / "transformers" / "models" / name / f"configuration_{name}.py" if root and name.isidentifier() else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        src = ws.load(path, root)
+    except InputError:
+        return None
+    for node in src.classes.values():
+        for key, value, _, _ in _class_assigns(node):
+            if key == "model_type" and isinstance(value, cst.SimpleString) and value.evaluated_value == model_type:
+                return src, node
+    return None
 
 
 def _sub_config_plans(ws: Workspace, src: SourceFile, node: cst.ClassDef) -> list:
@@ -144,7 +186,10 @@ def _built_from(node: cst.ClassDef, key: str) -> str | None:
     init = find_method(node, "__init__")
     for assign in find_all(init, cst.Assign) if init is not None else ():
         attr = self_attr(assign.targets[0].target)
-        if attr and any(dotted(a) == f"config.{key}" for a in find_all(assign.value, cst.Attribute)):
+        value = assign.value
+        # the sub-config itself handed to a constructor (`AutoModel.from_config(config.text_config)`), not one of its
+        # fields (`nn.Linear(config.text_config.hidden_size, ...)`)
+        if attr and isinstance(value, cst.Call) and any(dotted(a.value) == f"config.{key}" for a in value.args):
             return attr
     return None
 
@@ -228,11 +273,13 @@ def text_encoder_facts(ws: Workspace, model_path: Path | None, model_index: dict
         elif entry is not None:
             library, cls = entry
             supported, by, evidence, notes = _support(registry, cls, prefix=True)
-            plan, source = {}, None
-            if supported is not True and library == "transformers":
+            plan, source, module = {}, None, None
+            if library == "transformers":  # read where cache-dit registers one too: it may not fit this class
                 plan, source, more, plan_notes = tp_plan(ws, cls, model_path, component)
                 evidence, notes = (*evidence, *more), (*notes, *plan_notes)
-            out.append(TextEncoderFacts(component, cls, library, supported, by, plan, source, evidence, notes))
+                module = _module_of(ws, more, cls)
+            out.append(TextEncoderFacts(component, cls, library, supported, by, plan, source, evidence, notes,
+                                        registered_as=_answering(registry, cls), module=module))
     return tuple(out)
 
 

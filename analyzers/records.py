@@ -16,7 +16,7 @@ from integrate.records import IN_PROCESS, OMIT, Confidence, Evidence, Omit
 
 from .fixes import Fix
 
-ANALYSIS_SCHEMA_VERSION = "1.18"
+ANALYSIS_SCHEMA_VERSION = "1.19"
 
 
 @dataclass(frozen=True)
@@ -411,6 +411,11 @@ class TextEncoderFacts:
     tp_plan_source: Evidence | None  # where tp_plan was read
     evidence: tuple[Evidence, ...] = ()
     notes: tuple[str, ...] = ()
+    # 1.19: the registered name cache-dit answers the class with (the class's own name, or a shorter one it starts
+    # with: a registration written for another class); None where none answers. tp_plan is now read for every
+    # transformers encoder, registered or not, so a planner can be written from it where cache-dit's does not fit
+    registered_as: str | None = None
+    module: str | None = None  # 1.19: the transformers module that defines the class (not every class is exported)
 
 
 @dataclass(frozen=True)

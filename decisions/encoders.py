@@ -11,22 +11,38 @@ from .records import TextEncoderPlan, VaePlan
 
 
 def decide_tep(facts: ParallelFacts) -> tuple[TextEncoderPlan, ...]:
+    """Whose TE-P planner each text encoder gets. cache-dit registers planners under class names and answers a class
+    with the first registered name it starts with: a registration of the class's own name is reused; one of a
+    shorter name was written for another class (`T5GemmaEncoder` answering `T5GemmaEncoderModel`), so where the HF
+    config declares a layer plan ours is written from it and registered ahead; else the registered one is reused,
+    with that said."""
     out = []
     for te in facts.text_encoders:
-        if te.supported:
+        other = te.supported and te.registered_as not in (None, te.cls)
+        if te.supported and not (other and shards_layers(te.tp_plan)):
+            planner = "reuse"
             action = "reuse: cache-dit already registers a TE-P planner; test with --parallel-text"
+            if other:
+                action += (f" (registered as '{te.registered_as}', written for another class, at {te.supported_by}: "
+                           "no HF layer plan to write ours from; the tep proof shows whether it fits)")
         elif te.supported is None:
-            action = "unknown: cache-dit is not installed where the analysis ran"
+            planner, action = "unknown", "unknown: cache-dit is not installed where the analysis ran"
         elif shards_layers(te.tp_plan):
+            planner = "generate"
             action = ("add a TE-P planner: shard the encoder layers as the HF config's base_model_tp_plan says "
                       "(module pattern -> colwise / rowwise)")
+            if other:
+                action += (f"; cache-dit's registration '{te.registered_as}' ({te.supported_by}) answers {te.cls} "
+                           "only by prefix, written for another class: ours is registered ahead of it")
         elif te.tp_plan:
             named = ", ".join(f"{k}: {v}" for k, v in te.tp_plan.items())
+            planner = "manual"
             action = (f"add a TE-P planner by hand: the HF config's base_model_tp_plan shards no layer ({named}), "
                       "or skip TE-P if the encoder is small")
         else:
+            planner = "manual"
             action = "add a TE-P planner by hand (no base_model_tp_plan found), or skip TE-P if the encoder is small"
-        out.append(TextEncoderPlan(**_fields(te), action=action))
+        out.append(TextEncoderPlan(**_fields(te), action=action, planner=planner))
     return tuple(out)
 
 
@@ -37,8 +53,9 @@ def shards_layers(tp_plan: dict[str, str]) -> bool:
 
 
 def has_tep_planner(te) -> bool:
-    """cache-dit registers a TE-P planner for the encoder, or generate writes one from its HF layer plan."""
-    return bool(te.supported) or (te.supported is False and shards_layers(te.tp_plan))
+    """cache-dit's TE-P planner is reused for the encoder, or generate writes one from its HF layer plan (the plan's
+    verdict, or a reviewer's revision of it)."""
+    return te.planner == "reuse" or (te.planner == "generate" and shards_layers(te.tp_plan))
 
 
 def decide_vaep(facts: ParallelFacts) -> VaePlan | None:

@@ -23,7 +23,7 @@ from integrate.gate.records import GateFlags
 from integrate.records import OMIT, Confidence, Evidence, Omit
 
 PLAN_SCHEMA = "integrate.plan"
-PLAN_SCHEMA_VERSION = "1.20"
+PLAN_SCHEMA_VERSION = "1.21"
 
 
 @dataclass(frozen=True)
@@ -321,9 +321,16 @@ class Parallelism:
 # -- encoders, VAE -------------------------------------------------------------------------------
 
 
+TePlanner = Literal["reuse", "generate", "manual", "unknown"]
+
+
 @dataclass(frozen=True)
 class TextEncoderPlan(TextEncoderFacts):
     action: str = field(kw_only=True)
+    # 1.21: "reuse" (cache-dit's registered planner), "generate" (ours, written from the HF layer plan, registered
+    # ahead of any name of cache-dit's that answers the class), "manual" (why in action), "unknown". A reviewer may
+    # revise "reuse" to "generate" where cache-dit's planner does not fit the installed class (the tep proof says)
+    planner: TePlanner = field(default="manual", kw_only=True)
 
 
 @dataclass(frozen=True)

@@ -551,8 +551,14 @@ def _encoders(b: _Build) -> list[str]:
     """TE-P planners written from a text encoder's HF layer plan; VAE-P noted (not generated)."""
     te_modules = []
     for te, data in zip(b.plan.text_encoders, b.data["text_encoders"]):
-        if te.supported is False and shards_layers(te.tp_plan):
+        if te.planner == "generate" and shards_layers(te.tp_plan):
             te_cls = f"{camel(te.cls)}TensorParallelismPlanner"
+            ahead = _te_ahead(te)
+            if ahead and b.native and te.registered_as == te.cls:
+                b.manual.append(f"{te.component} `{te.cls}`: the plan asks for our TE-P planner, and cache-dit "
+                                f"registers its own under this very name ({te.supported_by}); a checkout cannot "
+                                "register the name twice: take cache-dit's registration out by hand, or use a plugin")
+                continue
             module = escape.ident(f"te_{te.component}")
             source = te.tp_plan_source
             imports = [("logging", None)] * (not b.native) + [
@@ -562,10 +568,14 @@ def _encoders(b: _Build) -> list[str]:
                        ("ColwiseParallel", "RowwiseParallel", "parallelize_module")]
             b.piece("te_planner", module, te_cls, "te_planner.py.j2", imports=import_block(imports),
                     te={**data, "source": f"{Path(source.file).name}:{source.line}"},
-                    plans=_te_layer_plans(te.tp_plan), te_cls=te_cls)
-            b.registered[f"te_planner:{te.component}"] = te.cls  # written where no planner answers for te.cls
+                    plans=_te_layer_plans(te.tp_plan), te_cls=te_cls, te_ahead=None if b.native else ahead)
+            b.registered[f"te_planner:{te.component}"] = te.cls  # ahead of any registration that answers te.cls
+            if ahead:
+                b.notes.append(f"{te.component} `{te.cls}`: {ahead} (the plugin registers {te_cls} as {te.cls}, then "
+                               "moves it to the front of TextEncoderTensorParallelismPlannerRegister."
+                               "_text_encoder_tp_planner_registry, where the public API cannot put it)")
             te_modules.append(module)
-        elif te.supported:
+        elif te.planner == "reuse":
             b.notes.append(f"{te.component} `{te.cls}`: TE-P already supported by cache-dit")
         else:
             b.manual.append(f"{te.component} `{te.cls}`: no TE-P planner and no HF layer plan to write one from"
@@ -847,6 +857,18 @@ def distributed_norms(plan: Plan) -> dict[str, list[str]]:
             if size is None or head is None or size != head:
                 out.setdefault(a.block_list, []).append(f"{a.path}.{norm}")
     return out
+
+
+def _te_ahead(te) -> str | None:
+    """Why our TE-P planner goes ahead of the registration of cache-dit's that answers the encoder's class; None
+    where none answers."""
+    if te.registered_as is None:
+        return None
+    if te.registered_as != te.cls:
+        return (f"cache-dit's TE-P planner registered as '{te.registered_as}' ({te.supported_by}) answers {te.cls} "
+                "only by prefix: it was written for another class")
+    return (f"the plan asks for ours instead of cache-dit's TE-P planner registered as '{te.registered_as}' "
+            f"({te.supported_by})")
 
 
 def _te_layer_plans(tp_plan: dict[str, str]) -> dict[str, dict[str, str]]:

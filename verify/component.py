@@ -42,7 +42,8 @@ def job(proof: str, part: dict, model_path: str | None, plugin: dict | None, tru
         raise InputError(f"{part['component']}: `{part['cls']}` comes from `{library}`, not an installed library "
                          "verify trusts: the proof would run it; pass --trust-code if you trust that code")
     return {"mode": "component", "proof": proof, "component": part["component"], "library": library,
-            "cls": part["cls"], "config": config_of(model_path, part["component"]), "plugin": plugin}
+            "cls": part["cls"], "module": part.get("module"), "config": config_of(model_path, part["component"]),
+            "plugin": plugin, "hint": part.get("hint")}
 
 
 def run(proof, parts: list[dict], model_path: str | None, plugin: dict | None, trust_code: bool, env: dict,
@@ -77,7 +78,8 @@ def judge_run(proof, job: dict, reports: list[dict | None], tails: list) -> Comp
     fields = {k: rep[k] for k in ("planner", "config_from", "world", "seconds") if k in rep}
     if "error" in rep:
         e = rep["error"]
-        return ComponentRun(**head, **fields, status="error", why=f"{e['stage']}: {e['type']}: {e['message']}",
+        hint = f" ({job['hint']})" if job.get("hint") and e["stage"] != "build the tiny text encoder" else ""
+        return ComponentRun(**head, **fields, status="error", why=f"{e['stage']}: {e['type']}: {e['message']}{hint}",
                             error=WorkerError(**{**e, "trace": tuple(e.get("trace", ()))}))
     other = next((r for r in reports[1:] if r is None or "error" in r), "none")
     if other != "none":
@@ -96,6 +98,8 @@ def judge_run(proof, job: dict, reports: list[dict | None], tails: list) -> Comp
         status, why = "fail", f"the tile borders differ: {extra['seams'].get('why')}"
     else:
         status, why = "pass", proof.passed(rep)
+    if status != "pass" and job.get("hint"):
+        why += f" ({job['hint']})"
     return ComponentRun(**head, **fields, status=status, why=why, figures=figures, engaged=proof.evidence(rep),
                         **({"first_divergence": fd} if fd else {}), **extra)
 

@@ -25,9 +25,16 @@ def init() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def load_class(library: str, name: str):
-    """`name` from the package model_index.json names (`transformers`, `diffusers`, or a module path)."""
-    return getattr(importlib.import_module(library), name)
+def load_class(library: str, name: str, module: str | None = None):
+    """`name` from the package model_index.json names (`transformers`, `diffusers`, or a module path); where that
+    package does not export it (transformers' `T5GemmaEncoder`), from `module`, the library's own module the analysis
+    found it defined in (a dotted name inside `library`, nothing else)."""
+    top = importlib.import_module(library)
+    if hasattr(top, name) or not module:
+        return getattr(top, name)
+    if not (module.startswith(library + ".") and all(part.isidentifier() for part in module.split("."))):
+        raise ValueError(f"{module!r} is not a module of {library}")
+    return getattr(importlib.import_module(module), name)
 
 
 def import_plugin(job: dict) -> None:

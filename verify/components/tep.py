@@ -129,6 +129,32 @@ def _composed(cfg_cls) -> tuple[str, dict] | None:
     return None
 
 
+def _sub_config(cls, exc: Exception) -> tuple[str, type, dict, str] | None:
+    """(key, config class, its defaults as the composite fills them, why) where building `cls` from its config class
+    failed on a field that class lacks (`AttributeError: 'T5GemmaConfig' object has no attribute 'hidden_size'`) and
+    one of its `sub_configs` has it: the one whose key the class's name holds (`encoder` in T5GemmaEncoder), else
+    the only one that has it."""
+    cfg_cls = cls.config_class
+    field = getattr(exc, "name", None)
+    if not isinstance(exc, AttributeError) or not isinstance(field, str) or not isinstance(
+            getattr(cfg_cls, "sub_configs", None), dict):
+        return None
+    try:
+        whole = cfg_cls()
+    except Exception:  # defaults that do not construct
+        return None
+    held = [(k, getattr(whole, k, None)) for k in cfg_cls.sub_configs]
+    held = [(k, v) for k, v in held if hasattr(v, "to_dict") and hasattr(v, field)]
+    named = [(k, v) for k, v in held if k.lower() in cls.__name__.lower()]
+    chosen = named[0] if len(named) == 1 else held[0] if len(held) == 1 else None
+    if chosen is None:
+        return None
+    key, value = chosen
+    why = (f"class defaults of {cfg_cls.__name__}'s `{key}` ({type(value).__name__}): {cls.__name__} reads "
+           f"`{field}`, which {cfg_cls.__name__} lacks")
+    return key, type(value), value.to_dict(), why
+
+
 def _refusals(cls, config) -> dict[str, list]:
     """{flag: [value, the value the constructor accepts, why]} for each `if config.<flag>: raise ...` (or
     `if not config.<flag>: ...`) in `cls.__init__` that the config's boolean `flag` trips: T5GemmaEncoderModel
@@ -220,14 +246,15 @@ def run(job: dict) -> None:
     report: dict[str, Any] = {"rank": rank, "world": world, "component": job["component"], "cls": job["cls"]}
     stage = "build the tiny text encoder"
     try:
-        cls = common.load_class(job["library"], job["cls"])
+        cls = common.load_class(job["library"], job["cls"], job.get("module"))
         config, changes = _config(cls, job.get("config"))
         report["config_from"] = "model folder" if job.get("config") else "class defaults"
         try:
             model = cls(config).eval()
-        except Exception:
+        except Exception as exc:
             refused = {} if job.get("config") else _refusals(cls, config)
             composed = None if job.get("config") or refused else _composed(cls.config_class)
+            part = None if job.get("config") or refused or composed else _sub_config(cls, exc)
             if refused:
                 # the class defaults set a flag the constructor refuses (a real config of this class clears it)
                 for flag, (_, accepted, _) in refused.items():
@@ -238,6 +265,15 @@ def run(job: dict) -> None:
                 # the class's own defaults leave out what its composite model's config fills in: built from that
                 config, changes = _config(cls, None, composed[1])
                 report["config_from"] = f"class defaults, as {composed[0]} sets them"
+            elif part is not None:
+                # the class takes one part of its config class, a composite (T5GemmaEncoder: T5GemmaConfig's
+                # `encoder`): built from that part as the composite's defaults fill it in
+                key, sub_cls, raw, why = part
+                tiny, changes = shrink(raw)
+                config = sub_cls.from_dict(tiny)
+                if hasattr(config, "_attn_implementation"):
+                    config._attn_implementation = "eager"
+                report["config_from"] = why
             else:
                 raise
             model = cls(config).eval()

@@ -4,9 +4,10 @@ from its Hugging Face layer plan) built tiny, token ids in, over 2 gloo processe
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from integrate.decisions.encoders import has_tep_planner
+from integrate.decisions.encoders import has_tep_planner, shards_layers
 
 from ..records import ComponentProof
 
@@ -26,8 +27,18 @@ SUMMARY = "each text encoder's TE-P planner over 2 gloo processes against its 1-
 
 def parts(plan: Plan) -> list[dict]:
     """The text encoders a TE-P planner exists for: cache-dit's, or ours (written from the HF layer plan)."""
-    return [{"component": te.component, "library": te.library, "cls": te.cls} for te in plan.text_encoders
-            if te.cls and has_tep_planner(te)]
+    return [{"component": te.component, "library": te.library, "cls": te.cls, "module": te.module,
+             "hint": _hint(i, te)} for i, te in enumerate(plan.text_encoders) if te.cls and has_tep_planner(te)]
+
+
+def _hint(index: int, te) -> str | None:
+    """What a failure of cache-dit's planner leaves the user, where the HF config declares a layer plan: revising the
+    plan to write ours from it (registered ahead of cache-dit's)."""
+    if te.planner != "reuse" or not shards_layers(te.tp_plan) or te.tp_plan_source is None:
+        return None
+    return (f"cache-dit's planner does not fit this class here; ours can be written from the HF layer plan "
+            f"({Path(te.tp_plan_source.file).name}:{te.tp_plan_source.line}): integrate revise PLAN_DIR --set "
+            f"text_encoders.{index}.planner=generate --why '...', then approve and generate again")
 
 
 def not_planned(plan: Plan) -> str | None:
