@@ -119,11 +119,79 @@ def test_a_part_from_an_untrusted_package_is_refused_before_it_runs(tmp_path):
         assert "--trust-code" in str(exc)
     else:
         raise AssertionError("an untrusted library's class was accepted")
-    # a reviewer says the encoder has a layer plan: the proof would now run the class
+    # a reviewer says the encoder has a layer plan and asks for our planner: the proof would now run the class
     revised = run_cli("revise", str(plan_dir), "--set", 'text_encoders.0.tp_plan={"layers.*.q": "colwise"}',
-                      "--why", "test", "--reviewer", "Ada Lovelace")
+                      "--set", "text_encoders.0.planner=generate", "--why", "test", "--reviewer", "Ada Lovelace")
     assert revised.returncode == 0, revised.stderr
     assert run_cli("approve", str(plan_dir), "--reviewer", "Ada Lovelace").returncode == 0
     proc = run_cli("verify", str(plan_dir), "--generated", str(out), "--proof", "tep",
                    env={"PYTHONPATH": str(tmp_path)})
     assert proc.returncode == 2 and "--trust-code" in proc.stderr and not marker.exists()
+
+
+def test_a_cache_dit_planner_that_does_not_fit_is_reported_and_ours_passes_once_the_plan_is_revised(tmp_path):
+    """cache-dit 1.5.3 registers a TE-P planner under Mistral3ForConditionalGeneration that looks for a top-level
+    `language_model`, which transformers 5 keeps under `model`: the proof fails with cache-dit's error and says how
+    to revise the plan; revised, generate writes ours from the HF layer plan (MistralConfig's, through the
+    composite's AutoConfig sub-config), registers it ahead of cache-dit's, and the proof passes with it engaged."""
+    model = _model(tmp_path, text_encoder=["transformers", "Mistral3ForConditionalGeneration"])
+    plan_dir, out = plan_generate(model, tmp_path)
+    plan = json.loads((plan_dir / "plan.json").read_text())
+    (te,) = plan["text_encoders"]
+    assert te["planner"] == "reuse" and te["registered_as"] == "Mistral3ForConditionalGeneration"
+    proc = run_cli("verify", str(plan_dir), "--generated", str(out), "--proof", "tep", "--json")
+    report = json.loads(proc.stdout)
+    (run,) = report["tep"]["runs"]
+    if run["status"] == "pass":
+        import pytest
+
+        pytest.skip("the installed cache-dit's planner fits the installed transformers: nothing to revise")
+    assert proc.returncode == 1 and run["planner"].startswith("cache_dit.")
+    assert "text_encoders.0.planner=generate" in run["why"], run["why"]
+    revised = run_cli("revise", str(plan_dir), "--set", "text_encoders.0.planner=generate", "--why",
+                      "cache-dit's planner fails on this transformers", "--reviewer", "Ada Lovelace")
+    assert revised.returncode == 0, revised.stderr
+    assert run_cli("approve", str(plan_dir), "--reviewer", "Ada Lovelace").returncode == 0
+    shutil.rmtree(out)
+    made = run_cli("generate", str(plan_dir), "--out", str(out), "--json")
+    assert made.returncode == 0, made.stderr
+    assert any("moves it to the front" in n for n in json.loads(made.stdout)["notes"])
+    proc = run_cli("verify", str(plan_dir), "--generated", str(out), "--proof", "tep", "--json")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (run,) = json.loads(proc.stdout)["tep"]["runs"]
+    assert run["status"] == "pass" and run["planner"].startswith("integrate_motif_video.")
+    names = {s["name"] for s in run["engaged"]["shards"]}
+    assert any(n.startswith("model.language_model.layers.0.") for n in names), names  # not the vision tower
+
+
+def test_a_class_the_library_does_not_export_is_built_from_its_module_and_the_part_of_its_config_it_takes():
+    """T5GemmaEncoder: not exported by transformers; its config class is the encoder-decoder composite, and it reads
+    `hidden_size`, which only the composite's `encoder` part has."""
+    from integrate.verify.components import common
+
+    cls = common.load_class("transformers", "T5GemmaEncoder", "transformers.models.t5gemma.modeling_t5gemma")
+    config, _ = tep_worker._config(cls, None)
+    try:
+        cls(config)
+    except AttributeError as exc:
+        key, sub_cls, raw, why = tep_worker._sub_config(cls, exc)
+    else:
+        raise AssertionError("the composite config built T5GemmaEncoder: nothing to show")
+    assert key == "encoder" and "`hidden_size`" in why
+    tiny, _ = tep_worker.shrink(raw)
+    cls(sub_cls.from_dict(tiny))  # builds from that part
+
+
+def test_a_module_path_outside_the_library_is_never_imported(tmp_path, monkeypatch):
+    """The module a plan names for a class (plan.json is text a person may edit) is imported only where it lies
+    inside the library model_index.json names: a payload module elsewhere never runs."""
+    import pytest
+    from integrate.verify.components import common
+
+    marker = tmp_path / "marker"
+    (tmp_path / "payload_te.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\nclass X: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for module in ("payload_te", "transformers_payload_te", "transformers.models..x", "transformers.__import__('os')"):
+        with pytest.raises(ValueError):
+            common.load_class("transformers", "X", module)
+    assert not marker.exists()

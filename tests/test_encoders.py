@@ -77,7 +77,7 @@ def test_t5_encoder_supported(ws):
     file, line = fact.supported_by.rsplit(":", 1)
     assert Path(file).parent == folder
     assert f'{TE_REGISTER}.register("T5EncoderModel")' in line_at(file, int(line))
-    assert fact.tp_plan == {} and fact.tp_plan_source is None  # supported: no plan needed
+    assert fact.tp_plan == {} and fact.tp_plan_source is None  # read (a registration may not fit), and T5 has none
 
 
 def test_te_prefix_rule_vae_exact_rule(ws):
@@ -212,3 +212,48 @@ def test_an_hf_plan_that_shards_no_layer_gives_no_generated_te_planner(ws):
     assert te.tp_plan == declared and not shards_layers(declared)
     (decided,) = decide_tep(type("F", (), {"text_encoders": facts})())
     assert "by hand" in decided.action and "shards no layer" in decided.action and not has_tep_planner(decided)
+
+
+def _declared_plan(te) -> dict:
+    """The `base_model_tp_plan` dict literal at the fact's tp_plan_source, read with ast."""
+    cfg = ast.parse(Path(te.tp_plan_source.file).read_text(encoding="utf-8"))
+    return next(ast.literal_eval(n.value) for n in ast.walk(cfg) if isinstance(n, (ast.Assign, ast.AnnAssign))
+                and n.lineno == te.tp_plan_source.line)
+
+
+def test_a_registration_that_answers_only_by_prefix_gets_ours_from_the_hf_plan(ws):
+    """cache-dit registers `T5GemmaEncoder`, a class of its own, and answers `T5GemmaEncoderModel` with it because the
+    name starts with it; that planner asserts the other class. The plan writes ours from the HF layer plan (the
+    composite config's encoder sub-config) and registers it ahead."""
+    from decisions.encoders import decide_tep, has_tep_planner
+
+    registered = ast_registrations(package_dir(ws, "cache_dit") / "distributed" / "text_encoders", TE_REGISTER)
+    facts = text_encoder_facts(ws, None, {"text_encoder": ["transformers", "T5GemmaEncoderModel"]})
+    (te,) = facts
+    answering = next((n for n in registered if "T5GemmaEncoderModel".startswith(n)), None)
+    if answering is None or answering == "T5GemmaEncoderModel":
+        pytest.skip("the installed cache-dit registers no shorter name answering T5GemmaEncoderModel")
+    assert te.supported is True and te.registered_as == answering
+    assert te.tp_plan == _declared_plan(te) and te.tp_plan
+    assert te.module == "transformers.models.t5gemma.modeling_t5gemma"
+    (decided,) = decide_tep(type("F", (), {"text_encoders": facts})())
+    assert decided.planner == "generate" and has_tep_planner(decided)
+    assert f"'{answering}'" in decided.action and "only by prefix" in decided.action
+
+
+def test_an_exact_registration_is_reused_and_the_hf_plan_is_still_read(ws):
+    """Mistral3ForConditionalGeneration: cache-dit registers this very name (reused); its HF layer plan sits on the
+    text sub-config, which the composite names as `AutoConfig` of model type "mistral": followed to MistralConfig."""
+    from decisions.encoders import decide_tep
+
+    facts = text_encoder_facts(ws, None, {"text_encoder": ["transformers", "Mistral3ForConditionalGeneration"]})
+    (te,) = facts
+    if te.registered_as != "Mistral3ForConditionalGeneration":
+        pytest.skip("the installed cache-dit does not register Mistral3ForConditionalGeneration")
+    assert Path(te.tp_plan_source.file).parent.name == "mistral"  # MistralConfig, through the model type
+    assert te.tp_plan == _declared_plan(te)
+    assert any("sub-config `text_config` (MistralConfig)" in n for n in te.notes)
+    # the sub-config's plan applies to the model built from it, not to a head sized from one of its fields
+    assert not any("lm_head" in n for n in te.notes), te.notes
+    (decided,) = decide_tep(type("F", (), {"text_encoders": facts})())
+    assert decided.planner == "reuse"

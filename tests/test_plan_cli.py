@@ -19,7 +19,7 @@ def motif_plan(tmp_path_factory):
 def test_plan_writes_markdown_and_json_with_the_documented_keys(motif_plan):
     out, data = motif_plan
     assert json.loads((out / "plan.json").read_text()) == data
-    assert data["schema"] == "integrate.plan" and data["schema_version"] == "1.20"
+    assert data["schema"] == "integrate.plan" and data["schema_version"] == "1.21"
     cp = data["parallelism"]["cp"]
     for key in ("plan", "mask_reorder", "rope_drift_fix", "ulysses_anything", "hybrid_patch"):
         assert key in cp

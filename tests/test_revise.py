@@ -36,7 +36,7 @@ def test_an_override_is_recorded_rendered_and_voids_the_approval(planned):
     report = json.loads(proc.stdout)["revision"]
     assert report["changed"] and report["approval_voided"]
     plan = json.loads((planned / "plan.json").read_text())
-    assert plan["schema_version"] == "1.20" and plan["cache"]["has_separate_cfg"] is (not analysed)
+    assert plan["schema_version"] == "1.21" and plan["cache"]["has_separate_cfg"] is (not analysed)
     assert plan["facts"]["attention"][0]["head_dim"][1] == 64
     override = {o["key"]: o for o in plan["overrides"]}["cache.has_separate_cfg"]
     assert override["analysis"] is analysed and override["value"] is (not analysed)

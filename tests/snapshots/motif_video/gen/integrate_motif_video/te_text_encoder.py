@@ -33,12 +33,27 @@ LAYER_PLANS = {
 _STYLES = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
 
 
-def _find_layers(text_encoder, prefix: str):
-    """The ModuleList `prefix` names, wherever the encoder nests the model its config builds."""
+def _find_layers(text_encoder, prefix: str, paths):
+    """The module list `prefix` names, wherever the encoder nests the model its config builds: the one whose layers
+    hold every module the plan shards (a multimodal encoder has a vision tower's `layers` too)."""
+    found = []
     for name, module in text_encoder.named_modules():
-        if name == prefix or name.endswith("." + prefix):
-            return module
-    raise ValueError(f"{type(text_encoder).__name__} has no module list `{prefix}`")
+        if (name == prefix or name.endswith("." + prefix)) and hasattr(module, "__len__") and len(module) and all(
+                _has(module[0], path) for path in paths):
+            found.append((name, module))
+    if len(found) != 1:
+        named = ", ".join(name for name, _ in found) or "none"
+        raise ValueError(f"{type(text_encoder).__name__}: module lists `{prefix}` whose layers hold "
+                         f"{', '.join(paths)}: {named} (exactly one expected)")
+    return found[0][1]
+
+
+def _has(module, path: str) -> bool:
+    for part in path.split("."):
+        module = getattr(module, part, None)
+        if module is None:
+            return False
+    return True
 
 
 class T5Gemma2EncoderTensorParallelismPlanner(TextEncoderTensorParallelismPlanner):
@@ -46,7 +61,8 @@ class T5Gemma2EncoderTensorParallelismPlanner(TextEncoderTensorParallelismPlanne
         tp_mesh = self.mesh(parallelism_config=parallelism_config)
         layer_plans = []
         for prefix, plan in LAYER_PLANS.items():
-            for layer in _find_layers(text_encoder, prefix):
+            paths = [path for path, style in plan.items() if style in _STYLES and "*" not in path]
+            for layer in _find_layers(text_encoder, prefix, paths):
                 layer_plan = {path: _STYLES[style]() for path, style in plan.items() if style in _STYLES}
                 parallelize_module(module=layer, device_mesh=tp_mesh, parallelize_plan=layer_plan)
                 layer_plans.append(layer_plan)
