@@ -223,3 +223,25 @@ def test_block_stacks_named_num_x_blocks_shrink_in_their_order():
     cfg = tiny.config
     assert 2 <= cfg["num_text_blocks"] < cfg["num_visual_blocks"] < original["num_visual_blocks"]
     assert not is_layers("inject_face_latents_blocks") and not is_layers("motion_blocks")
+
+
+def test_hybrid_heads_shrink_a_rope_width_inside_the_head_with_it():
+    """MiniMaxH3 rotates 2 * 3 * rope_freq_dim channels of each head (its docstring; `_apply_rotary_emb` slices them).
+    Hybrid's config halves the head dim, so a frequency count halves with it (down to 1) and the rotation still fits
+    the head; a channel count (`rotary_dim`) halves and stays even."""
+    import torch
+    from diffusers import MiniMaxH3Transformer3DModel as cls
+    from diffusers.models.transformers import transformer_minimax_h3 as mod
+    from integrate.verify.tiny import more_heads, object_defaults, tiny_config
+
+    config = tiny_config(object_defaults(cls)).config
+    changes = more_heads(config)
+    head = changes["attention_head_dim"][1]
+    freq = changes["rope_freq_dim"][1]
+    assert changes["rope_freq_dim"][0] > freq >= 1
+    rope = mod.MiniMaxH3RotaryPosEmbed(rope_freq_dim=freq)
+    cos, sin = rope(torch.zeros(5, 3, dtype=torch.long))
+    x = torch.randn(1, 5, changes["num_attention_heads"][1], head)
+    assert mod._apply_rotary_emb(x, cos, sin).shape == x.shape  # the rotated channels fit the narrower head
+    changed = more_heads({"num_attention_heads": 2, "attention_head_dim": 16, "rotary_dim": 8})
+    assert changed["rotary_dim"] == (8, 4)

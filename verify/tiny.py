@@ -183,7 +183,8 @@ HYBRID_HEADS = 2  # what `more_heads` multiplies the head counts by: TP 2 then U
 
 def more_heads(config: dict[str, Any], factor: int = HYBRID_HEADS) -> dict[str, tuple[Any, Any]] | str:
     """{key: (fixture's, new)}: a tiny config with `factor` times the heads (query and KV alike, so a GQA ratio
-    stays) of a head dim `factor` times smaller, the RoPE axes re-split to it; the model's widths, its Linear
+    stays) of a head dim `factor` times smaller, the RoPE axes re-split to it and a RoPE width inside a head shrunk
+    with it (`rope_freq_dim`, `rotary_dim`); the model's widths, its Linear
     shapes and so every input stay as they are. Hybrid parallelism cuts the heads twice (TP 2, then Ulysses 2 of
     each rank's share) and the tiny model's 2 heads cut once only. A string: why no such config is made."""
     def number(key: str) -> int | None:
@@ -216,6 +217,13 @@ def more_heads(config: dict[str, Any], factor: int = HYBRID_HEADS) -> dict[str, 
         if sum(v) not in (head_dim, head_dim // 2) and "section" not in k:
             return f"`{k}` {config[k]} cannot be re-split to a head dim of {head_dim}"
         new[k] = v
+    # a RoPE width inside a head (`rope_freq_dim`: frequencies per axis; `rotary_dim`: the channels that rotate)
+    # shrinks with the head, so the rotated channels stay inside it: a count of frequencies down to 1, a count of
+    # channels kept even
+    for k, v in config.items():
+        if (("rope" in k or "rotary" in k) and "dim" in k and isinstance(v, int) and not isinstance(v, bool)
+                and 0 < v < old_head and k not in new):
+            new[k] = max(1, v // factor) if "freq" in k else max(2, v // factor // 2 * 2)
     return {k: (config[k], v) for k, v in new.items() if config[k] != v}
 
 
