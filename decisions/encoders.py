@@ -49,7 +49,11 @@ def decide_tep(facts: ParallelFacts) -> tuple[TextEncoderPlan, ...]:
 def shards_layers(tp_plan: dict[str, str]) -> bool:
     """Does an HF layer plan shard a layer of a list (`layers.*.self_attn.q_proj: colwise`)? A plan naming only the
     embedding (`embed_tokens: embedding_rowwise`, Qwen3-VL's text config) gives a planner nothing to apply."""
-    return any(".*." in key and style in ("colwise", "rowwise") for key, style in tp_plan.items())
+    return any(".*." in key and style in SHARDING_STYLES for key, style in tp_plan.items())
+
+
+# the HF layer-plan styles a generated TE-P planner applies (templates/te_planner.py.j2); any other stays whole
+SHARDING_STYLES = ("colwise", "rowwise", "colwise_gather_output", "rowwise_split_input")
 
 
 def has_tep_planner(te) -> bool:

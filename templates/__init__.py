@@ -564,6 +564,7 @@ def _encoders(b: _Build) -> list[str]:
             imports = [("logging", None)] * (not b.native) + [
                        ("cache_dit.distributed.text_encoders.register", n) for n in
                        ("TextEncoderTensorParallelismPlanner", "TextEncoderTensorParallelismPlannerRegister")] + [
+                       ("torch.distributed.tensor", "Replicate")] + [
                        ("torch.distributed.tensor.parallel", n) for n in
                        ("ColwiseParallel", "RowwiseParallel", "parallelize_module")]
             b.piece("te_planner", module, te_cls, "te_planner.py.j2", imports=import_block(imports),

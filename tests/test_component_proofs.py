@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import EXAMPLE, plan_generate, run_cli
 from integrate.verify import component
 from integrate.verify.components import tep as tep_worker
@@ -129,22 +130,28 @@ def test_a_part_from_an_untrusted_package_is_refused_before_it_runs(tmp_path):
     assert proc.returncode == 2 and "--trust-code" in proc.stderr and not marker.exists()
 
 
-def test_a_cache_dit_planner_that_does_not_fit_is_reported_and_ours_passes_once_the_plan_is_revised(tmp_path):
-    """cache-dit 1.5.3 registers a TE-P planner under Mistral3ForConditionalGeneration that looks for a top-level
-    `language_model`, which transformers 5 keeps under `model`: the proof fails with cache-dit's error and says how
-    to revise the plan; revised, generate writes ours from the HF layer plan (MistralConfig's, through the
-    composite's AutoConfig sub-config), registers it ahead of cache-dit's, and the proof passes with it engaged."""
-    model = _model(tmp_path, text_encoder=["transformers", "Mistral3ForConditionalGeneration"])
+@pytest.mark.parametrize("cls, sharded", [
+    # cache-dit 1.5.3's planner looks for a top-level `language_model`, which transformers 5 keeps under `model`;
+    # ours must shard the language model's layers, not the vision tower's
+    ("Mistral3ForConditionalGeneration", "model.language_model.layers.0.self_attn.q_proj.weight"),
+    # cache-dit's planner feeds the whole `gate_up_proj` output to a row-wise `down_proj` that expects a shard; the HF
+    # plan gathers the one and has the other split its input (`colwise_gather_output` / `rowwise_split_input`)
+    ("GlmModel", "layers.0.mlp.down_proj.weight"),
+])
+def test_a_cache_dit_planner_that_does_not_fit_is_reported_and_ours_passes_once_the_plan_is_revised(
+        tmp_path, cls, sharded):
+    """cache-dit registers a TE-P planner under the class's own name that fails on the installed transformers: the
+    proof fails with cache-dit's error and says how to revise the plan; revised, generate writes ours from the HF
+    layer plan, registers it ahead of cache-dit's, and the proof passes with it engaged where it should be."""
+    model = _model(tmp_path, text_encoder=["transformers", cls])
     plan_dir, out = plan_generate(model, tmp_path)
     plan = json.loads((plan_dir / "plan.json").read_text())
     (te,) = plan["text_encoders"]
-    assert te["planner"] == "reuse" and te["registered_as"] == "Mistral3ForConditionalGeneration"
+    assert te["planner"] == "reuse" and te["registered_as"] == cls
     proc = run_cli("verify", str(plan_dir), "--generated", str(out), "--proof", "tep", "--json")
     report = json.loads(proc.stdout)
     (run,) = report["tep"]["runs"]
     if run["status"] == "pass":
-        import pytest
-
         pytest.skip("the installed cache-dit's planner fits the installed transformers: nothing to revise")
     assert proc.returncode == 1 and run["planner"].startswith("cache_dit.")
     assert "text_encoders.0.planner=generate" in run["why"], run["why"]
@@ -161,7 +168,7 @@ def test_a_cache_dit_planner_that_does_not_fit_is_reported_and_ours_passes_once_
     (run,) = json.loads(proc.stdout)["tep"]["runs"]
     assert run["status"] == "pass" and run["planner"].startswith("integrate_motif_video.")
     names = {s["name"] for s in run["engaged"]["shards"]}
-    assert any(n.startswith("model.language_model.layers.0.") for n in names), names  # not the vision tower
+    assert sharded in names, names
 
 
 def test_a_class_the_library_does_not_export_is_built_from_its_module_and_the_part_of_its_config_it_takes():
@@ -185,7 +192,6 @@ def test_a_class_the_library_does_not_export_is_built_from_its_module_and_the_pa
 def test_a_module_path_outside_the_library_is_never_imported(tmp_path, monkeypatch):
     """The module a plan names for a class (plan.json is text a person may edit) is imported only where it lies
     inside the library model_index.json names: a payload module elsewhere never runs."""
-    import pytest
     from integrate.verify.components import common
 
     marker = tmp_path / "marker"

@@ -10,6 +10,7 @@ from cache_dit.distributed.text_encoders.register import (
     TextEncoderTensorParallelismPlanner,
     TextEncoderTensorParallelismPlannerRegister,
 )
+from torch.distributed.tensor import Replicate
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     RowwiseParallel,
@@ -30,7 +31,14 @@ LAYER_PLANS = {
         "mlp.down_proj": "rowwise",
     },
 }
-_STYLES = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+# the HF styles with a torch equivalent: a column-wise Linear whose output is gathered whole, and the row-wise one that
+# takes a whole input and cuts it itself (GLM's fused gate/up MLP), beside the plain pair; any other style stays whole
+_STYLES = {
+    "colwise": ColwiseParallel,
+    "rowwise": RowwiseParallel,
+    "colwise_gather_output": lambda: ColwiseParallel(output_layouts=Replicate()),
+    "rowwise_split_input": lambda: RowwiseParallel(input_layouts=Replicate()),
+}
 
 
 def _find_layers(text_encoder, prefix: str, paths):
