@@ -76,6 +76,9 @@ def test_an_empty_tp_plan_is_vacuous_and_a_key_that_matches_nothing_fails(genera
         tp = _verify(plan_dir, out, "tp")
     assert tp["status"] == "vacuous" and "nothing was sharded" in tp["why"], tp
     assert all(v["max_abs"] == 0 for v in tp["variants"].values())  # bit-identical: only the evidence tells
+    # nothing diverged: the proof's first divergence is null, as for any proof (the survey and the audit read it;
+    # a vacuous variant has none of its own, which once left the proof's absent and stopped `survey --verify`)
+    assert tp["first_divergence"] is None, tp
     with _planted(out, "tp_planner.py", TP_PLANS,
                   'LAYER_PLANS = {"blocks": {"attn.nope": "colwise"}}\nSHARD_DIV_ATTR = {"blocks": {}}'):
         tp = _verify(plan_dir, out, "tp")

@@ -107,7 +107,8 @@ def judge(base: Baseline, variants: list[dict], runs: dict[str, tuple[list, list
         next((v for v in rows.values() if v.status == "vacuous"), None)
     if bad is not None:
         why = bad.why if isinstance(bad.why, str) else f"differs from the 1-process run (max-abs {bad.max_abs:.3g})"
-        return ParallelProof(status, why=why, first_divergence=bad.first_divergence, variants=rows)
+        first = None if bad.first_divergence is OMIT else bad.first_divergence  # a vacuous or errored variant: none
+        return ParallelProof(status, why=why, first_divergence=first, variants=rows)
     if status == "skipped":
         return ParallelProof(status, why=next(v.why for v in rows.values()), variants=rows)
     return ParallelProof(status, variants=rows)
