@@ -17,6 +17,7 @@ from integrate.resolve import Workspace
 from integrate.source import SourceFile, dotted, find_method, iter_methods
 from integrate.syntax import body_of, find_all, self_attr
 
+from .cfg_callers import passed_callable
 from .cfg_env import MODEL_WORDS, Env, Func, assigned_self, called_env, callee_of, env_of, helpers_of, is_model, \
     value_of
 from .records import PipelineFacts
@@ -53,7 +54,8 @@ def analyze_pipeline(ws: Workspace, src: SourceFile, cls_name: str | None, entry
         env.ws = ws  # followed into the repository's other modules from here on
         held = _step_holder(fn, env, aliases)
         if held is None:
-            return PipelineFacts(cls_name, entry, path, None, "unknown", 0, (_no_model_call(src, fn, entry),))
+            return _passed(ws, src, cls_name, entry, fn) or PipelineFacts(
+                cls_name, entry, path, None, "unknown", 0, (_no_model_call(src, fn, entry),))
         fn, env, aliases, via = held
         loops = [lp for lp in find_all(fn.body, cst.For) if _reaches_model(lp.body, env, aliases)]
     # the step loop: the outermost loop over the schedule (`for i, t in enumerate(timesteps)`), else the outermost
@@ -191,6 +193,29 @@ def _one_call(src: SourceFile, cls_name: str | None, entry: str, fn: cst.Functio
     return PipelineFacts(cls_name, entry, path, False, confidence, count, tuple(evidence), other_models=others)
 
 
+def _passed(ws: Workspace, src: SourceFile, cls_name: str | None, entry: str,
+            fn: cst.FunctionDef) -> PipelineFacts | None:
+    """The step loop calls a callable the entry is given (`func(z, t)`): where its callers in the repository all
+    pass the same guidance method of a model (analyzers/cfg_callers.py), the CFG style that method runs; else None."""
+    params = _params(fn)
+    for loop in find_all(fn.body, cst.For):
+        called = next((c for c in find_all(loop.body, cst.Call)
+                       if isinstance(c.func, cst.Name) and c.func.value in params), None)
+        if called is None:
+            continue
+        found = passed_callable(ws, src, cls_name, entry, fn, called.func.value)
+        if found is None:
+            return None
+        t_src, t_cls, method, evidence = found
+        path = str(src.path)
+        head = [Evidence(path, src.line(loop), f"denoising loop `for {src.code(loop.target)} in "
+                                               f"{src.code(loop.iter)}`"),
+                Evidence(path, src.line(called), f"the step calls `{called.func.value}`, a parameter of `{entry}`, "
+                                                 "once; read at its callers")]
+        return _guidance_read(src, cls_name, entry, method, (t_src, t_cls), [*head, *evidence])
+    return None
+
+
 def _no_model_call(src: SourceFile, fn: cst.FunctionDef, entry: str) -> Evidence:
     """Why no loop of the entry was found to call the model: one calls a callable the entry is given (`func(z, t)`,
     a parameter: which model or guidance wrapper stands behind it is the caller's choice), or none calls anything
@@ -243,7 +268,7 @@ def _guidance_read(src: SourceFile, cls_name, entry: str, method: cst.FunctionDe
     at = Evidence(str(t_src.path), t_src.line(method), "")
     inner = [c for c in find_all(method.body, cst.Call) if dotted(c.func) in ("self", "self.forward")]
     env, _ = env_of(t_src, t_cls, method)
-    count = _path_calls(body_of(method), env, {"self"}, t_src, callee="self")[0]
+    count, repeated, _ = _path_calls(body_of(method), env, {"self"}, t_src, callee="self")
     doubled = [c for c in find_all(method.body, cst.Call) if dotted(c.func) == "torch.cat" and c.args
                and _doubles(c.args[0].value)]
     where = f"`{t_cls.name.value}.{method.name.value}`"
@@ -251,6 +276,10 @@ def _guidance_read(src: SourceFile, cls_name, entry: str, method: cst.FunctionDe
         evidence.append(Evidence(at.file, t_src.line(doubled[0]), f"{where} runs forward once on a batch doubled with "
                                                                   "`torch.cat`: cond and uncond are one batched call"))
         return PipelineFacts(cls_name, entry, path, False, "medium", 1, tuple(evidence))
+    if repeated:
+        evidence.append(Evidence(at.file, repeated, f"{where} runs forward inside a loop, once per guidance "
+                                                    "condition: cond and uncond are separate forwards"))
+        return PipelineFacts(cls_name, entry, path, True, "medium", count, tuple(evidence))
     if count >= 2:
         evidence.append(Evidence(at.file, t_src.line(inner[1]), f"{where} runs forward {count} times: cond and "
                                                                 "uncond are separate forwards"))

@@ -321,7 +321,7 @@ def assigned_forward(cls: cst.ClassDef) -> tuple[cst.FunctionDef, cst.Assign, st
             continue
         value, why = small.value, "assigned in __init__"
         if isinstance(value, cst.IfExp):
-            test = _default_truth(value.test, defaults)
+            test = default_truth(value.test, defaults)
             if test is None:
                 return None
             value = value.body if test else value.orelse
@@ -332,8 +332,8 @@ def assigned_forward(cls: cst.ClassDef) -> tuple[cst.FunctionDef, cst.Assign, st
     return None
 
 
-def _default_truth(test: cst.BaseExpression, defaults: dict[str, cst.BaseExpression]) -> bool | None:
-    """The truth of a condition on `__init__`'s parameters with their literal defaults (None: not decided)."""
+def default_truth(test: cst.BaseExpression, defaults: dict[str, cst.BaseExpression]) -> bool | None:
+    """The truth of a condition on a function's parameters with their literal defaults (None: not decided)."""
     def literal(expr):
         try:
             return True, ast.literal_eval(cst.Module([]).code_for_node(expr))
@@ -344,7 +344,7 @@ def _default_truth(test: cst.BaseExpression, defaults: dict[str, cst.BaseExpress
         ok, v = literal(defaults[test.value])
         return bool(v) if ok else None
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = _default_truth(test.expression, defaults)
+        inner = default_truth(test.expression, defaults)
         return None if inner is None else not inner
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(test.left, cst.Name) \
             and test.left.value in defaults:
