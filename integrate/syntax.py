@@ -284,3 +284,14 @@ def params_of(fn: cst.FunctionDef) -> list[cst.Param]:
     return [*p.posonly_params, *p.params, *p.kwonly_params] + (
         [p.star_arg] if isinstance(p.star_arg, cst.Param) else []
     ) + ([p.star_kwarg] if p.star_kwarg is not None else [])
+
+
+def none_test(expr: cst.BaseExpression | None) -> tuple[str, bool] | None:
+    """`x is None` -> ("x", True), `x is not None` -> ("x", False): a plain name tested against None; else None."""
+    if not (isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1 and isinstance(expr.left, cst.Name)):
+        return None
+    comp = expr.comparisons[0]
+    if not (isinstance(comp.comparator, cst.Name) and comp.comparator.value == "None"
+            and isinstance(comp.operator, (cst.Is, cst.IsNot))):
+        return None
+    return expr.left.value, isinstance(comp.operator, cst.Is)

@@ -329,7 +329,6 @@ def _switched_on(cls, config: dict, tiny, notes: list[str], rounds: int = 3):
     in `notes`. A module switched on may call others: a few rounds."""
     import torch
     from integrate.verify.switches import switches
-    from integrate.verify.tiny import derive as tiny_derive
 
     said: set[str] = set()
     switched: dict = {}
@@ -342,35 +341,45 @@ def _switched_on(cls, config: dict, tiny, notes: list[str], rounds: int = 3):
         wanted = {s.param: s for s in found if s.param is not None and config.get(s.param) != s.value}
         if not wanted:
             break
-        retry = tiny_derive(cls, {**config, **{k: s.value for k, s in wanted.items()}})
-        if retry.error:
-            notes.append(f"switching on {', '.join(f'`{s.path}`' for s in wanted.values())} failed: {retry.error}")
+        given = {k: s.value for k, s in wanted.items()}
+        more = {**switched, **{k: (config.get(k), v) for k, v in given.items()}}
+        made = _rederived(cls, config, tiny, given, more)
+        if isinstance(made, str):
+            notes.append(f"switching on {', '.join(f'`{s.path}`' for s in wanted.values())} failed: {made}")
             break
-        switched.update({k: (config.get(k), s.value) for k, s in wanted.items()})
-        retry.changes.update({k: v for k, v in tiny.changes.items() if k not in retry.changes} | switched)
-        config, tiny = {**config, **{k: s.value for k, s in wanted.items()}}, retry
+        (config, tiny), switched = made, more
         notes += [s.why for s in wanted.values()]
     return config, tiny, switched
+
+
+def _rederived(cls, config: dict, tiny, given: dict, changed: dict):
+    """(config, tiny) derived again with `given` set over `config`: the earlier derivation's changes kept beside the
+    new one's, and `changed` ({key: (before, after)}) recorded among them; the error where it fails."""
+    from integrate.verify.tiny import derive as tiny_derive
+
+    retry = tiny_derive(cls, {**config, **given})
+    if retry.error:
+        return retry.error
+    retry.changes.update({k: v for k, v in tiny.changes.items() if k not in retry.changes} | changed)
+    return {**config, **given}, retry
 
 
 def _small_tables(cls, config: dict, tiny, notes: list[str]):
     """(config, tiny, {key: (before, after)}) with each None width table that a sub-module fills from a module-level
     constant given small (verify/tables.py), each said in `notes`; unchanged where the smaller tables fail."""
     from integrate.verify.tables import defaulted_tables
-    from integrate.verify.tiny import derive as tiny_derive
 
     tables = defaulted_tables(cls, tiny.config)
     if not tables:
         return config, tiny, {}
     given = {t.key: t.value for t in tables}
-    retry = tiny_derive(cls, {**config, **given})
-    if retry.error:
-        notes.append(f"smaller {', '.join(f'`{k}`' for k in given)} failed: {retry.error}")
-        return config, tiny, {}
     changed = {k: (config.get(k), v) for k, v in given.items()}
-    retry.changes.update({k: v for k, v in tiny.changes.items() if k not in retry.changes} | changed)
+    made = _rederived(cls, config, tiny, given, changed)
+    if isinstance(made, str):
+        notes.append(f"smaller {', '.join(f'`{k}`' for k in given)} failed: {made}")
+        return config, tiny, {}
     notes += [t.why for t in tables]
-    return {**config, **given}, retry, changed
+    return *made, changed
 
 
 def synthesize_with(cls, config: dict, job: dict) -> dict:

@@ -23,7 +23,7 @@ from typing import Any
 import libcst as cst
 
 from integrate.source import find_method
-from integrate.syntax import find_all, self_member
+from integrate.syntax import find_all, none_test, self_member
 
 _WIDTH_WORDS = ("dim", "size", "channels")
 
@@ -86,11 +86,9 @@ def _switch(src, init: cst.FunctionDef, params: dict, path: str, at: str) -> Swi
     if isinstance(test, cst.Name) and test.value in params:
         return Switch(path, test.value, True, f"{said}; __init__ builds it only when `{shown}` ({where}:{line}): "
                       f"{test.value}=True")
-    compared = test.comparisons[0] if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 else None
-    if (compared is not None and isinstance(test.left, cst.Name) and test.left.value in params
-            and isinstance(compared.operator, cst.IsNot)
-            and isinstance(compared.comparator, cst.Name) and compared.comparator.value == "None"):
-        name = test.left.value
+    tested = none_test(test)
+    if tested is not None and tested[0] in params and not tested[1]:  # `if <param> is not None`
+        name = tested[0]
         handed = ctor is not None and any(isinstance(a.value, cst.Name) and a.value.value == name for a in ctor.args)
         if handed and any(w in name for w in _WIDTH_WORDS):
             from integrate.verify.tiny import WIDE

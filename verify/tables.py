@@ -7,7 +7,7 @@ it from a module-level table of real widths (`channels=motion_encoder_channel_si
 tiny config would keep those full widths, and the tiny model would spend minutes in them. The rule:
 
 - the key names a width table (`channel`, `dim` or `width` in it) and is None in the config;
-- `__init__` hands it, as a bare name, to one constructor's keyword or position;
+- `__init__` hands it, as a bare name, to a constructor's keyword;
 - that class's `__init__` replaces the parameter, when None, by a module-level name whose value is a dict or list
   of integers;
 
@@ -26,7 +26,7 @@ from typing import Any
 import libcst as cst
 
 from integrate.source import find_method
-from integrate.syntax import find_all, params_of
+from integrate.syntax import find_all, none_test, params_of
 
 _TABLE_WORDS = ("channel", "dim", "width")
 
@@ -93,12 +93,7 @@ def _filled_from(sub: type, param: str) -> tuple[str, Any, str] | None:
         return None
     src = found[0]
     for test in find_all(init, cst.If):
-        cond = test.test
-        if not (isinstance(cond, cst.Comparison) and len(cond.comparisons) == 1
-                and isinstance(cond.left, cst.Name) and cond.left.value == param
-                and isinstance(cond.comparisons[0].operator, cst.Is)
-                and isinstance(cond.comparisons[0].comparator, cst.Name)
-                and cond.comparisons[0].comparator.value == "None"):
+        if none_test(test.test) != (param, True):  # `if <param> is None:`
             continue
         body = test.body.body if isinstance(test.body, cst.IndentedBlock) else []
         for stmt in body:

@@ -100,12 +100,11 @@ def tiny_config(config: dict[str, Any], widths: str = "tiny", head: int = HEAD_D
             put(k, head_dim)
     for k, v in _head_lists(cfg, old_head, head_dim).items():
         put(k, v)
-    # a RoPE width inside a head (`rope_freq_dim`, `rotary_dim`: the leading channels of each head that rotate, a
-    # part of the real head): scaled with the head, kept even, so the rotated channels stay inside the tiny head
-    for k, v in cfg.items():
-        if (old_head and ("rope" in k or "rotary" in k) and "dim" in k and isinstance(v, int)
-                and not isinstance(v, bool) and 0 < v < old_head and k not in changes):
-            put(k, max(2, v * head_dim // old_head // 2 * 2))
+    # a RoPE width inside a head, a part of the real head: scaled with the head, so the rotated channels stay inside
+    # the tiny head
+    for k, v in (rope_widths(cfg, old_head, head_dim, even=True) if old_head else {}).items():
+        if k not in changes:
+            put(k, v)
     # a block interval or index (`inject_..._blocks`: every n-th block) stays within the shrunk lists
     tiny_layers = min((out[k] for k in layers if out[k] > 0), default=None)
     for k, v in cfg.items():
@@ -217,14 +216,24 @@ def more_heads(config: dict[str, Any], factor: int = HYBRID_HEADS) -> dict[str, 
         if sum(v) not in (head_dim, head_dim // 2) and "section" not in k:
             return f"`{k}` {config[k]} cannot be re-split to a head dim of {head_dim}"
         new[k] = v
-    # a RoPE width inside a head (`rope_freq_dim`: frequencies per axis; `rotary_dim`: the channels that rotate)
-    # shrinks with the head, so the rotated channels stay inside it: a count of frequencies down to 1, a count of
-    # channels kept even
+    # a RoPE width inside a head shrinks with the head, so the rotated channels stay inside it
+    for k, v in rope_widths(config, old_head, head_dim).items():
+        new.setdefault(k, v)
+    return {k: (config[k], v) for k, v in new.items() if config[k] != v}
+
+
+def rope_widths(config: dict[str, Any], old_head: int, head_dim: int, even: bool = False) -> dict[str, int]:
+    """{key: width} of each RoPE width inside a head (`rotary_dim`: the leading channels of each head that rotate;
+    `rope_freq_dim`: frequencies per axis), scaled from a head of `old_head` to one of `head_dim` channels: a count of
+    channels kept even (at least 2), a count of frequencies down to 1 (kept even too with `even`, as the tiny
+    config's derivation has always made it)."""
+    out = {}
     for k, v in config.items():
         if (("rope" in k or "rotary" in k) and "dim" in k and isinstance(v, int) and not isinstance(v, bool)
-                and 0 < v < old_head and k not in new):
-            new[k] = max(1, v // factor) if "freq" in k else max(2, v // factor // 2 * 2)
-    return {k: (config[k], v) for k, v in new.items() if config[k] != v}
+                and 0 < v < old_head):
+            scaled = v * head_dim // old_head
+            out[k] = max(1, scaled) if "freq" in k and not even else max(2, scaled // 2 * 2)
+    return out
 
 
 def fill_unset(config: dict[str, Any]) -> dict[str, Any]:

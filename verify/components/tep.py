@@ -188,8 +188,10 @@ def _refusals(cls, config) -> dict[str, list]:
     return found
 
 
-def _config(cls, given: dict | None, raw: dict | None = None):
-    cfg_cls = cls.config_class
+def _config(cls, given: dict | None, raw: dict | None = None, cfg_cls: type | None = None):
+    """(the tiny config object, its changes) from `given`, else `raw`, else `cfg_cls`'s defaults (the class's own
+    config class unless another is named)."""
+    cfg_cls = cfg_cls or cls.config_class
     raw = raw or (dict(given) if given else cfg_cls().to_dict())
     tiny, changes = shrink(raw)
     config = cfg_cls.from_dict(tiny)
@@ -268,11 +270,8 @@ def run(job: dict) -> None:
             elif part is not None:
                 # the class takes one part of its config class, a composite (T5GemmaEncoder: T5GemmaConfig's
                 # `encoder`): built from that part as the composite's defaults fill it in
-                key, sub_cls, raw, why = part
-                tiny, changes = shrink(raw)
-                config = sub_cls.from_dict(tiny)
-                if hasattr(config, "_attn_implementation"):
-                    config._attn_implementation = "eager"
+                _, sub_cls, raw, why = part
+                config, changes = _config(cls, None, raw, sub_cls)
                 report["config_from"] = why
             else:
                 raise
