@@ -197,22 +197,26 @@ def _passed(ws: Workspace, src: SourceFile, cls_name: str | None, entry: str,
             fn: cst.FunctionDef) -> PipelineFacts | None:
     """The step loop calls a callable the entry is given (`func(z, t)`): where its callers in the repository all
     pass the same guidance method of a model (analyzers/cfg_callers.py), the CFG style that method runs; else None."""
+    at = _called_parameter(fn)
+    found = passed_callable(ws, src, cls_name, entry, fn, at[1].func.value) if at is not None else None
+    if found is None:
+        return None
+    (loop, called), (t_src, t_cls, method, evidence) = at, found
+    path = str(src.path)
+    head = [Evidence(path, src.line(loop), f"denoising loop `for {src.code(loop.target)} in {src.code(loop.iter)}`"),
+            Evidence(path, src.line(called), f"the step calls `{called.func.value}`, a parameter of `{entry}`, "
+                                             "once; read at its callers")]
+    return _guidance_read(src, cls_name, entry, method, (t_src, t_cls), [*head, *evidence])
+
+
+def _called_parameter(fn: cst.FunctionDef) -> tuple[cst.For, cst.Call] | None:
+    """(the first loop of `fn` that calls one of its parameters, that call): `pred = func(z, t)`."""
     params = _params(fn)
     for loop in find_all(fn.body, cst.For):
         called = next((c for c in find_all(loop.body, cst.Call)
                        if isinstance(c.func, cst.Name) and c.func.value in params), None)
-        if called is None:
-            continue
-        found = passed_callable(ws, src, cls_name, entry, fn, called.func.value)
-        if found is None:
-            return None
-        t_src, t_cls, method, evidence = found
-        path = str(src.path)
-        head = [Evidence(path, src.line(loop), f"denoising loop `for {src.code(loop.target)} in "
-                                               f"{src.code(loop.iter)}`"),
-                Evidence(path, src.line(called), f"the step calls `{called.func.value}`, a parameter of `{entry}`, "
-                                                 "once; read at its callers")]
-        return _guidance_read(src, cls_name, entry, method, (t_src, t_cls), [*head, *evidence])
+        if called is not None:
+            return loop, called
     return None
 
 
@@ -220,15 +224,13 @@ def _no_model_call(src: SourceFile, fn: cst.FunctionDef, entry: str) -> Evidence
     """Why no loop of the entry was found to call the model: one calls a callable the entry is given (`func(z, t)`,
     a parameter: which model or guidance wrapper stands behind it is the caller's choice), or none calls anything
     that reaches a model."""
-    params = _params(fn)
-    for loop in find_all(fn.body, cst.For):
-        called = next((c for c in find_all(loop.body, cst.Call)
-                       if isinstance(c.func, cst.Name) and c.func.value in params), None)
-        if called is not None:
-            return Evidence(str(src.path), src.line(called),
-                            f"the step loop calls `{called.func.value}`, a parameter of `{entry}`: which model (or "
-                            "guidance wrapper) it stands for is its caller's choice, not in this function; CFG style "
-                            "unknown")
+    at = _called_parameter(fn)
+    if at is not None:
+        called = at[1]
+        return Evidence(str(src.path), src.line(called),
+                        f"the step loop calls `{called.func.value}`, a parameter of `{entry}`: which model (or "
+                        "guidance wrapper) it stands for is its caller's choice, not in this function; CFG style "
+                        "unknown")
     return Evidence(str(src.path), src.line(fn), f"no transformer call inside a loop in `{entry}`")
 
 

@@ -28,21 +28,18 @@ Class = tuple[SourceFile, cst.ClassDef]
 
 
 def _support(registry: dict[str, Evidence] | None, cls: str, prefix: bool):
-    """(supported, supported_by, evidence, notes) under cache-dit's matching rule."""
+    """(supported, supported_by, evidence, notes, the registered name that answers `cls` or None) under cache-dit's
+    matching rule: the first registered name equal to the class name or, with `prefix`, one it starts with."""
     if registry is None:
-        return None, None, (), ("cache-dit is not installed: support unknown",)
-    matches = [ev for name, ev in registry.items() if (cls.startswith(name) if prefix else cls == name)]
+        return None, None, (), ("cache-dit is not installed: support unknown",), None
+    matches = [(name, ev) for name, ev in registry.items() if (cls.startswith(name) if prefix else cls == name)]
     if not matches:
         rule = "registered name prefixing the class name" if prefix else "registered name equal to the class name"
-        return False, None, (), (f"none of cache-dit's {len(registry)} registrations is a {rule} {cls}",)
-    many = ", ".join(f"{ev.file}:{ev.line}" for ev in matches)
+        return False, None, (), (f"none of cache-dit's {len(registry)} registrations is a {rule} {cls}",), None
+    many = ", ".join(f"{ev.file}:{ev.line}" for _, ev in matches)
     notes = (f"several registrations match {cls}; cache-dit takes the first registered: {many}",)
-    return True, f"{matches[0].file}:{matches[0].line}", tuple(matches), notes if len(matches) > 1 else ()
-
-
-def _answering(registry: dict[str, Evidence] | None, cls: str) -> str | None:
-    """The registered name cache-dit answers `cls` with: the first one the class name starts with."""
-    return next((name for name in registry or {} if cls.startswith(name)), None)
+    (name, first), evidence = matches[0], tuple(ev for _, ev in matches)
+    return True, f"{first.file}:{first.line}", evidence, notes if len(matches) > 1 else (), name
 
 
 def _module_of(ws: Workspace, evidence: tuple[Evidence, ...], cls: str) -> str | None:
@@ -151,8 +148,10 @@ def _config_of_type(ws: Workspace, model_type: str) -> Class | None:
     `models/<type>/configuration_<type>.py` whose `model_type` is that string."""
     root = ws.package_root("transformers")
     name = model_type.replace("-", "_")
-    path = root / "transformers" / "models" / name / f"configuration_{name}.py" if root and name.isidentifier() else None
-    if path is None or not path.is_file():
+    if root is None or not name.isidentifier():
+        return None
+    path = root / "transformers" / "models" / name / f"configuration_{name}.py"
+    if not path.is_file():
         return None
     try:
         src = ws.load(path, root)
@@ -272,14 +271,14 @@ def text_encoder_facts(ws: Workspace, model_path: Path | None, model_index: dict
             out.append(TextEncoderFacts(component, None, None, None, None, {}, None, notes=(entry,)))
         elif entry is not None:
             library, cls = entry
-            supported, by, evidence, notes = _support(registry, cls, prefix=True)
+            supported, by, evidence, notes, answering = _support(registry, cls, prefix=True)
             plan, source, module = {}, None, None
             if library == "transformers":  # read where cache-dit registers one too: it may not fit this class
                 plan, source, more, plan_notes = tp_plan(ws, cls, model_path, component)
                 evidence, notes = (*evidence, *more), (*notes, *plan_notes)
                 module = _module_of(ws, more, cls)
             out.append(TextEncoderFacts(component, cls, library, supported, by, plan, source, evidence, notes,
-                                        registered_as=_answering(registry, cls), module=module))
+                                        registered_as=answering, module=module))
     return tuple(out)
 
 
@@ -289,7 +288,8 @@ def vae_facts(ws: Workspace, model_path: Path | None, model_index: dict | None) 
         return None
     if isinstance(entry, str):
         return VaeFacts("vae", None, None, None, None, notes=(entry,))
-    supported, by, evidence, notes = _support(registrations(ws, "autoencoders", VAE_REGISTER), entry[1], prefix=False)
+    supported, by, evidence, notes, _ = _support(registrations(ws, "autoencoders", VAE_REGISTER), entry[1],
+                                                 prefix=False)
     tiles = reuse = None
     if supported is False:  # what a planner written for it would deal to ranks (1.18)
         tiles, reuse, more = vae_tiles(ws, entry[0], entry[1])
