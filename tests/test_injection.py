@@ -170,3 +170,31 @@ def test_a_hostile_model_path_reaches_no_code_and_no_shell(tmp_path, monkeypatch
     assert fixture.exit_code in (0, 1), fixture.stderr
     _no_payload_in_python(out / "verify_fixture.py")
     assert not marker.exists(), "the payload ran"
+
+
+@pytest.mark.parametrize("field", ["registered_as", "supported_by"])
+def test_a_hostile_registration_that_our_te_planner_goes_ahead_of_never_becomes_code(tmp_path, motif_plan,
+                                                                                       monkeypatch, field):
+    """The registration of cache-dit's a generated TE-P planner is registered ahead of reaches the planner's comment
+    and generate's notes (MotifVideo's own plan has none: its encoder is answered by no registration, so the sweep
+    above never sees these fields set)."""
+    marker = tmp_path / "marker"
+    monkeypatch.chdir(tmp_path)
+    data = copy.deepcopy(motif_plan[0])
+    te = data["text_encoders"][0]
+    te.update(supported=True, registered_as="T5Gemma", supported_by="gemma.py:1", planner="generate")
+    te[field] = PAYLOAD.replace("{marker}", str(marker))
+    plan_dir = tmp_path / "plan"
+    plan_dir.mkdir()
+    (plan_dir / "plan.json").write_text(json.dumps(data, indent=2))
+    (plan_dir / "PLAN.md").write_text(plan_md_for(data, motif_plan[1]))
+    runner = CliRunner()
+    assert runner.invoke(main, ["approve", str(plan_dir), "--reviewer", "R"]).exit_code == 0
+    out = tmp_path / "out"
+    result = runner.invoke(main, ["generate", str(plan_dir), "--out", str(out), "--json"])
+    assert result.exit_code in (0, 1), result.stderr
+    planner = next(out.rglob("te_text_encoder.py"))
+    assert "_register_ahead" in planner.read_text()  # the path under test was taken
+    for module in out.rglob("*.py"):
+        _no_payload_in_python(module)
+    assert not marker.exists(), "the payload ran"
